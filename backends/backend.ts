@@ -1,0 +1,184 @@
+/**
+ * The backend contract: the small set of kernels every Tandem backend implements over opaque storage.
+ *
+ * The engine owns shapes, broadcasting rules, autograd and memory scopes; a backend only moves and
+ * computes numbers. Gradients are defined once in the engine from these same kernels, so a new
+ * backend (WebGPU, WebAssembly) gets training for free by implementing this interface. Every kernel
+ * writes a fresh output storage it is given and never aliases inputs with outputs.
+ *
+ * Storage is always dense and row-major; views (transpose, slice, broadcast) reach kernels as
+ * strides, so no kernel materialises a transpose it does not need.
+ *
+ * @module
+ */
+
+import type { Conv2dGeometry, LrnParams, Pool2dGeometry } from "./geometry.ts";
+
+export type { Conv2dGeometry, LrnParams, Pool2dGeometry } from "./geometry.ts";
+
+/** Element types a storage can hold: float32 for values, int32 for labels and indices. */
+export type DType = "float32" | "int32";
+
+/** Host arrays matching {@link DType}. */
+export type HostArray = Float32Array | Int32Array;
+
+/**
+ * An opaque handle to a backend's memory. The engine never looks inside; it only passes handles back
+ * to the backend that made them.
+ */
+export interface Storage {
+  /** Number of elements. */
+  readonly length: number;
+  /** Element type. */
+  readonly dtype: DType;
+}
+
+/** Elementwise functions of one float32 argument. */
+export type UnaryOp = "neg" | "exp" | "log" | "sqrt" | "relu" | "abs" | "sign";
+
+/**
+ * Elementwise functions of two float32 arguments. `equal` and `greater` give 1 or 0;
+ * `reluGrad(dy, y)` gives `dy` where `y > 0` and 0 elsewhere.
+ */
+export type BinaryOp = "add" | "sub" | "mul" | "div" | "pow" | "max" | "equal" | "greater" | "reluGrad";
+
+/** Reductions over the middle axis of an `[outer, size, inner]` view. */
+export type ReduceOp = "sum" | "max";
+
+/**
+ * A strided view of a storage: element `[i0, i1, …]` lives at `offset + Σ i_d · strides[d]`.
+ * A stride of 0 broadcasts that axis.
+ */
+export interface StridedView {
+  offset: number;
+  strides: readonly number[];
+}
+
+/** Batched matrix product `out[b] = op(a[b]) · op(b[b])`, row-major; see {@link Backend.matmul}. */
+export interface MatmulSpec {
+  batch: number;
+  m: number;
+  n: number;
+  k: number;
+  /** a holds k×m matrices (read transposed) instead of m×k. */
+  transA: boolean;
+  /** b holds n×k matrices (read transposed) instead of k×n. */
+  transB: boolean;
+  /** Elements between consecutive matrices of a (0 broadcasts one matrix over the batch). */
+  aBatchStride: number;
+  /** Elements between consecutive matrices of b (0 broadcasts one matrix over the batch). */
+  bBatchStride: number;
+}
+
+/** Row layout for softmax-like kernels: `rows` independent rows of `cols` contiguous values. */
+export interface RowSpec {
+  rows: number;
+  cols: number;
+}
+
+/**
+ * What a backend implements. All methods but {@link Backend.read} are synchronous from the engine's
+ * point of view: a device backend may queue the work and finish it later, as long as the results are
+ * observed in submission order.
+ *
+ * @example
+ * ```ts
+ * import type { Backend } from "./backend.ts";
+ * function double(backend: Backend, x: import("./backend.ts").Storage) {
+ *   const out = backend.allocate(x.length, "float32");
+ *   backend.binary("add", x, { offset: 0, strides: [1] }, x, { offset: 0, strides: [1] }, out, [x.length]);
+ *   return out;
+ * }
+ * ```
+ */
+export interface Backend {
+  /** Short name used in messages and by `setBackend`, e.g. `"cpu"`. */
+  readonly name: string;
+
+  /** A new zero-filled storage. */
+  allocate(length: number, dtype: DType): Storage;
+  /** A new storage holding a copy of `data`. */
+  upload(data: HostArray): Storage;
+  /** A copy of the storage's contents on the host. */
+  read(storage: Storage): Promise<HostArray>;
+  /** Synchronous read where the backend can do it cheaply (CPU); `undefined` elsewhere. */
+  readSync?(storage: Storage): HostArray;
+  /** Returns the memory; the handle must not be used afterwards. */
+  release(storage: Storage): void;
+
+  /** Sets every element to `value`. */
+  fill(out: Storage, value: number): void;
+  /** `dst[dstView at i] = src[srcView at i]` for every index `i` of `shape` (any dtype). */
+  copyStrided(
+    src: Storage,
+    srcView: StridedView,
+    dst: Storage,
+    dstView: StridedView,
+    shape: readonly number[],
+  ): void;
+
+  /** `out[i] = op(x[i])` over dense storages of equal length. */
+  unary(op: UnaryOp, x: Storage, out: Storage): void;
+  /** `out[i] = op(a[aView at i], b[bView at i])` for each index `i` of `shape`; `out` is dense. */
+  binary(
+    op: BinaryOp,
+    a: Storage,
+    aView: StridedView,
+    b: Storage,
+    bView: StridedView,
+    out: Storage,
+    shape: readonly number[],
+  ): void;
+  /** `out[o, i] = op over s of x[o, s, i]` for a dense `[outer, size, inner]` input. */
+  reduce(op: ReduceOp, x: Storage, out: Storage, outer: number, size: number, inner: number): void;
+
+  /** Batched GEMM; see {@link MatmulSpec}. `out` is dense `[batch, m, n]`. */
+  matmul(a: Storage, b: Storage, out: Storage, spec: MatmulSpec): void;
+
+  /** Cross-correlation of NCHW `x` with `[Cout, Cin/groups, kh, kw]` weights, no bias. */
+  conv2dForward(x: Storage, weight: Storage, out: Storage, geometry: Conv2dGeometry): void;
+  /** Gradient of the convolution with respect to its input. */
+  conv2dBackwardInput(dy: Storage, weight: Storage, dx: Storage, geometry: Conv2dGeometry): void;
+  /** Gradient of the convolution with respect to its weights (summed over the batch). */
+  conv2dBackwardFilter(x: Storage, dy: Storage, dw: Storage, geometry: Conv2dGeometry): void;
+
+  /** Max pooling; `argmax` (int32, same length as `out`) records the winning input index. */
+  maxPool2dForward(x: Storage, out: Storage, argmax: Storage, geometry: Pool2dGeometry): void;
+  /** Routes each output gradient to the input element that won the forward max. */
+  maxPool2dBackward(dy: Storage, argmax: Storage, dx: Storage, geometry: Pool2dGeometry): void;
+  /** Average pooling with Caffe's divisor (window clipped to the padded input). */
+  avgPool2dForward(x: Storage, out: Storage, geometry: Pool2dGeometry): void;
+  /** Gradient of {@link Backend.avgPool2dForward}. */
+  avgPool2dBackward(dy: Storage, dx: Storage, geometry: Pool2dGeometry): void;
+
+  /** Caffe across-channel LRN of NCHW `x`; `scale` receives `k + alpha/size · Σx²` for backward. */
+  lrnForward(x: Storage, out: Storage, scale: Storage, shape: readonly number[], params: LrnParams): void;
+  /** Gradient of {@link Backend.lrnForward}. */
+  lrnBackward(
+    x: Storage,
+    y: Storage,
+    scale: Storage,
+    dy: Storage,
+    dx: Storage,
+    shape: readonly number[],
+    params: LrnParams,
+  ): void;
+
+  /** Numerically stable softmax of each row. */
+  softmax(x: Storage, out: Storage, rows: RowSpec): void;
+  /** Numerically stable log-softmax of each row. */
+  logSoftmax(x: Storage, out: Storage, rows: RowSpec): void;
+  /**
+   * Per-row cross-entropy `−log softmax(logits)[label]` into `losses`, and the softmax into `probs`
+   * for backward. Labels are int32 and already validated by the engine.
+   */
+  softmaxCrossEntropy(logits: Storage, labels: Storage, losses: Storage, probs: Storage, rows: RowSpec): void;
+  /** `dLogits[r, c] = (probs[r, c] − [c = label_r]) · dLoss[r]`, with `dLoss` one value per row. */
+  softmaxCrossEntropyBackward(
+    probs: Storage,
+    labels: Storage,
+    dLoss: Storage,
+    dLogits: Storage,
+    rows: RowSpec,
+  ): void;
+}

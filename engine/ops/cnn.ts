@@ -1,0 +1,164 @@
+/**
+ * Differentiable ops of convolutional networks: `conv2d`, `maxPool2d`, `avgPool2d` and `lrn`, each
+ * a forward kernel plus its gradient kernels from the backend contract.
+ *
+ * @module
+ */
+
+import {
+  checkLrn,
+  conv2dGeometry,
+  type Conv2dOptions,
+  GeometryError,
+  type LrnParams,
+  pool2dGeometry,
+  type Pool2dOptions,
+} from "../../backends/geometry.ts";
+import { recordOp } from "../autograd.ts";
+import { formatShape, ShapeError } from "../errors.ts";
+import { allocateTensor, type Tensor } from "../tensor.ts";
+import { add } from "./elementwise.ts";
+import { checkOperands, reshapeRaw } from "./raw.ts";
+
+export type { Conv2dOptions, LrnParams, Pool2dOptions };
+
+/** Runs a geometry computation, reporting its complaints as the engine's `ShapeError`. */
+function geometry<T>(compute: () => T): T {
+  try {
+    return compute();
+  } catch (error) {
+    if (error instanceof GeometryError) throw new ShapeError(error.op, error.detail);
+    throw error;
+  }
+}
+
+/**
+ * 2-D convolution (cross-correlation, as in every framework) of an NCHW batch with
+ * `[outChannels, inChannels/groups, kh, kw]` weights, optional `[outChannels]` bias.
+ *
+ * @example
+ * ```ts
+ * import { ops, randn, zeros } from "../../mod.ts";
+ * // AlexNet conv2: 96 → 256 channels, 5×5, padding 2, two groups
+ * const x = randn([1, 96, 27, 27], { seed: 1 });
+ * const w = randn([256, 48, 5, 5], { seed: 2, std: 0.01 });
+ * const y = ops.conv2d(x, w, zeros([256]), { padding: 2, groups: 2 }); // [1, 256, 27, 27]
+ * ```
+ */
+export function conv2d(x: Tensor, weight: Tensor, bias?: Tensor | null, options: Conv2dOptions = {}): Tensor {
+  checkOperands("conv2d", x, weight, ...(bias ? [bias] : []));
+  const g = geometry(() => conv2dGeometry(x.shape, weight.shape, options));
+  if (bias && (bias.rank !== 1 || bias.shape[0] !== g.outChannels)) {
+    throw new ShapeError(
+      "conv2d",
+      `bias ${formatShape(bias.shape)} does not match ${g.outChannels} output channels`,
+    );
+  }
+  const out = allocateTensor(x.backend, [g.batch, g.outChannels, g.outHeight, g.outWidth]);
+  x.backend.conv2dForward(x.storage, weight.storage, out.storage, g);
+  recordOp("conv2d", [x, weight], out, [x, weight], (dy) => {
+    let dx: Tensor | null = null, dw: Tensor | null = null;
+    if (x.requiresGrad) {
+      dx = allocateTensor(x.backend, x.shape);
+      x.backend.conv2dBackwardInput(dy.storage, weight.storage, dx.storage, g);
+    }
+    if (weight.requiresGrad) {
+      dw = allocateTensor(x.backend, weight.shape);
+      x.backend.conv2dBackwardFilter(x.storage, dy.storage, dw.storage, g);
+    }
+    return [dx, dw];
+  });
+  if (!bias) return out;
+  const channelBias = reshapeForChannels(bias);
+  const biased = add(out, channelBias);
+  out.dispose();
+  channelBias.dispose();
+  return biased;
+}
+
+/** `[C]` → `[1, C, 1, 1]` with autograd, so the bias broadcasts over NCHW. */
+function reshapeForChannels(bias: Tensor): Tensor {
+  const view = reshapeRaw(bias, [1, bias.shape[0], 1, 1]);
+  recordOp("reshape", [bias], view, [], (dy) => [reshapeRaw(dy, bias.shape)]);
+  return view;
+}
+
+/**
+ * Max pooling over NCHW with Caffe's output size (rounded up), e.g. AlexNet's overlapping 3×3
+ * stride 2 pooling: 55 → 27 → 13 → 6.
+ *
+ * @example
+ * ```ts
+ * import { ops, zeros } from "../../mod.ts";
+ * const y = ops.maxPool2d(zeros([1, 96, 55, 55]), { kernel: 3, stride: 2 }); // [1, 96, 27, 27]
+ * ```
+ */
+export function maxPool2d(x: Tensor, options: Pool2dOptions): Tensor {
+  checkOperands("maxPool2d", x);
+  const g = geometry(() => pool2dGeometry(x.shape, options));
+  const shape = [g.batch, g.channels, g.outHeight, g.outWidth];
+  const out = allocateTensor(x.backend, shape);
+  const argmax = allocateTensor(x.backend, shape, "int32");
+  x.backend.maxPool2dForward(x.storage, out.storage, argmax.storage, g);
+  recordOp("maxPool2d", [x], out, [argmax], (dy) => {
+    const dx = allocateTensor(x.backend, x.shape);
+    x.backend.maxPool2dBackward(dy.storage, argmax.storage, dx.storage, g);
+    return [dx];
+  });
+  argmax.dispose(); // kept alive by the recorded op when gradients are needed
+  return out;
+}
+
+/**
+ * Average pooling over NCHW with Caffe's output size and divisor (the window clipped to the padded
+ * input counts, padding included).
+ *
+ * @example
+ * ```ts
+ * import { ops, zeros } from "../../mod.ts";
+ * const y = ops.avgPool2d(zeros([1, 32, 16, 16]), { kernel: 3, stride: 2 }); // [1, 32, 8, 8]
+ * ```
+ */
+export function avgPool2d(x: Tensor, options: Pool2dOptions): Tensor {
+  checkOperands("avgPool2d", x);
+  const g = geometry(() => pool2dGeometry(x.shape, options));
+  const out = allocateTensor(x.backend, [g.batch, g.channels, g.outHeight, g.outWidth]);
+  x.backend.avgPool2dForward(x.storage, out.storage, g);
+  recordOp("avgPool2d", [x], out, [], (dy) => {
+    const dx = allocateTensor(x.backend, x.shape);
+    x.backend.avgPool2dBackward(dy.storage, dx.storage, g);
+    return [dx];
+  });
+  return out;
+}
+
+/**
+ * Local response normalisation across channels, as Caffe defines it:
+ * `y = x / (k + alpha/size · Σ x²)^beta` over `size` channels centred on each channel.
+ *
+ * @example
+ * ```ts
+ * import { ops, randn } from "../../mod.ts";
+ * const y = ops.lrn(randn([1, 96, 55, 55], { seed: 1 }), { size: 5, alpha: 1e-4, beta: 0.75, k: 1 });
+ * ```
+ */
+export function lrn(x: Tensor, params: Partial<LrnParams> & { size: number }): Tensor {
+  checkOperands("lrn", x);
+  const p: LrnParams = {
+    size: params.size,
+    alpha: params.alpha ?? 1e-4,
+    beta: params.beta ?? 0.75,
+    k: params.k ?? 1,
+  };
+  geometry(() => checkLrn(x.shape, p));
+  const out = allocateTensor(x.backend, x.shape);
+  const scale = allocateTensor(x.backend, x.shape);
+  x.backend.lrnForward(x.storage, out.storage, scale.storage, x.shape, p);
+  recordOp("lrn", [x], out, [x, out, scale], (dy) => {
+    const dx = allocateTensor(x.backend, x.shape);
+    x.backend.lrnBackward(x.storage, out.storage, scale.storage, dy.storage, dx.storage, x.shape, p);
+    return [dx];
+  });
+  scale.dispose();
+  return out;
+}

@@ -1,0 +1,53 @@
+/**
+ * Inverted dropout with masks from the counter-based generator, keyed by position rather than call
+ * order: the same (seed, stream, offset) gives the same mask on any device and after a resume.
+ *
+ * @module
+ */
+
+import { recordOp } from "../autograd.ts";
+import { ValueError } from "../errors.ts";
+import { nextGlobalKey, type RandomKey, uniformValues } from "../random.ts";
+import { Tensor } from "../tensor.ts";
+import { reshape } from "./layout.ts";
+import { binaryRaw, checkOperands } from "./raw.ts";
+
+/** Options of {@link dropout}. */
+export interface DropoutOptions extends Partial<RandomKey> {
+  /** Probability of zeroing an element, in [0, 1). */
+  p: number;
+  /** Dropout applies only in training; evaluation passes `x` through unchanged. Default true. */
+  training?: boolean;
+  /** First position of the mask in the random sequence (e.g. global sample index × features). */
+  offset?: number;
+}
+
+/**
+ * Zeroes each element with probability `p` and scales survivors by `1/(1−p)` during training, so
+ * evaluation needs no rescaling (as PyTorch and Caffe do).
+ *
+ * @example
+ * ```ts
+ * import { ops, ones } from "../../mod.ts";
+ * const y = ops.dropout(ones([4, 4096]), { p: 0.5, seed: 1, stream: 6 });
+ * ```
+ */
+export function dropout(x: Tensor, options: DropoutOptions): Tensor {
+  checkOperands("dropout", x);
+  const { p } = options;
+  if (!(p >= 0 && p < 1)) throw new ValueError("dropout", `p must be in [0, 1), got ${p}`);
+  // A view, not `x` itself, so callers can dispose the result as they would in training.
+  if (options.training === false || p === 0) return reshape(x, x.shape);
+  const key = options.seed !== undefined
+    ? { seed: options.seed, stream: options.stream ?? 0 }
+    : nextGlobalKey();
+  const uniforms = uniformValues(x.size, key, options.offset ?? 0);
+  const keep = 1 / (1 - p);
+  const values = new Float32Array(x.size);
+  for (let i = 0; i < values.length; i++) values[i] = uniforms[i] >= p ? keep : 0;
+  const mask = new Tensor(x.backend, x.backend.upload(values), x.shape);
+  const out = binaryRaw("mul", x, mask, "dropout");
+  recordOp("dropout", [x], out, [mask], (dy) => [binaryRaw("mul", dy, mask)]);
+  mask.dispose();
+  return out;
+}

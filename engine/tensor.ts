@@ -1,0 +1,253 @@
+/**
+ * The `Tensor` handle: a shape and dtype over storage owned by a backend, plus its place in the
+ * gradient graph.
+ *
+ * Lifetime: a tensor's storage is returned to its backend once the user has disposed the handle
+ * (directly or through `tidy`) and no recorded op still needs it for backward. `reshape` views share
+ * storage with their source; the storage lives until the last sharer is gone.
+ *
+ * @module
+ */
+
+import type { Backend, DType, HostArray, Storage } from "../backends/backend.ts";
+import { type BackwardOptions, backwardPass, type GradNode, releaseNode } from "./autograd.ts";
+import { DisposedError, formatShape, ShapeError, TandemError } from "./errors.ts";
+import { sizeOf } from "./shape.ts";
+import { countBytes, countTensor, trackInScope } from "./runtime.ts";
+
+/** Storage shared by a tensor and its reshape views, returned to the backend with the last sharer. */
+class SharedStorage {
+  holders = 1;
+  constructor(readonly backend: Backend, readonly storage: Storage) {
+    countBytes(storage.length * 4);
+  }
+  release(): void {
+    if (--this.holders === 0) {
+      this.backend.release(this.storage);
+      countBytes(-this.storage.length * 4);
+    }
+  }
+}
+
+let nextTensorId = 0;
+
+/**
+ * An n-dimensional float32 (or int32) array on a backend, with reverse-mode autograd.
+ *
+ * Create tensors with `tensor`, `zeros`, `randn`, …; combine them with `ops`; read values with
+ * `await t.data()`.
+ *
+ * @example
+ * ```ts
+ * import { ops, tensor } from "../mod.ts";
+ * const w = tensor([1, 2, 3], { requiresGrad: true });
+ * const loss = ops.sum(ops.mul(w, w));
+ * loss.backward();
+ * console.log(await w.grad!.data()); // Float32Array [2, 4, 6]
+ * ```
+ */
+export class Tensor {
+  /** Unique, increasing id (useful in messages and for stable ordering). */
+  readonly id: number = nextTensorId++;
+  /** Dimensions, outermost first. */
+  readonly shape: readonly number[];
+  /** Element type. */
+  readonly dtype: DType;
+  /** The backend that owns the storage. */
+  readonly backend: Backend;
+  /** Whether gradients flow to (or through) this tensor. */
+  requiresGrad: boolean;
+  /** Accumulated gradient of a leaf tensor after `backward()`; `null` before. */
+  grad: Tensor | null = null;
+  /** The recorded op that produced this tensor, if it is part of a gradient graph. */
+  node: GradNode | null = null;
+  /**
+   * Host copy kept for int32 tensors made from host data (labels), so ops can validate them
+   * without a device round trip.
+   */
+  readonly hostInts: Int32Array | undefined;
+
+  #shared: SharedStorage;
+  #disposed = false;
+  #retainers = 0;
+  #storageReleased = false;
+
+  /** @internal Use the creation functions instead. */
+  constructor(
+    backend: Backend,
+    storage: Storage | Tensor,
+    shape: readonly number[],
+    options: { requiresGrad?: boolean; hostInts?: Int32Array } = {},
+  ) {
+    this.backend = backend;
+    this.shape = Object.freeze([...shape]);
+    if (storage instanceof Tensor) {
+      this.#shared = storage.#liveShared();
+      this.#shared.holders++;
+      this.dtype = storage.dtype;
+    } else {
+      this.#shared = new SharedStorage(backend, storage);
+      this.dtype = storage.dtype;
+    }
+    this.requiresGrad = options.requiresGrad ?? false;
+    this.hostInts = options.hostInts;
+    countTensor(1);
+    trackInScope(this);
+  }
+
+  /** Number of elements. */
+  get size(): number {
+    return this.#shared.storage.length;
+  }
+
+  /** Number of dimensions. */
+  get rank(): number {
+    return this.shape.length;
+  }
+
+  /** True after `dispose()` (or the end of the `tidy` scope that created it). */
+  get isDisposed(): boolean {
+    return this.#disposed;
+  }
+
+  /** The backend storage, for ops and backends. Throws if the tensor was disposed. */
+  get storage(): Storage {
+    return this.#liveShared().storage;
+  }
+
+  #liveShared(): SharedStorage {
+    if (this.#storageReleased) {
+      throw new DisposedError(
+        `tensor #${this.id} ${formatShape(this.shape)} was disposed and its storage freed`,
+      );
+    }
+    return this.#shared;
+  }
+
+  /**
+   * Reads the values back to the host (async, so device backends share the API).
+   *
+   * @example
+   * ```ts
+   * import { ones } from "../mod.ts";
+   * console.log(await ones([2]).data()); // Float32Array [1, 1]
+   * ```
+   */
+  async data(): Promise<HostArray> {
+    return await this.backend.read(this.storage);
+  }
+
+  /**
+   * Synchronous read, available on backends that can do it cheaply (CPU); throws elsewhere.
+   *
+   * @example
+   * ```ts
+   * import { ones } from "../mod.ts";
+   * console.log(ones([2]).dataSync());
+   * ```
+   */
+  dataSync(): HostArray {
+    if (!this.backend.readSync) {
+      throw new TandemError(
+        `dataSync: backend "${this.backend.name}" reads asynchronously; use await data()`,
+      );
+    }
+    return this.backend.readSync(this.storage);
+  }
+
+  /**
+   * The single value of a one-element tensor.
+   *
+   * @example
+   * ```ts
+   * import { scalar } from "../mod.ts";
+   * console.log(await scalar(3).item()); // 3
+   * ```
+   */
+  async item(): Promise<number> {
+    if (this.size !== 1) {
+      throw new ShapeError("item", `tensor ${formatShape(this.shape)} has ${this.size} elements, expected 1`);
+    }
+    return (await this.data())[0];
+  }
+
+  /**
+   * Runs reverse-mode autograd from this scalar, accumulating `.grad` on every leaf that requires
+   * gradients (as PyTorch does; clear them between steps with the optimizer's `zeroGrad`).
+   *
+   * @example
+   * ```ts
+   * import { tensor } from "../mod.ts";
+   * const x = tensor([3], { requiresGrad: true });
+   * x.mul(x).sum().backward();
+   * console.log(await x.grad!.data()); // Float32Array [6]
+   * ```
+   */
+  backward(options: BackwardOptions = {}): void {
+    backwardPass(this, options).runToEnd();
+  }
+
+  /**
+   * Frees the tensor. Idempotent. Storage still needed by a recorded op for backward is kept until
+   * that graph is freed.
+   *
+   * @example
+   * ```ts
+   * import { zeros } from "../mod.ts";
+   * const t = zeros([1024]);
+   * t.dispose();
+   * ```
+   */
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    countTensor(-1);
+    if (this.grad) {
+      this.grad.dispose();
+      this.grad = null;
+    }
+    if (this.node) releaseNode(this.node);
+    this.#maybeReleaseStorage();
+  }
+
+  /** @internal Keeps the storage alive for a recorded op's backward. */
+  retainForBackward(): void {
+    this.#liveShared();
+    this.#retainers++;
+  }
+
+  /** @internal Drops a hold taken by {@link Tensor.retainForBackward}. */
+  releaseForBackward(): void {
+    this.#retainers--;
+    this.#maybeReleaseStorage();
+  }
+
+  #maybeReleaseStorage(): void {
+    if (this.#disposed && this.#retainers === 0 && !this.#storageReleased) {
+      this.#storageReleased = true;
+      this.#shared.release();
+    }
+  }
+
+  /** @internal A new tensor on this tensor's backend over `storage` (used by autograd). */
+  withStorage(storage: Storage, shape: readonly number[]): Tensor {
+    return new Tensor(this.backend, storage, shape);
+  }
+
+  /** Shape and dtype, for logs. */
+  toString(): string {
+    return `Tensor(${formatShape(this.shape)}, ${this.dtype}${this.requiresGrad ? ", requiresGrad" : ""})`;
+  }
+}
+
+/** @internal A new zero-filled tensor over freshly allocated storage on `backend`. */
+export function allocateTensor(backend: Backend, shape: readonly number[], dtype: DType = "float32"): Tensor {
+  return new Tensor(backend, backend.allocate(sizeOf(shape), dtype), shape);
+}
+
+/** @internal A tensor sharing `source`'s storage with a different shape of the same size. */
+export function viewTensor(source: Tensor, shape: readonly number[]): Tensor {
+  return new Tensor(source.backend, source, shape);
+}
+
+export type { HostArray };
