@@ -23,7 +23,7 @@ export {
   uniform,
   zeros,
 } from "./creation.ts";
-export { manualSeed, normalValues, philoxBlock, type RandomKey, uniformValues } from "./random.ts";
+export { manualSeed, normalValues, philox4x32, type RandomKey, uniformValues } from "./random.ts";
 export {
   type BackwardFn,
   type BackwardOptions,

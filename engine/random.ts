@@ -1,6 +1,9 @@
 /**
  * Counter-based random numbers (Philox4x32-10, Salmon et al., SC'11).
  *
+ * Counter layout: word 0–1 = block index (position / values per block), word 2 = stream, word 3 = 0;
+ * key = the seed's low and high 32 bits.
+ *
  * Each value is a pure function of (seed, stream, position): no hidden state, so the same numbers
  * come out on every backend and platform, in any order, on any device of a data-parallel run, and
  * after resuming from a checkpoint. Streams separate independent uses (a layer's init, a dropout
@@ -44,26 +47,41 @@ function checkKey(key: RandomKey): [number, number, number] {
 }
 
 /**
- * The four 32-bit words of Philox4x32-10 for counter block `block` under `key`.
+ * Philox4x32-10 of a full 128-bit counter and 64-bit key, as specified by Random123 (exposed for
+ * known-answer tests and for backends that generate numbers on the device).
  *
  * @example
  * ```ts
- * import { philoxBlock } from "./random.ts";
- * console.log(philoxBlock({ seed: 42 }, 0)); // four uint32
+ * import { philox4x32 } from "./random.ts";
+ * console.log(philox4x32([0, 0, 0, 0], [0, 0])); // Uint32Array [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]
  * ```
  */
-export function philoxBlock(
-  key: RandomKey,
-  block: number,
+export function philox4x32(
+  counter: readonly [number, number, number, number],
+  key: readonly [number, number],
   out: Uint32Array = new Uint32Array(4),
 ): Uint32Array {
-  const [k0, k1, stream] = checkKey(key);
-  philox(k0, k1, block >>> 0, Math.floor(block / 2 ** 32) >>> 0, stream, out);
+  philox(
+    key[0] >>> 0,
+    key[1] >>> 0,
+    counter[0] >>> 0,
+    counter[1] >>> 0,
+    counter[2] >>> 0,
+    counter[3] >>> 0,
+    out,
+  );
   return out;
 }
 
-function philox(k0: number, k1: number, c0: number, c1: number, c2: number, out: Uint32Array): void {
-  let c3 = 0;
+function philox(
+  k0: number,
+  k1: number,
+  c0: number,
+  c1: number,
+  c2: number,
+  c3: number,
+  out: Uint32Array,
+): void {
   for (let round = 0; round < 10; round++) {
     const hi0 = mulHigh(M0, c0), lo0 = Math.imul(M0, c0) >>> 0;
     const hi1 = mulHigh(M1, c2), lo1 = Math.imul(M1, c2) >>> 0;
@@ -102,7 +120,7 @@ export function uniformValues(count: number, key: RandomKey, offset = 0, low = 0
     const b = Math.floor(position / 4);
     if (b !== block) {
       block = b;
-      philox(k0, k1, b >>> 0, Math.floor(b / 2 ** 32) >>> 0, stream, words);
+      philox(k0, k1, b >>> 0, Math.floor(b / 2 ** 32) >>> 0, stream, 0, words);
     }
     out[i] = low + span * ((words[position & 3] >>> 8) * 2 ** -24);
   }
@@ -130,7 +148,7 @@ export function normalValues(count: number, key: RandomKey, offset = 0, mean = 0
     const b = Math.floor(position / 2);
     if (b !== block) {
       block = b;
-      philox(k0, k1, b >>> 0, Math.floor(b / 2 ** 32) >>> 0, stream, words);
+      philox(k0, k1, b >>> 0, Math.floor(b / 2 ** 32) >>> 0, stream, 0, words);
       // u1 in (0, 1] keeps the logarithm finite.
       const u1 = ((words[0] >>> 8) + 1) * 2 ** -24;
       const u2 = (words[1] >>> 8) * 2 ** -24;

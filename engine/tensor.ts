@@ -229,6 +229,35 @@ export class Tensor {
     }
   }
 
+  /**
+   * Overwrites this tensor's values with `source`'s (same shape), outside the gradient graph: how
+   * optimizers update parameters in place so the tensor handle users hold stays the same.
+   *
+   * @example
+   * ```ts
+   * import { ones, zeros } from "../mod.ts";
+   * const w = zeros([3]);
+   * w.assign(ones([3]));
+   * ```
+   */
+  assign(source: Tensor): void {
+    if (source.shape.length !== this.shape.length || source.shape.some((d, i) => d !== this.shape[i])) {
+      throw new ShapeError(
+        "assign",
+        `source ${formatShape(source.shape)} does not match ${formatShape(this.shape)}`,
+      );
+    }
+    if (source.dtype !== this.dtype || source.backend !== this.backend) {
+      throw new ShapeError(
+        "assign",
+        `source is ${source.dtype} on ${source.backend.name}, expected ${this.dtype} on ${this.backend.name}`,
+      );
+    }
+    if (this.size === 0) return;
+    const dense = { offset: 0, strides: [1] };
+    this.backend.copyStrided(source.storage, dense, this.storage, dense, [this.size]);
+  }
+
   /** @internal A new tensor on this tensor's backend over `storage` (used by autograd). */
   withStorage(storage: Storage, shape: readonly number[]): Tensor {
     return new Tensor(this.backend, storage, shape);

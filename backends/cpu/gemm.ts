@@ -8,17 +8,18 @@
  *
  * - A 4×4 register tile. V8 keeps the 16 accumulators and the 8 operands of one rank-1 update
  *   in registers (with cheap spills), so every value loaded from memory feeds 4 multiply-adds.
- *   Larger tiles (4×8, 8×4, 6×4) and unrolling the k loop measured slower: they spill more.
+ *   Larger tiles (4×8, 8×4, 6×4) and unrolling the k loop measured no faster or slower (more
+ *   spills), smaller ones (2×4, 2×8) slower (more loads per multiply-add).
  * - Packing. Before the micro-kernel runs, a KC-deep slice of A is copied into MR-row panels and
  *   of B into NR-column panels, interleaved so that the kernel reads both with unit stride. The
  *   copy is where the transposes are absorbed, so all four `transA`/`transB` combinations run
  *   the same kernel on the same layout and at the same speed; only panels are ever copied.
  *   Panels are Float64Array: widening once while packing spares the kernel a float→double
- *   conversion per load. Short edges are zero-padded, so the kernel never branches on size.
- * - Blocking. KC × NR of packed B (16 KiB) stays in L1 while the kernel sweeps the MC × KC
- *   block of packed A (128 KiB, L2); the KC × NC block of packed B (2 MiB) stays in L2/L3
- *   across the MC loop. Sizes are small enough to be cache-friendly on common x86 and ARM cores;
- *   on a scalar JIT the gain over other choices is modest, the kernel is compute-bound.
+ *   conversion per load (a few percent). Short edges are zero-padded, so the kernel never branches on size.
+ * - Blocking. The KC × NR panel of packed B (16 KiB) stays in L1 while the kernel sweeps the
+ *   MC × KC block of packed A (128 KiB, L2); the KC × NC block of packed B (1 MiB, L2/L3) is
+ *   reused by every MC block. The kernel is compute-bound on a scalar JIT, so these sizes matter
+ *   mostly for the large and skinny shapes (they were tuned on the 9216×4096 FC products).
  * - Sums are accumulated in float64 within a KC block and rounded when stored to C.
  *
  * Scratch buffers are module-level and only grow, so steady-state calls allocate nothing.
@@ -54,7 +55,7 @@ const KC = 256;
 /** Rows of op(A) packed at a time (multiple of MR). */
 const MC = 64;
 /** Columns of op(B) packed at a time (multiple of NR). */
-const NC = 1024;
+const NC = 512;
 
 let packedA = new Float64Array(0);
 let packedB = new Float64Array(0);
