@@ -50,15 +50,21 @@ export type ReduceOp = "sum" | "max";
  * A stride of 0 broadcasts that axis.
  */
 export interface StridedView {
+  /** Element of the storage that index [0, 0, …] maps to. */
   offset: number;
+  /** Elements to step per unit of each axis. */
   strides: readonly number[];
 }
 
 /** Batched matrix product `out[b] = op(a[b]) · op(b[b])`, row-major; see {@link Backend.matmul}. */
 export interface MatmulSpec {
+  /** Number of matrix products. */
   batch: number;
+  /** Rows of op(a) and of the output. */
   m: number;
+  /** Columns of op(b) and of the output. */
   n: number;
+  /** Columns of op(a), rows of op(b). */
   k: number;
   /** a holds k×m matrices (read transposed) instead of m×k. */
   transA: boolean;
@@ -72,7 +78,9 @@ export interface MatmulSpec {
 
 /** Row layout for softmax-like kernels: `rows` independent rows of `cols` contiguous values. */
 export interface RowSpec {
+  /** Number of rows. */
   rows: number;
+  /** Values per row. */
   cols: number;
 }
 

@@ -26,43 +26,73 @@ export class GeometryError extends Error {
 
 /** Fully resolved geometry of a 2-D convolution over an NCHW batch with OIHW weights. */
 export interface Conv2dGeometry {
+  /** Images in the batch (N). */
   batch: number;
+  /** Input channels (C). */
   inChannels: number;
+  /** Input height. */
   inHeight: number;
+  /** Input width. */
   inWidth: number;
+  /** Output channels (filters). */
   outChannels: number;
+  /** Kernel height. */
   kernelH: number;
+  /** Kernel width. */
   kernelW: number;
+  /** Vertical stride. */
   strideH: number;
+  /** Horizontal stride. */
   strideW: number;
+  /** Zero padding above and below. */
   padH: number;
+  /** Zero padding left and right. */
   padW: number;
+  /** Channel groups; each output group sees only its input group. */
   groups: number;
+  /** Output height. */
   outHeight: number;
+  /** Output width. */
   outWidth: number;
 }
 
 /** Fully resolved geometry of a 2-D pooling over an NCHW batch. */
 export interface Pool2dGeometry {
+  /** Images in the batch (N). */
   batch: number;
+  /** Channels (C), pooled independently. */
   channels: number;
+  /** Input height. */
   inHeight: number;
+  /** Input width. */
   inWidth: number;
+  /** Kernel height. */
   kernelH: number;
+  /** Kernel width. */
   kernelW: number;
+  /** Vertical stride. */
   strideH: number;
+  /** Horizontal stride. */
   strideW: number;
+  /** Zero padding above and below. */
   padH: number;
+  /** Zero padding left and right. */
   padW: number;
+  /** Output height. */
   outHeight: number;
+  /** Output width. */
   outWidth: number;
 }
 
 /** Caffe across-channel local response normalisation parameters (`size` channels, odd). */
 export interface LrnParams {
+  /** Channels in the window, odd, centred on each channel. */
   size: number;
+  /** Scale of the squared sum; Caffe divides it by `size`. */
   alpha: number;
+  /** Exponent. */
   beta: number;
+  /** Additive constant (Caffe default 1). */
   k: number;
 }
 

@@ -31,6 +31,7 @@ export class GradNode {
   #saved: Tensor[];
   #backward: BackwardFn | null;
 
+  /** Records one op; takes holds on the saved tensors and on the inputs' nodes. */
   constructor(
     /** Op name, for messages. */
     readonly op: string,
@@ -142,6 +143,7 @@ export class BackwardPass {
   readonly #options: BackwardOptions;
   readonly #wrt: Set<Tensor> | undefined;
 
+  /** Prepares a pass from `root` (nothing runs until `runUntil` or `runToEnd`). */
   constructor(root: Tensor, options: BackwardOptions = {}) {
     this.#options = options;
     this.#wrt = options.wrt ? new Set(options.wrt) : undefined;

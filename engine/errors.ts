@@ -15,6 +15,7 @@
  * ```
  */
 export class TandemError extends Error {
+  /** An error with `message`; its `name` is the concrete class's name. */
   constructor(message: string) {
     super(message);
     this.name = new.target.name;
@@ -34,6 +35,7 @@ export class TandemError extends Error {
 export class ShapeError extends TandemError {
   /** The op that rejected its input. */
   readonly op: string;
+  /** An error about `op`; the message is prefixed with the op's name. */
   constructor(op: string, message: string) {
     super(`${op}: ${message}`);
     this.op = op;
@@ -52,6 +54,7 @@ export class ShapeError extends TandemError {
 export class ValueError extends TandemError {
   /** The op that rejected its input. */
   readonly op: string;
+  /** An error about `op`; the message is prefixed with the op's name. */
   constructor(op: string, message: string) {
     super(`${op}: ${message}`);
     this.op = op;
@@ -70,6 +73,7 @@ export class ValueError extends TandemError {
 export class NonFiniteError extends TandemError {
   /** The op that found the value. */
   readonly op: string;
+  /** An error about `op`; the message is prefixed with the op's name. */
   constructor(op: string, message: string) {
     super(`${op}: ${message}`);
     this.op = op;

@@ -39,6 +39,7 @@ export {
   type MemoryInfo,
   noGrad,
   registerBackend,
+  type ScopedResource,
   setBackend,
   tidy,
 } from "./runtime.ts";

@@ -13,6 +13,7 @@ import { TandemError } from "./errors.ts";
 
 /** Something a `tidy` scope can free. */
 export interface ScopedResource {
+  /** Frees the resource. */
   dispose(): void;
   /** True once disposed; disposed resources are skipped. */
   readonly isDisposed: boolean;
@@ -110,7 +111,6 @@ export function untrackFromScopes(resource: ScopedResource): void {
 
 /** Values `tidy` lets escape: one resource, or arrays/objects of them. */
 export type Kept = ScopedResource | Kept[] | { [key: string]: Kept } | number | string | boolean | void;
-
 /**
  * Runs `fn` and then disposes every tensor created inside it, except those it returns (found in
  * returned arrays and plain objects too). Scopes nest.
@@ -156,7 +156,9 @@ function collectKept(value: unknown, into: Set<ScopedResource>): void {
 
 /** Counters for leak checks: live tensor handles and the bytes their storages hold. */
 export interface MemoryInfo {
+  /** Tensor handles not yet disposed. */
   tensors: number;
+  /** Bytes held by live storages (including storage kept only for a pending backward). */
   bytes: number;
 }
 

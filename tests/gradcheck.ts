@@ -156,7 +156,7 @@ export const f64 = {
       const o = broadcastIndex(kept, idx);
       data[o] = kind === "max" ? Math.max(data[o], x.data[flat]) : data[o] + x.data[flat];
     });
-    if (kind === "mean") for (let i = 0; i < data.length; i++) data[i] /= count;
+    if (kind === "mean") { for (let i = 0; i < data.length; i++) data[i] /= count; }
     const shape = keepDims ? kept : x.shape.filter((_, i) => !reduced.includes(i));
     return { data, shape };
   },
@@ -312,7 +312,11 @@ function lossOf(y: RefTensor, r: Float32Array): number {
 export function gradCheck(c: GradCheckCase): GradCheckResult {
   const h = c.h ?? 1e-3, tol = c.tol ?? 1e-4, forwardTol = c.forwardTol ?? 1e-5;
   for (const [i, input] of c.inputs.entries()) {
-    assert.equal(input.values.length, prod(input.shape), `${c.name}: input ${i} values do not fill its shape`);
+    assert.equal(
+      input.values.length,
+      prod(input.shape),
+      `${c.name}: input ${i} values do not fill its shape`,
+    );
   }
   const refs = c.inputs.map((input) => r64(input.values, input.shape));
   const y64 = c.reference(...refs);

@@ -34,6 +34,7 @@ import {
 
 /** CPU storage: a typed array the kernels use directly. */
 export class CpuStorage implements Storage {
+  /** Wraps `data` without copying. */
   constructor(readonly data: HostArray) {}
   get length(): number {
     return this.data.length;
