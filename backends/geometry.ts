@@ -247,8 +247,11 @@ function pooledSize(input: number, kernel: number, stride: number, pad: number):
  * // g.outHeight === 27
  * ```
  */
-export function pool2dGeometry(xShape: readonly number[], opts: Pool2dOptions): Pool2dGeometry {
-  const op = "pool2d";
+export function pool2dGeometry(
+  xShape: readonly number[],
+  opts: Pool2dOptions,
+  op: string = "pool2d",
+): Pool2dGeometry {
   checkNchw(op, "input", xShape);
   const [kernelH, kernelW] = pair(op, "kernel", opts.kernel);
   if (!Number.isInteger(kernelH) || !Number.isInteger(kernelW) || kernelH <= 0 || kernelW <= 0) {

@@ -1,7 +1,7 @@
 /**
  * Counter-based random numbers (Philox4x32-10, Salmon et al., SC'11).
  *
- * Counter layout: word 0–1 = block index (position / values per block), word 2 = stream, word 3 = 0;
+ * Counter layout: words 0–1 = block index (position / values per block), word 2 = stream, word 3 = step;
  * key = the seed's low and high 32 bits.
  *
  * Each value is a pure function of (seed, stream, position): no hidden state, so the same numbers
@@ -31,19 +31,25 @@ function mulHigh(a: number, b: number): number {
 export interface RandomKey {
   /** Non-negative integer below 2^53. */
   seed: number;
-  /** Independent sub-sequence (e.g. a layer index); non-negative integer below 2^32. Default 0. */
+  /** Independent sub-sequence (e.g. a layer); non-negative integer below 2^32. Default 0. */
   stream?: number;
+  /** A further independent index (e.g. the training step); non-negative integer below 2^32. Default 0. */
+  step?: number;
 }
 
-function checkKey(key: RandomKey): [number, number, number] {
+function checkKey(key: RandomKey): [number, number, number, number] {
   const stream = key.stream ?? 0;
+  const step = key.step ?? 0;
+  if (!Number.isInteger(step) || step < 0 || step >= 2 ** 32) {
+    throw new ValueError("random", `step must be an integer in [0, 2^32), got ${step}`);
+  }
   if (!Number.isSafeInteger(key.seed) || key.seed < 0) {
     throw new ValueError("random", `seed must be a non-negative safe integer, got ${key.seed}`);
   }
   if (!Number.isInteger(stream) || stream < 0 || stream >= 2 ** 32) {
     throw new ValueError("random", `stream must be an integer in [0, 2^32), got ${stream}`);
   }
-  return [key.seed >>> 0, Math.floor(key.seed / 2 ** 32) >>> 0, stream];
+  return [key.seed >>> 0, Math.floor(key.seed / 2 ** 32) >>> 0, stream, step];
 }
 
 /**
@@ -110,7 +116,7 @@ function philox(
  * ```
  */
 export function uniformValues(count: number, key: RandomKey, offset = 0, low = 0, high = 1): Float32Array {
-  const [k0, k1, stream] = checkKey(key);
+  const [k0, k1, stream, step] = checkKey(key);
   const out = new Float32Array(count);
   const words = new Uint32Array(4);
   const span = high - low;
@@ -120,7 +126,7 @@ export function uniformValues(count: number, key: RandomKey, offset = 0, low = 0
     const b = Math.floor(position / 4);
     if (b !== block) {
       block = b;
-      philox(k0, k1, b >>> 0, Math.floor(b / 2 ** 32) >>> 0, stream, 0, words);
+      philox(k0, k1, b >>> 0, Math.floor(b / 2 ** 32) >>> 0, stream, step, words);
     }
     out[i] = low + span * ((words[position & 3] >>> 8) * 2 ** -24);
   }
@@ -138,7 +144,7 @@ export function uniformValues(count: number, key: RandomKey, offset = 0, low = 0
  * ```
  */
 export function normalValues(count: number, key: RandomKey, offset = 0, mean = 0, std = 1): Float32Array {
-  const [k0, k1, stream] = checkKey(key);
+  const [k0, k1, stream, step] = checkKey(key);
   const out = new Float32Array(count);
   const words = new Uint32Array(4);
   let block = -1;
@@ -148,7 +154,7 @@ export function normalValues(count: number, key: RandomKey, offset = 0, mean = 0
     const b = Math.floor(position / 2);
     if (b !== block) {
       block = b;
-      philox(k0, k1, b >>> 0, Math.floor(b / 2 ** 32) >>> 0, stream, 0, words);
+      philox(k0, k1, b >>> 0, Math.floor(b / 2 ** 32) >>> 0, stream, step, words);
       // u1 in (0, 1] keeps the logarithm finite.
       const u1 = ((words[0] >>> 8) + 1) * 2 ** -24;
       const u2 = (words[1] >>> 8) * 2 ** -24;

@@ -95,7 +95,7 @@ function reshapeForChannels(bias: Tensor): Tensor {
  */
 export function maxPool2d(x: Tensor, options: Pool2dOptions): Tensor {
   checkOperands("maxPool2d", x);
-  const g = geometry(() => pool2dGeometry(x.shape, options));
+  const g = geometry(() => pool2dGeometry(x.shape, options, "maxPool2d"));
   const shape = [g.batch, g.channels, g.outHeight, g.outWidth];
   const out = allocateTensor(x.backend, shape);
   const argmax = allocateTensor(x.backend, shape, "int32");
@@ -121,7 +121,7 @@ export function maxPool2d(x: Tensor, options: Pool2dOptions): Tensor {
  */
 export function avgPool2d(x: Tensor, options: Pool2dOptions): Tensor {
   checkOperands("avgPool2d", x);
-  const g = geometry(() => pool2dGeometry(x.shape, options));
+  const g = geometry(() => pool2dGeometry(x.shape, options, "avgPool2d"));
   const out = allocateTensor(x.backend, [g.batch, g.channels, g.outHeight, g.outWidth]);
   x.backend.avgPool2dForward(x.storage, out.storage, g);
   recordOp("avgPool2d", [x], out, [], (dy) => {

@@ -39,7 +39,7 @@ export function dropout(x: Tensor, options: DropoutOptions): Tensor {
   // A view, not `x` itself, so callers can dispose the result as they would in training.
   if (options.training === false || p === 0) return reshape(x, x.shape);
   const key = options.seed !== undefined
-    ? { seed: options.seed, stream: options.stream ?? 0 }
+    ? { seed: options.seed, stream: options.stream ?? 0, step: options.step ?? 0 }
     : nextGlobalKey();
   const uniforms = uniformValues(x.size, key, options.offset ?? 0);
   const keep = 1 / (1 - p);

@@ -54,9 +54,8 @@ function resolveShape(x: Tensor, shape: readonly number[]): number[] {
  */
 export function flatten(x: Tensor, startAxis = 0, endAxis = -1): Tensor {
   if (x.rank === 0) return reshape(x, [1]);
-  const [start, end] = normalizeAxes("flatten", [startAxis, endAxis], x.rank).length === 2
-    ? [startAxis < 0 ? startAxis + x.rank : startAxis, endAxis < 0 ? endAxis + x.rank : endAxis]
-    : [startAxis < 0 ? startAxis + x.rank : startAxis, startAxis < 0 ? startAxis + x.rank : startAxis];
+  const [start] = normalizeAxes("flatten", startAxis, x.rank);
+  const [end] = normalizeAxes("flatten", endAxis, x.rank);
   if (start > end) {
     throw new ShapeError(
       "flatten",

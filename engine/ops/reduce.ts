@@ -71,8 +71,8 @@ export function mean(x: Tensor, options: ReduceOptions = {}): Tensor {
 }
 
 /**
- * Maximum over `axes` (all by default). The gradient goes to every element equal to the maximum
- * (as in TensorFlow), so ties share it.
+ * Maximum over `axes` (all by default). Elements tied for the maximum share its gradient equally
+ * (as in TensorFlow).
  *
  * @example
  * ```ts
@@ -87,9 +87,11 @@ export function max(x: Tensor, options: ReduceOptions = {}): Tensor {
   recordOp("max", [x], out, [x, out], (dy) => {
     const outView = reshapeRaw(out, kept);
     const mask = binaryRaw("equal", x, outView);
+    const ties = reduceRaw("sum", mask, options.axes, true, "max");
     const dyView = reshapeRaw(dy, kept);
-    const gradient = binaryRaw("mul", mask, dyView);
-    for (const t of [outView, mask, dyView]) t.dispose();
+    const share = binaryRaw("div", dyView, ties);
+    const gradient = binaryRaw("mul", mask, share);
+    for (const t of [outView, mask, ties, dyView, share]) t.dispose();
     return [gradient];
   });
   return out;
