@@ -23,7 +23,22 @@ import { CpuBackend } from "./backends/cpu/backend.ts";
 import { registerBackend } from "./engine/runtime.ts";
 
 export * from "./engine/mod.ts";
-export type { Backend, DType, Storage } from "./backends/backend.ts";
+export type {
+  Backend,
+  BinaryOp,
+  Conv2dGeometry,
+  DType,
+  HostArray,
+  LrnParams,
+  MatmulSpec,
+  Pool2dGeometry,
+  ReduceOp,
+  RowSpec,
+  Storage,
+  StridedView,
+  UnaryOp,
+} from "./backends/backend.ts";
+export type { Pair } from "./backends/geometry.ts";
 export { CpuBackend };
 
 registerBackend(new CpuBackend());

@@ -45,3 +45,68 @@ export {
 } from "./runtime.ts";
 export { DisposedError, NonFiniteError, ShapeError, TandemError, ValueError } from "./errors.ts";
 export * as ops from "./ops/mod.ts";
+export {
+  Adam,
+  type AdamHyper,
+  type AdamOptions,
+  checkLrPolicy,
+  type HyperBase,
+  learningRate,
+  type LrPolicy,
+  Optimizer,
+  type OptimizerState,
+  type OptimizerStateInfo,
+  SGD,
+  type SgdHyper,
+  type SgdOptions,
+  type UpdateContext,
+} from "./optim/mod.ts";
+export {
+  CHECKPOINT_FORMAT,
+  type CheckpointContents,
+  decodeSafetensors,
+  encodeSafetensors,
+  type HostTensor,
+  hostTensorToTensor,
+  loadCheckpoint,
+  type LoadCheckpointOptions,
+  type LoadedCheckpoint,
+  loadSafetensors,
+  MAX_HEADER_BYTES,
+  type SafetensorsArray,
+  type SafetensorsDType,
+  type SafetensorsFile,
+  saveCheckpoint,
+  saveSafetensors,
+  type TensorCollection,
+  type TensorSource,
+} from "./io/safetensors.ts";
+export { writeFileAtomic } from "./io/atomic.ts";
+export { CheckpointError, SafetensorsError } from "./io/errors.ts";
+export { type Filler, fillerValues, streamOf, type VarianceNorm } from "./nn/init.ts";
+export { type ForwardContext, type LayerDescription, Module, type ParameterOptions } from "./nn/module.ts";
+export type { ParameterEntry } from "./nn/parameter.ts";
+export {
+  AvgPool2d,
+  Conv2d,
+  type Conv2dLayerOptions,
+  Dropout,
+  Flatten,
+  Linear,
+  LRN,
+  MaxPool2d,
+  type Multipliers,
+  Pool2dLayer,
+  type PoolLayerOptions,
+  ReLU,
+  Sequential,
+  type WeightedLayerOptions,
+} from "./nn/layers.ts";
+export { Network } from "./nn/network.ts";
+export {
+  formatSummary,
+  type GroupTotals,
+  type NetworkSummary,
+  summarize,
+  type SummaryRow,
+} from "./nn/summary.ts";

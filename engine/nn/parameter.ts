@@ -1,0 +1,35 @@
+/**
+ * Named, grouped parameters: what optimizers, checkpoints and the data-parallel schedule see of a
+ * model.
+ *
+ * @module
+ */
+
+import type { Tensor } from "../tensor.ts";
+
+/**
+ * One trainable tensor with its place in the model.
+ *
+ * @example
+ * ```ts
+ * import type { ParameterEntry } from "./parameter.ts";
+ * function describe(p: ParameterEntry) {
+ *   return `${p.name} [${p.tensor.shape}] group=${p.group} lr×${p.lrMult} decay×${p.decayMult}`;
+ * }
+ * ```
+ */
+export interface ParameterEntry {
+  /** Stable dotted name, e.g. `conv2.weight`; the key in checkpoints. */
+  readonly name: string;
+  /** The values; optimizers update it in place with `assign`. */
+  readonly tensor: Tensor;
+  /**
+   * Parameter group (`conv` or `fc` by default): the schedule runtime reduces and updates by group,
+   * and `optimizer.step(group)` updates one group.
+   */
+  readonly group: string;
+  /** Multiplier of the learning rate (Caffe's `lr_mult`; biases default to 2). */
+  readonly lrMult: number;
+  /** Multiplier of the weight decay (Caffe's `decay_mult`; biases default to 0). */
+  readonly decayMult: number;
+}
