@@ -34,7 +34,6 @@ export {
 } from "./autograd.ts";
 export {
   getBackend,
-  type Kept,
   memory,
   type MemoryInfo,
   noGrad,

@@ -109,11 +109,9 @@ export function untrackFromScopes(resource: ScopedResource): void {
   for (const scope of scopes) scope.delete(resource);
 }
 
-/** Values `tidy` lets escape: one resource, or arrays/objects of them. */
-export type Kept = ScopedResource | Kept[] | { [key: string]: Kept } | number | string | boolean | void;
 /**
- * Runs `fn` and then disposes every tensor created inside it, except those it returns (found in
- * returned arrays and plain objects too). Scopes nest.
+ * Runs `fn` and then disposes every tensor created inside it, except those it returns (directly,
+ * or inside returned arrays and plain objects). Scopes nest. `fn` must be synchronous.
  *
  * @example
  * ```ts
@@ -121,7 +119,7 @@ export type Kept = ScopedResource | Kept[] | { [key: string]: Kept } | number | 
  * const n = tidy(() => 1 + 1);
  * ```
  */
-export function tidy<T extends Kept>(fn: () => T): T {
+export function tidy<T>(fn: () => T): T {
   const scope = new Set<ScopedResource>();
   scopes.push(scope);
   let result: T;
