@@ -109,3 +109,17 @@ export {
   summarize,
   type SummaryRow,
 } from "./nn/summary.ts";
+export * from "./data/mod.ts";
+export {
+  countCorrect,
+  evaluate,
+  type EvaluationResult,
+  fit,
+  type FitOptions,
+  type FitResult,
+  type LabelledBatch,
+  type StepInfo,
+  type StepMetrics,
+  trainStep,
+  type TrainStepOptions,
+} from "./train/trainer.ts";

@@ -29,7 +29,9 @@ export interface StepMetrics {
 
 /** A batch as `trainStep` needs it: images and int32 labels (a loader `Batch` fits). */
 export interface LabelledBatch {
+  /** Float32 `[batch, C, H, W]`. */
   images: Tensor;
+  /** Int32 `[batch]` class indices. */
   labels: Tensor;
 }
 
