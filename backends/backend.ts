@@ -111,6 +111,11 @@ export interface Backend {
   read(storage: Storage): Promise<HostArray>;
   /** Synchronous read where the backend can do it cheaply (CPU); `undefined` elsewhere. */
   readSync?(storage: Storage): HostArray;
+  /**
+   * Storage over `data` itself, without copying, for backends whose memory is the host's (CPU);
+   * `undefined` elsewhere. Lets several threads share parameters through a `SharedArrayBuffer`.
+   */
+  wrap?(data: HostArray): Storage;
   /** Returns the memory; the handle must not be used afterwards. */
   release(storage: Storage): void;
 

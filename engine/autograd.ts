@@ -14,7 +14,7 @@
 
 import type { Storage } from "../backends/backend.ts";
 import { DisposedError, formatShape, ShapeError } from "./errors.ts";
-import { isGradientRecording, noGrad, untrackFromScopes } from "./runtime.ts";
+import { isGradientRecording, noGrad, tidy, untrackFromScopes } from "./runtime.ts";
 import type { Tensor } from "./tensor.ts";
 
 /** Computes the gradients of an op's inputs from the gradient of its output (`null`: no gradient). */
@@ -151,6 +151,7 @@ export class BackwardPass {
       throw new ShapeError("backward", `the root ${formatShape(root.shape)} does not require gradients`);
     }
     const seed = options.gradOutput ? copyOf(options.gradOutput) : seedGradient(root);
+    untrackFromScopes(seed);
     if (options.gradOutput && options.gradOutput.shape.join() !== root.shape.join()) {
       throw new ShapeError(
         "backward",
@@ -207,14 +208,20 @@ export class BackwardPass {
     const gradOutput = this.#gradients.get(node.output);
     this.#gradients.delete(node.output);
     if (gradOutput) {
-      const inputGradients = noGrad(() => node.runBackward(gradOutput));
+      // Each gradient function runs in its own scope: its temporaries are freed, and the gradients
+      // it returns belong to the pass (not to whatever tidy scope the caller runs segments in).
+      const inputGradients = tidy(() => noGrad(() => node.runBackward(gradOutput)));
+      for (const gradient of inputGradients) if (gradient) untrackFromScopes(gradient);
       // Gradient functions may pass gradOutput straight through, even to two inputs (add); each
       // input must own its gradient because accumulation disposes what it consumes.
       const owned = new Set<Tensor>();
       node.inputs.forEach((input, i) => {
         let gradient = inputGradients[i] ?? null;
         if (!gradient) return;
-        if (owned.has(gradient)) gradient = copyOf(gradient);
+        if (owned.has(gradient)) {
+          gradient = copyOf(gradient);
+          untrackFromScopes(gradient);
+        }
         owned.add(gradient);
         this.#accumulate(node, input, gradient);
       });
@@ -245,7 +252,9 @@ export class BackwardPass {
       return;
     }
     const previous = this.#gradients.get(input);
-    this.#gradients.set(input, previous ? addInto(previous, gradient) : gradient);
+    const total = previous ? addInto(previous, gradient) : gradient;
+    untrackFromScopes(total);
+    this.#gradients.set(input, total);
   }
 
   #finalize(leaf: Tensor, gradient: Tensor | null): void {

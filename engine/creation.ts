@@ -4,7 +4,7 @@
  * @module
  */
 
-import type { HostArray } from "../backends/backend.ts";
+import type { Backend, HostArray, Storage } from "../backends/backend.ts";
 import { formatShape, ShapeError, ValueError } from "./errors.ts";
 import { nextGlobalKey, normalValues, type RandomKey, uniformValues } from "./random.ts";
 import { getBackend } from "./runtime.ts";
@@ -221,4 +221,24 @@ export function uniform(
   if (!(high > low)) throw new ValueError("uniform", `high (${high}) must be greater than low (${low})`);
   const values = uniformValues(sizeOf(shape), keyOf(options), options.offset ?? 0, low, high);
   return tensor(values, { shape, requiresGrad: options.requiresGrad });
+}
+
+/**
+ * A tensor over storage the caller already holds on `backend` (for example a CPU storage wrapping a
+ * `SharedArrayBuffer` view), without copying. The tensor releases the storage when disposed.
+ *
+ * @example
+ * ```ts
+ * import { CpuBackend, fromStorage } from "../mod.ts";
+ * const cpu = new CpuBackend();
+ * const shared = new Float32Array(new SharedArrayBuffer(16));
+ * const t = fromStorage(cpu, cpu.wrap(shared), [4]);
+ * ```
+ */
+export function fromStorage(backend: Backend, storage: Storage, shape: readonly number[]): Tensor {
+  checkShape("fromStorage", shape);
+  if (sizeOf(shape) !== storage.length) {
+    throw new ShapeError("fromStorage", `storage of ${storage.length} elements does not fit shape ${formatShape(shape)}`);
+  }
+  return new Tensor(backend, storage, shape);
 }

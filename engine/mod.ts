@@ -12,6 +12,7 @@
 export { Tensor } from "./tensor.ts";
 export {
   type CreationOptions,
+  fromStorage,
   full,
   type NestedArray,
   ones,

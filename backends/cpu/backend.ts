@@ -74,6 +74,14 @@ export class CpuBackend implements Backend {
     return new CpuStorage(data.slice());
   }
 
+  /**
+   * Storage over `data` itself, without copying: writes through either side are seen by the other.
+   * Devices use it to keep parameters and gradients in `SharedArrayBuffer`s that other threads read.
+   */
+  wrap(data: HostArray): Storage {
+    return new CpuStorage(data);
+  }
+
   read(storage: Storage): Promise<HostArray> {
     return Promise.resolve(this.readSync(storage));
   }

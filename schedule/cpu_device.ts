@@ -1,0 +1,159 @@
+/**
+ * A CPU device: a Worker holding one replica, sharing parameters and gradients with the runtime
+ * through `SharedArrayBuffer`s.
+ *
+ * @module
+ */
+
+import { type ComputeCommand, type ComputeResult, type Device, DeviceError } from "./device.ts";
+import type { ParameterLayout } from "./layout.ts";
+import type { ModelSpec } from "./model_spec.ts";
+import type { ComputeSpan, InitMessage, StepMessage, WorkerReply } from "./protocol.ts";
+
+interface Pending {
+  iteration: number;
+  onGradients: (group: string, span: ComputeSpan) => void;
+  resolve: (result: ComputeResult) => void;
+  reject: (error: Error) => void;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+/**
+ * Starts CPU devices on Workers.
+ *
+ * @example
+ * ```ts
+ * import { CpuDevice } from "./cpu_device.ts";
+ * // const device = await CpuDevice.start(0, modelSpec, layout, { timeoutSeconds: 60 });
+ * ```
+ */
+export class CpuDevice implements Device {
+  readonly kind = "cpu-worker";
+  readonly parameters: Float32Array;
+  readonly gradients: Float32Array;
+  #worker: Worker;
+  #pending: Pending | undefined;
+  #failure: DeviceError | undefined;
+  #timeoutMs: number;
+
+  private constructor(readonly index: number, layout: ParameterLayout, timeoutSeconds: number) {
+    this.parameters = new Float32Array(new SharedArrayBuffer(layout.total * 4));
+    this.gradients = new Float32Array(new SharedArrayBuffer(layout.total * 4));
+    this.#timeoutMs = timeoutSeconds * 1000;
+    this.#worker = new Worker(new URL("./cpu_worker.ts", import.meta.url), { type: "module" });
+    this.#worker.onerror = (event) => {
+      event.preventDefault();
+      this.#fail(new DeviceError(this.index, `worker crashed: ${event.message}`));
+    };
+    this.#worker.onmessageerror = () =>
+      this.#fail(new DeviceError(this.index, "worker sent an unreadable message"));
+  }
+
+  /** Spawns the worker and builds the replica; resolves when it is ready. */
+  static async start(
+    index: number,
+    model: ModelSpec,
+    layout: ParameterLayout,
+    options: { timeoutSeconds: number },
+  ): Promise<CpuDevice> {
+    const device = new CpuDevice(index, layout, options.timeoutSeconds);
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new DeviceError(index, `did not start within ${options.timeoutSeconds} s`)),
+        device.#timeoutMs,
+      );
+      device.#worker.onmessage = (event: MessageEvent<WorkerReply>) => {
+        clearTimeout(timer);
+        if (event.data.type === "ready") resolve();
+        else if (event.data.type === "error") {
+          reject(new DeviceError(index, `failed to build the replica: ${event.data.message}`));
+        }
+        device.#worker.onmessage = (e: MessageEvent<WorkerReply>) => device.#receive(e.data);
+      };
+      const init: InitMessage = {
+        type: "init",
+        device: index,
+        model,
+        parameters: device.parameters.buffer as SharedArrayBuffer,
+        gradients: device.gradients.buffer as SharedArrayBuffer,
+        slots: layout.slots.map(({ name, group, offset, size }) => ({ name, group, offset, size })),
+      };
+      device.#worker.postMessage(init);
+    }).catch((error) => {
+      device.#worker.terminate();
+      throw error;
+    });
+    return device;
+  }
+
+  compute(
+    command: ComputeCommand,
+    onGradients: (group: string, span: ComputeSpan) => void,
+  ): Promise<ComputeResult> {
+    if (this.#failure) return Promise.reject(this.#failure);
+    if (this.#pending) return Promise.reject(new DeviceError(this.index, "an iteration is already running"));
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#fail(
+          new DeviceError(
+            this.index,
+            `no answer within ${this.#timeoutMs / 1000} s (iteration ${command.iteration})`,
+          ),
+        );
+      }, this.#timeoutMs);
+      this.#pending = { iteration: command.iteration, onGradients, resolve, reject, timer };
+      const message: StepMessage = { type: "step", ...command };
+      this.#worker.postMessage(message);
+    });
+  }
+
+  #receive(reply: WorkerReply): void {
+    const pending = this.#pending;
+    if (reply.type === "error") {
+      this.#fail(new DeviceError(this.index, reply.message));
+      return;
+    }
+    if (!pending || !("iteration" in reply) || reply.iteration !== pending.iteration) return;
+    const toLocal = (span: ComputeSpan): ComputeSpan => ({
+      ...span,
+      start: span.start - performance.timeOrigin,
+      end: span.end - performance.timeOrigin,
+    });
+    if (reply.type === "gradients") {
+      pending.onGradients(reply.group, toLocal(reply.span));
+    } else if (reply.type === "done") {
+      clearTimeout(pending.timer);
+      this.#pending = undefined;
+      pending.resolve({
+        loss: reply.loss,
+        correct: reply.correct,
+        count: reply.count,
+        spans: reply.spans.map(toLocal),
+      });
+    }
+  }
+
+  /** Marks the device failed for good: the pending iteration rejects and the worker is stopped. */
+  #fail(error: DeviceError): void {
+    this.#failure ??= error;
+    const pending = this.#pending;
+    this.#pending = undefined;
+    this.#worker.terminate();
+    if (pending) {
+      clearTimeout(pending.timer);
+      pending.reject(error);
+    }
+  }
+
+  /** Test hook: kills the worker as a crash would. */
+  kill(): void {
+    this.#fail(new DeviceError(this.index, "worker terminated"));
+  }
+
+  close(): Promise<void> {
+    if (this.#pending) clearTimeout(this.#pending.timer);
+    this.#pending = undefined;
+    this.#worker.terminate();
+    return Promise.resolve();
+  }
+}

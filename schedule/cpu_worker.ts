@@ -1,0 +1,129 @@
+/**
+ * The Worker behind a CPU device: one full model replica on its own thread. It runs the compute
+ * lane — forward, then backward group by group — and after each group copies that group's
+ * gradients into the shared gradient buffer and tells the runtime, so communication can start while
+ * the next group's backward runs.
+ *
+ * @module
+ */
+
+/// <reference lib="deno.worker" />
+
+import { backwardPass, countCorrect, type ParameterEntry, type Tensor, tensor, tidy } from "../mod.ts";
+import { softmaxCrossEntropy } from "../engine/ops/softmax.ts";
+import { buildModel } from "./model_spec.ts";
+import type { ComputeSpan, InitMessage, StepMessage, WorkerReply } from "./protocol.ts";
+import type { Network } from "../engine/mod.ts";
+
+let device = -1;
+let model: Network;
+let parameters: Float32Array;
+let gradients: Float32Array;
+let entries: { entry: ParameterEntry; offset: number; size: number }[] = [];
+
+const now = () => performance.timeOrigin + performance.now();
+
+function reply(message: WorkerReply): void {
+  self.postMessage(message);
+}
+
+async function init(message: InitMessage): Promise<void> {
+  device = message.device;
+  model = await buildModel(message.model);
+  parameters = new Float32Array(message.parameters);
+  gradients = new Float32Array(message.gradients);
+  const byName = new Map(model.namedParameters().map((p) => [p.name, p]));
+  if (byName.size !== message.slots.length) {
+    throw new Error(`replica has ${byName.size} parameters, the runtime's layout ${message.slots.length}`);
+  }
+  entries = message.slots.map((slot) => {
+    const entry = byName.get(slot.name);
+    if (!entry || entry.tensor.size !== slot.size || entry.group !== slot.group) {
+      throw new Error(`replica parameter "${slot.name}" does not match the runtime's layout`);
+    }
+    return { entry, offset: slot.offset, size: slot.size };
+  });
+  reply({ type: "ready", device });
+}
+
+/** Loads the shared parameters (device 0's, after broadcast) into the replica's tensors. */
+function loadParameters(): void {
+  for (const { entry, offset, size } of entries) {
+    const source = tensor(parameters.subarray(offset, offset + size), { shape: entry.tensor.shape });
+    entry.tensor.assign(source);
+    source.dispose();
+  }
+}
+
+function step(message: StepMessage): void {
+  const spans: ComputeSpan[] = [];
+  let start = now();
+  loadParameters();
+  const images = tensor(message.images, { shape: message.shape });
+  const labels = tensor(message.labels, { dtype: "int32" });
+  const { loss, logits } = tidy(() => {
+    const logits = model.forward(images, {
+      seed: message.seed,
+      step: message.iteration,
+      sampleOffset: message.sampleOffset,
+    });
+    return { loss: softmaxCrossEntropy(logits, labels), logits };
+  });
+  spans.push({ name: "forward", start, end: now() });
+  const pass = backwardPass(loss);
+  for (const group of message.backwardGroups) {
+    start = now();
+    const members = entries.filter((e) => e.entry.group === group);
+    tidy(() => pass.runUntil(members.map((m) => m.entry.tensor)));
+    if (message.failInGroup === group) throw new Error(`injected failure in backward ${group}`);
+    for (const { entry, offset, size } of members) {
+      const grad = entry.tensor.grad;
+      if (grad) {
+        gradients.set(grad.dataSync() as Float32Array, offset);
+        grad.dispose();
+        entry.tensor.grad = null;
+      } else {
+        gradients.fill(0, offset, offset + size);
+      }
+    }
+    const span = { name: `backward ${group}`, group, start, end: now() };
+    spans.push(span);
+    reply({ type: "gradients", device, iteration: message.iteration, group, span });
+  }
+  tidy(() => pass.runToEnd());
+  const lossValue = loss.dataSync()[0];
+  const correct = countCorrect(logits.dataSync() as Float32Array, message.labels, logits.shape[1]);
+  for (const t of [loss, logits, images, labels]) t.dispose();
+  for (const { entry } of entries) {
+    entry.tensor.grad?.dispose();
+    entry.tensor.grad = null;
+  }
+  reply({
+    type: "done",
+    device,
+    iteration: message.iteration,
+    loss: lossValue,
+    correct,
+    count: message.labels.length,
+    spans,
+  });
+}
+
+self.onmessage = async (event: MessageEvent<InitMessage | StepMessage>) => {
+  const message = event.data;
+  try {
+    if (message.type === "init") await init(message);
+    else step(message);
+  } catch (error) {
+    const e = error as Error;
+    reply({
+      type: "error",
+      device,
+      iteration: message.type === "step" ? message.iteration : undefined,
+      message: e?.message ?? String(error),
+      stack: e?.stack,
+    });
+  }
+};
+
+export type { Tensor };

@@ -1,0 +1,107 @@
+/**
+ * Where each parameter lives in a device's flat parameter and gradient buffers. Parameters are laid
+ * out group by group, in the order backward finishes the groups, so each group is one contiguous
+ * range and travels as one transfer.
+ *
+ * @module
+ */
+
+import type { ParameterEntry } from "../engine/mod.ts";
+
+/** One parameter's place in the flat buffers. */
+export interface ParameterSlot {
+  /** Dotted name. */
+  readonly name: string;
+  /** Shape. */
+  readonly shape: readonly number[];
+  /** Group. */
+  readonly group: string;
+  /** First element in the flat buffer. */
+  readonly offset: number;
+  /** Number of elements. */
+  readonly size: number;
+  /** Caffe `lr_mult`. */
+  readonly lrMult: number;
+  /** Caffe `decay_mult`. */
+  readonly decayMult: number;
+}
+
+/** A contiguous range of the flat buffers holding one group. */
+export interface GroupRange {
+  /** Group name. */
+  readonly name: string;
+  /** First element. */
+  readonly offset: number;
+  /** Number of elements. */
+  readonly size: number;
+}
+
+/** The whole layout. */
+export interface ParameterLayout {
+  /** Every parameter, group by group. */
+  readonly slots: readonly ParameterSlot[];
+  /** Groups in backward order (output side first). */
+  readonly groups: readonly GroupRange[];
+  /** Total number of elements. */
+  readonly total: number;
+}
+
+/**
+ * Groups in the order backward completes them: the reverse of the order their first parameter is
+ * registered (input to output).
+ *
+ * @example
+ * ```ts
+ * import { backwardGroupOrder } from "./layout.ts";
+ * // backwardGroupOrder(alexnet().namedParameters()) → ["fc", "conv"]
+ * ```
+ */
+export function backwardGroupOrder(entries: readonly Pick<ParameterEntry, "group">[]): string[] {
+  return [...new Set(entries.map((e) => e.group))].reverse();
+}
+
+/**
+ * Lays out `entries` group by group in backward order, keeping registration order within a group.
+ *
+ * @example
+ * ```ts
+ * import { layoutOf } from "./layout.ts";
+ * // const layout = layoutOf(model.namedParameters());
+ * // layout.groups[0] → { name: "fc", offset: 0, size: 58631144 }
+ * ```
+ */
+export function layoutOf(entries: readonly ParameterEntry[]): ParameterLayout {
+  const slots: ParameterSlot[] = [];
+  const groups: GroupRange[] = [];
+  let offset = 0;
+  for (const group of backwardGroupOrder(entries)) {
+    const start = offset;
+    for (const entry of entries) {
+      if (entry.group !== group) continue;
+      const size = entry.tensor.size;
+      slots.push({
+        name: entry.name,
+        shape: [...entry.tensor.shape],
+        group,
+        offset,
+        size,
+        lrMult: entry.lrMult,
+        decayMult: entry.decayMult,
+      });
+      offset += size;
+    }
+    groups.push({ name: group, offset: start, size: offset - start });
+  }
+  return { slots, groups, total: offset };
+}
+
+/** The range of `group` in `layout`, or an error naming the known groups. */
+export function groupRange(layout: ParameterLayout, group: string): GroupRange {
+  const range = layout.groups.find((g) => g.name === group);
+  if (!range) {
+    throw new Error(
+      `unknown parameter group "${group}"; the model has ${layout.groups.map((g) => g.name).join(", ")}`,
+    );
+  }
+  return range;
+}

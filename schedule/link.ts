@@ -1,0 +1,110 @@
+/**
+ * Moving gradients and parameters between devices, with optional link emulation.
+ *
+ * Shared memory between Workers is nearly free, which hides what a schedule is for. An emulated
+ * link makes every transfer take `latency + bytes / bandwidth` of wall time, like a DMA engine: the
+ * copy itself happens at once and the remaining time is waited out without using a core, so compute
+ * on other threads runs on meanwhile. Every output that used one says so.
+ *
+ * @module
+ */
+
+import { ValueError } from "../engine/mod.ts";
+
+/** A link's speed. */
+export interface LinkSpec {
+  /** Bytes per second. */
+  readonly bandwidthBytesPerSecond: number;
+  /** Seconds added to every transfer. */
+  readonly latencySeconds: number;
+  /** How to name it in output, e.g. `PCIe 3 x16 (emulated, 12 GB/s)`. */
+  readonly label: string;
+}
+
+const NAMED_LINKS: Record<string, [number, number, string]> = {
+  "pcie3": [12e9, 5e-6, "PCIe 3 x16"],
+  "pcie4": [24e9, 5e-6, "PCIe 4 x16"],
+  "nvlink": [150e9, 2e-6, "NVLink"],
+  "10gbe": [1.2e9, 50e-6, "10 GbE"],
+  "100gbe": [12e9, 10e-6, "100 GbE"],
+};
+
+/**
+ * Parses a link description: a named link (`pcie3`, `pcie4`, `nvlink`, `10gbe`, `100gbe`) or a
+ * bandwidth such as `12GB/s`, `1.2 GB/s`, `800MB/s`, optionally with a latency after a comma
+ * (`1.2GB/s,50us`).
+ *
+ * @example
+ * ```ts
+ * import { parseLink } from "./link.ts";
+ * parseLink("1.2GB/s"); // { bandwidthBytesPerSecond: 1.2e9, latencySeconds: 0, label: "1.2 GB/s (emulated)" }
+ * ```
+ */
+export function parseLink(text: string): LinkSpec {
+  const key = text.trim().toLowerCase().replace(/[\s_-]/g, "");
+  const named = NAMED_LINKS[key];
+  if (named) {
+    const [bandwidth, latency, name] = named;
+    return {
+      bandwidthBytesPerSecond: bandwidth,
+      latencySeconds: latency,
+      label: `${name} (emulated, ${bandwidth / 1e9} GB/s, ${latency * 1e6} µs)`,
+    };
+  }
+  const match = /^([0-9.]+)(k|m|g|t)?b\/s(?:,([0-9.]+)(s|ms|us|µs|ns))?$/.exec(key);
+  if (!match || !Number.isFinite(Number(match[1])) || Number(match[1]) <= 0) {
+    throw new ValueError(
+      "link",
+      `cannot read "${text}": give a bandwidth like 12GB/s or 800MB/s (optionally ",50us"), or one of ${
+        Object.keys(NAMED_LINKS).join(", ")
+      }`,
+    );
+  }
+  const scale = { k: 1e3, m: 1e6, g: 1e9, t: 1e12 }[match[2] as "k" | "m" | "g" | "t"] ?? 1;
+  const bandwidth = Number(match[1]) * scale;
+  const latencyScale = { s: 1, ms: 1e-3, us: 1e-6, "µs": 1e-6, ns: 1e-9 }[match[4] as "s"] ?? 0;
+  const latency = match[3] ? Number(match[3]) * latencyScale : 0;
+  return {
+    bandwidthBytesPerSecond: bandwidth,
+    latencySeconds: latency,
+    label: `${bandwidth / 1e9} GB/s${latency ? `, ${latency * 1e6} µs` : ""} (emulated)`,
+  };
+}
+
+/** Start and end of a transfer, in milliseconds of `performance.now()`. */
+export interface TransferTiming {
+  start: number;
+  end: number;
+}
+
+/**
+ * Copies `source` into `target` and, when a link is given, resolves only once the emulated transfer
+ * time has passed since the call.
+ *
+ * @example
+ * ```ts
+ * import { parseLink, transfer } from "./link.ts";
+ * await transfer(new Float32Array(1024), new Float32Array(1024), parseLink("1GB/s"));
+ * ```
+ */
+export async function transfer(
+  source: Float32Array,
+  target: Float32Array,
+  link?: LinkSpec,
+): Promise<TransferTiming> {
+  const start = performance.now();
+  target.set(source);
+  if (link) {
+    const seconds = link.latencySeconds + source.byteLength / link.bandwidthBytesPerSecond;
+    await waitUntil(start + seconds * 1000);
+  }
+  return { start, end: performance.now() };
+}
+
+/** Waits until `performance.now()` reaches `deadline`, without spinning a core. */
+export async function waitUntil(deadline: number): Promise<void> {
+  // setTimeout rounds to whole milliseconds; the loop absorbs early wake-ups.
+  while (performance.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, deadline - performance.now())));
+  }
+}

@@ -1,0 +1,40 @@
+/**
+ * How a device builds its replica. Devices run in other threads (or processes), so they receive a
+ * description of the model, not the model: every replica is built the same way from it and then
+ * overwritten with device 0's parameters, so all replicas start bit-identical.
+ *
+ * @module
+ */
+
+import { type Network, TandemError } from "../engine/mod.ts";
+
+/**
+ * A model description that can cross a thread boundary:
+ * - `module`: a factory exported by an ES module (`url`, `exportName`), called with `args`;
+ *   the way to bring your own network.
+ */
+export type ModelSpec = { kind: "module"; url: string; exportName: string; args?: unknown[] };
+
+/**
+ * Builds the network a spec describes.
+ *
+ * @example
+ * ```ts
+ * import { buildModel } from "./model_spec.ts";
+ * // const net = await buildModel({ kind: "module", url: import.meta.resolve("./my_net.ts"), exportName: "myNet" });
+ * ```
+ */
+export async function buildModel(spec: ModelSpec): Promise<Network> {
+  switch (spec.kind) {
+    case "module": {
+      const module = await import(spec.url);
+      const factory = module[spec.exportName];
+      if (typeof factory !== "function") {
+        throw new TandemError(`model spec: ${spec.url} has no exported function "${spec.exportName}"`);
+      }
+      return await factory(...(spec.args ?? []));
+    }
+    default:
+      throw new TandemError(`model spec: unknown kind "${(spec as { kind: string }).kind}"`);
+  }
+}

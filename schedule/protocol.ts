@@ -1,0 +1,65 @@
+/**
+ * Messages between the runtime (main thread) and a CPU device's Worker. Parameters and gradients
+ * never travel in messages: they live in `SharedArrayBuffer`s both sides map, laid out by
+ * `layout.ts`; messages only say what to do and when something is ready.
+ *
+ * @module
+ */
+
+import type { ModelSpec } from "./model_spec.ts";
+
+/** Main → worker: build the replica over shared parameter and gradient buffers. */
+export interface InitMessage {
+  type: "init";
+  device: number;
+  model: ModelSpec;
+  /** float32 × layout.total: this device's parameters (written by the runtime between steps). */
+  parameters: SharedArrayBuffer;
+  /** float32 × layout.total: this device's gradients (written by the worker, group by group). */
+  gradients: SharedArrayBuffer;
+  /** Name, group and offset of every parameter, so the worker can check it built the same model. */
+  slots: { name: string; group: string; offset: number; size: number }[];
+}
+
+/** Main → worker: run one iteration's compute lane on a shard. */
+export interface StepMessage {
+  type: "step";
+  iteration: number;
+  /** float32 NCHW shard. */
+  images: Float32Array;
+  /** int32 labels of the shard. */
+  labels: Int32Array;
+  /** Shape of `images`. */
+  shape: number[];
+  /** Global position of the shard's first sample in the global batch (keys dropout masks). */
+  sampleOffset: number;
+  /** Run seed (keys dropout masks). */
+  seed: number;
+  /** The compute-lane steps after forward: the groups to backward, in order. */
+  backwardGroups: string[];
+  /** Testing hook: throw while computing this group's backward (fault-handling tests). */
+  failInGroup?: string;
+}
+
+/** A span of work on the worker's compute lane, in epoch milliseconds. */
+export interface ComputeSpan {
+  name: string;
+  group?: string;
+  start: number;
+  end: number;
+}
+
+/** Worker → main. */
+export type WorkerReply =
+  | { type: "ready"; device: number }
+  | { type: "gradients"; device: number; iteration: number; group: string; span: ComputeSpan }
+  | {
+    type: "done";
+    device: number;
+    iteration: number;
+    loss: number;
+    correct: number;
+    count: number;
+    spans: ComputeSpan[];
+  }
+  | { type: "error"; device: number; iteration?: number; message: string; stack?: string };
