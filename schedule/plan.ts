@@ -11,13 +11,38 @@
  * @module
  */
 
-/** What a step does. */
+/**
+ * What a step does.
+ *
+ * @example
+ * ```ts
+ * import { laneOf, type StepKind } from "./plan.ts";
+ * const kinds: StepKind[] = ["forward", "backward", "reduce", "update", "broadcast"];
+ * console.log(kinds.map(laneOf));
+ * ```
+ */
 export type StepKind = "forward" | "backward" | "reduce" | "update" | "broadcast";
 
-/** Where a step runs. */
+/**
+ * Where a step runs.
+ *
+ * @example
+ * ```ts
+ * import type { Lane } from "./plan.ts";
+ * const lanes: Lane[] = ["compute", "comm"];
+ * ```
+ */
 export type Lane = "compute" | "comm";
 
-/** One step of a plan, with the place in the schedule text it came from (1-based; 0 if built in code). */
+/**
+ * One step of a plan, with the place in the schedule text it came from (1-based; 0 if built in code).
+ *
+ * @example
+ * ```ts
+ * import type { PlanStep } from "./plan.ts";
+ * const step: PlanStep = { kind: "reduce", group: "fc", lane: "comm", line: 3, column: 1 };
+ * ```
+ */
 export interface PlanStep {
   /** What it does. */
   readonly kind: StepKind;
@@ -29,16 +54,37 @@ export interface PlanStep {
   readonly line: number;
   /** Column in the schedule text. */
   readonly column: number;
+  /**
+   * Extra steps (indices of earlier steps) this one waits for, beyond the lane order and the data
+   * ({@link dependenciesOf} adds them). Parsed and built plans use it for program order: a
+   * communication step waits for the compute steps written before it (see {@link withProgramOrder}).
+   * Absent means no extra waits.
+   */
+  readonly waitsFor?: readonly number[];
 }
 
 /**
  * How gradients are combined: `master` gathers them on device 0, averages in device order, updates
  * there and broadcasts the new parameters; `allreduce` gives every device the average so each updates
  * its own copy (broadcast steps are then no-ops).
+ *
+ * @example
+ * ```ts
+ * import type { ReductionMode } from "./plan.ts";
+ * const modes: ReductionMode[] = ["master", "allreduce"];
+ * ```
  */
 export type ReductionMode = "master" | "allreduce";
 
-/** The schedule text a plan was parsed from, so later errors can quote the offending line. */
+/**
+ * The schedule text a plan was parsed from, so later errors can quote the offending line.
+ *
+ * @example
+ * ```ts
+ * import type { PlanSource } from "./plan.ts";
+ * const source: PlanSource = { text: "forward; backward all", fileName: "my.sched" };
+ * ```
+ */
 export interface PlanSource {
   /** The whole text. */
   readonly text: string;
@@ -46,7 +92,19 @@ export interface PlanSource {
   readonly fileName?: string;
 }
 
-/** A validated, executable schedule. */
+/**
+ * A validated, executable schedule.
+ *
+ * @example
+ * ```ts
+ * import type { Plan } from "./plan.ts";
+ * const plan: Plan = {
+ *   name: "forward-only",
+ *   groups: ["fc"],
+ *   steps: [{ kind: "forward", lane: "compute", line: 0, column: 0 }],
+ * };
+ * ```
+ */
 export interface Plan {
   /** Name for messages and traces, e.g. `overlap`. */
   readonly name: string;
@@ -58,7 +116,15 @@ export interface Plan {
   readonly source?: PlanSource;
 }
 
-/** The lane a kind of step runs on. */
+/**
+ * The lane a kind of step runs on.
+ *
+ * @example
+ * ```ts
+ * import { laneOf } from "./plan.ts";
+ * console.log(laneOf("update")); // comm
+ * ```
+ */
 export function laneOf(kind: StepKind): Lane {
   return kind === "forward" || kind === "backward" ? "compute" : "comm";
 }
@@ -69,7 +135,7 @@ export function laneOf(kind: StepKind): Lane {
  * @example
  * ```ts
  * import { stepLabel } from "./plan.ts";
- * console.log(stepLabel({ kind: "update", group: "fc", lane: "comm", line: 0, column: 0 })); // update fc
+ * console.log(stepLabel({ kind: "update", group: "fc" })); // update fc
  * ```
  */
 export function stepLabel(step: Pick<PlanStep, "kind" | "group">): string {
@@ -77,9 +143,9 @@ export function stepLabel(step: Pick<PlanStep, "kind" | "group">): string {
 }
 
 /**
- * Indices of the steps that `plan.steps[index]` waits for: the previous step on its lane, and the
+ * Indices of the steps that `plan.steps[index]` waits for: the previous step on its lane, the
  * data it needs — a backward needs the forward, a reduce its group's backward, an update its reduce,
- * a broadcast its update.
+ * a broadcast its update — and the step's own `waitsFor`.
  *
  * @example
  * ```ts
@@ -112,5 +178,52 @@ export function dependenciesOf(plan: Plan, index: number): number[] {
       }
     }
   }
+  for (const i of step.waitsFor ?? []) deps.add(i);
   return [...deps].sort((a, b) => a - b);
+}
+
+/**
+ * `steps` with program order made explicit: each communication step also waits for the last compute
+ * step written before it, unless it already waits for it through lane order or data. Compute steps
+ * never wait for communication written before them (only for their data), which is what lets
+ * `update fc; backward conv` run side by side.
+ *
+ * Without this, `forward; backward all; reduce all; …` would start `reduce fc` as soon as
+ * `backward fc` ends, overlapping `backward conv`: the written order would be ignored and the
+ * "sequential" baseline would secretly overlap. Parsed and built plans come through here.
+ *
+ * @example
+ * ```ts
+ * import { withProgramOrder } from "./plan.ts";
+ * const at = { line: 0, column: 0 };
+ * const steps = withProgramOrder([
+ *   { kind: "forward", lane: "compute", ...at },
+ *   { kind: "backward", group: "fc", lane: "compute", ...at },
+ *   { kind: "backward", group: "conv", lane: "compute", ...at },
+ *   { kind: "reduce", group: "fc", lane: "comm", ...at },
+ * ]);
+ * console.log(steps[3].waitsFor); // [2]: reduce fc waits for backward conv, written before it
+ * ```
+ */
+export function withProgramOrder(steps: readonly PlanStep[]): PlanStep[] {
+  const out: PlanStep[] = [];
+  const ancestors: Set<number>[] = [];
+  let lastCompute = -1;
+  for (const [index, step] of steps.entries()) {
+    out.push(step);
+    let direct = dependenciesOf({ name: "", groups: [], steps: out }, index);
+    const implied = direct.some((d) => d === lastCompute || ancestors[d].has(lastCompute));
+    if (step.lane === "comm" && lastCompute >= 0 && !implied) {
+      out[index] = { ...step, waitsFor: [...(step.waitsFor ?? []), lastCompute] };
+      direct = [...direct, lastCompute];
+    }
+    const mine = new Set<number>();
+    for (const d of direct) {
+      mine.add(d);
+      for (const a of ancestors[d]) mine.add(a);
+    }
+    ancestors.push(mine);
+    if (step.lane === "compute") lastCompute = index;
+  }
+  return out;
 }

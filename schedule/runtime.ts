@@ -34,6 +34,7 @@ import {
 } from "../engine/mod.ts";
 import { CpuDevice } from "./cpu_device.ts";
 import { type ComputeResult, type Device, DeviceError } from "./device.ts";
+import { type Interval, measure, overlapLength } from "./intervals.ts";
 import { groupRange, layoutOf, type ParameterLayout } from "./layout.ts";
 import { type LinkSpec, transfer, waitUntil } from "./link.ts";
 import { buildModel, type ModelSpec } from "./model_spec.ts";
@@ -283,10 +284,10 @@ export class DataParallelTrainer {
     const iteration = this.#iteration;
     const started = performance.now();
     const snapshot = this.#snapshot();
-    const commSpans: [number, number][] = [];
-    const computeSpans: [number, number][] = [];
+    const commSpans: Interval[] = [];
+    const computeSpans: Interval[] = [];
     const record = (device: number, lane: "compute" | "comm", name: string, start: number, end: number) => {
-      (lane === "comm" ? commSpans : computeSpans).push([start, end]);
+      (lane === "comm" ? commSpans : computeSpans).push({ start, end });
       this.#options.onEvent?.({ device, lane, name, step: iteration, start, end });
     };
 
@@ -344,14 +345,14 @@ export class DataParallelTrainer {
           throw new TandemError(`replicas ${divergent} differ from device 0 after iteration ${iteration}`);
         }
       }
-      const hidden = overlapMs(commSpans, computeSpans);
+      const hidden = overlapLength(commSpans, computeSpans);
       return {
         iteration,
         loss: results.reduce((s, r) => s + r.loss, 0) / n,
         correct: results.reduce((s, r) => s + r.correct, 0),
         count: results.reduce((s, r) => s + r.count, 0),
         seconds: (performance.now() - started) / 1000,
-        commMs: unionMs(commSpans),
+        commMs: measure(commSpans),
         hiddenCommMs: hidden,
       };
     } catch (error) {
@@ -510,31 +511,6 @@ async function firstDeviceError(computes: Promise<ComputeResult>[]): Promise<Dev
   const settled = await Promise.allSettled(computes);
   for (const s of settled) if (s.status === "rejected" && s.reason instanceof DeviceError) return s.reason;
   return undefined;
-}
-
-function merged(spans: [number, number][]): [number, number][] {
-  const sorted = [...spans].sort((a, b) => a[0] - b[0]);
-  const out: [number, number][] = [];
-  for (const [s, e] of sorted) {
-    const last = out[out.length - 1];
-    if (last && s <= last[1]) last[1] = Math.max(last[1], e);
-    else out.push([s, e]);
-  }
-  return out;
-}
-
-function unionMs(spans: [number, number][]): number {
-  return merged(spans).reduce((t, [s, e]) => t + (e - s), 0);
-}
-
-/** Time covered by both the communication spans and some compute span. */
-function overlapMs(comm: [number, number][], compute: [number, number][]): number {
-  const a = merged(comm), b = merged(compute);
-  let total = 0;
-  for (const [s1, e1] of a) {
-    for (const [s2, e2] of b) total += Math.max(0, Math.min(e1, e2) - Math.max(s1, s2));
-  }
-  return total;
 }
 
 export type { ComputeSpan };

@@ -1,0 +1,315 @@
+/**
+ * Deciding automatically whether a network benefits from the overlap schedule, and where to cut it.
+ *
+ * The AlexNet-like test: walk from the output side and take the shortest suffix of layers holding at
+ * least `minSuffixParameterFraction` (default 50%) of the parameter bytes. The network is
+ * AlexNet-like when that suffix costs at most `maxSuffixBackwardFraction` (default 35%) of the
+ * backward time and some layer before it has parameters: most of the bytes are then ready early,
+ * with most of the backward work still to do behind which to send them. (AlexNet: fc6–fc8 hold 96%
+ * of the bytes at ~5–20% of the compute. A ResNet, parameters spread evenly, fails it.)
+ *
+ * The split: every boundary before a layer with parameters that leaves parameters on both sides is a
+ * candidate; each is priced by {@link simulate} as a two-group overlap plan, and the one hiding the
+ * most communication wins (ties go to the larger output-side group). With a fixed amount of
+ * communication in total, the most hidden communication is the shortest iteration; for two groups
+ * the hidden time is min(communication of the output side, backward of the input side), so this
+ * is the largest output-side suffix whose communication fits under the remaining backward time,
+ * unless adding one more layer overflows it by less than it gains.
+ *
+ * @module
+ */
+
+import { overlap, sequential } from "./builtins.ts";
+import type { Plan } from "./plan.ts";
+import { checkProfile, groupTotals, type Profile, regroupProfile } from "./profile.ts";
+import { type CostOptions, type Link, simulate } from "./simulator.ts";
+
+/**
+ * The AlexNet-like test's thresholds.
+ *
+ * @example
+ * ```ts
+ * import type { AlexnetThresholds } from "./auto.ts";
+ * const strict: AlexnetThresholds = { minSuffixParameterFraction: 0.8, maxSuffixBackwardFraction: 0.2 };
+ * ```
+ */
+export interface AlexnetThresholds {
+  /** Share of parameter bytes the output-side suffix must hold; default 0.5. */
+  readonly minSuffixParameterFraction: number;
+  /** Most share of the backward time that suffix may cost; default 0.35. */
+  readonly maxSuffixBackwardFraction: number;
+}
+
+/**
+ * The default thresholds: ≥ 50% of the bytes in ≤ 35% of the backward time.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_THRESHOLDS } from "./auto.ts";
+ * console.log(DEFAULT_THRESHOLDS.maxSuffixBackwardFraction); // 0.35
+ * ```
+ */
+export const DEFAULT_THRESHOLDS: AlexnetThresholds = {
+  minSuffixParameterFraction: 0.5,
+  maxSuffixBackwardFraction: 0.35,
+};
+
+/**
+ * Options of {@link judgeNetwork}: the link and costs the split is priced at.
+ *
+ * @example
+ * ```ts
+ * import type { JudgeOptions } from "./auto.ts";
+ * const options: JudgeOptions = { devices: 4, mode: "allreduce", thresholds: { maxSuffixBackwardFraction: 0.3 } };
+ * ```
+ */
+export interface JudgeOptions extends Partial<CostOptions> {
+  /** Thresholds of the AlexNet-like test; default {@link DEFAULT_THRESHOLDS}. */
+  readonly thresholds?: Partial<AlexnetThresholds>;
+}
+
+/**
+ * Where to cut the network into an output-side and an input-side group.
+ *
+ * @example
+ * ```ts
+ * import type { NetworkSplit } from "./auto.ts";
+ * const describe = (s: NetworkSplit) => `${s.groups.join(" then ")}, cut before ${s.boundaryLayer}`;
+ * ```
+ */
+export interface NetworkSplit {
+  /** The two groups in backward order; the profile's own names when the cut falls between two of its groups, else `head`, `body`. */
+  readonly groups: readonly string[];
+  /** The first (input-side-most) layer of the output-side group, e.g. `fc6`. */
+  readonly boundaryLayer: string;
+  /** Every layer's group under this split; the runtime must group parameters this way. */
+  readonly assignment: Readonly<Record<string, string>>;
+  /** Predicted communication hidden per iteration with the overlap plan, seconds. */
+  readonly hiddenCommSeconds: number;
+  /** Predicted iteration seconds with the overlap plan on this split. */
+  readonly overlapSeconds: number;
+  /** Predicted iteration seconds with the sequential plan. */
+  readonly sequentialSeconds: number;
+}
+
+/**
+ * The verdict of {@link judgeNetwork}.
+ *
+ * @example
+ * ```ts
+ * import type { NetworkJudgement } from "./auto.ts";
+ * const report = (j: NetworkJudgement) => (j.alexnetLike ? "overlap: " : "sequential: ") + j.reason;
+ * ```
+ */
+export interface NetworkJudgement {
+  /** Whether the network passes the AlexNet-like test. */
+  readonly alexnetLike: boolean;
+  /** A sentence quoting the numbers behind the verdict. */
+  readonly reason: string;
+  /** The best split, or `undefined` when no layer boundary leaves parameters on both sides. */
+  readonly split?: NetworkSplit;
+  /** Parameter-byte share of the shortest output-side suffix that reaches the threshold. */
+  readonly suffixParameterFraction: number;
+  /** Backward-time share of that suffix. */
+  readonly suffixBackwardFraction: number;
+}
+
+/**
+ * The link {@link judgeNetwork} prices splits at by default: PCIe 3 ×16, 12 GB/s, 10 µs.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_LINK } from "./auto.ts";
+ * console.log(DEFAULT_LINK.bandwidthBytesPerSecond); // 12000000000
+ * ```
+ */
+export const DEFAULT_LINK: Link = { bandwidthBytesPerSecond: 12e9, latencySeconds: 10e-6 };
+
+const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+const ms = (s: number) => `${(s * 1e3).toFixed(2)} ms`;
+const mb = (b: number) => `${(b / 1e6).toFixed(1)} MB`;
+
+function range(names: readonly string[]): string {
+  return names.length === 1 ? names[0] : `${names[0]}..${names[names.length - 1]}`;
+}
+
+/**
+ * Decides from per-layer backward times and parameter bytes whether `profile` is AlexNet-like and
+ * where to split it (see the module notes for the rules and defaults).
+ *
+ * @example
+ * ```ts
+ * import { judgeNetwork } from "./auto.ts";
+ * const verdict = judgeNetwork({
+ *   batchSize: 128,
+ *   layers: [
+ *     { name: "conv", group: "conv", forwardSeconds: 0.03, backwardSeconds: 0.06, parameterBytes: 9e6 },
+ *     { name: "fc", group: "fc", forwardSeconds: 0.003, backwardSeconds: 0.006, parameterBytes: 2.3e8 },
+ *   ],
+ * }, { devices: 4 });
+ * console.log(verdict.alexnetLike, verdict.split?.groups, verdict.reason);
+ * ```
+ */
+export function judgeNetwork(profile: Profile, options: JudgeOptions = {}): NetworkJudgement {
+  checkProfile(profile);
+  const thresholds = { ...DEFAULT_THRESHOLDS, ...options.thresholds };
+  const costs: CostOptions = {
+    ...options,
+    link: options.link ?? DEFAULT_LINK,
+    devices: options.devices ?? profile.deviceCount ?? 2,
+    mode: options.mode ?? "master",
+  };
+  const layers = profile.layers;
+  const totalBytes = layers.reduce((s, l) => s + l.parameterBytes, 0);
+  const totalBackward = layers.reduce((s, l) => s + l.backwardSeconds, 0);
+
+  // The shortest output-side suffix holding the threshold share of the bytes.
+  let start = layers.length;
+  let suffixBytes = 0;
+  let suffixBackward = 0;
+  while (
+    start > 0 && (suffixBytes < thresholds.minSuffixParameterFraction * totalBytes || suffixBytes === 0)
+  ) {
+    start--;
+    suffixBytes += layers[start].parameterBytes;
+    suffixBackward += layers[start].backwardSeconds;
+  }
+  const byteShare = totalBytes > 0 ? suffixBytes / totalBytes : 0;
+  const timeShare = totalBackward > 0 ? suffixBackward / totalBackward : 0;
+  const suffixNames = layers.slice(start).filter((l) => l.parameterBytes > 0).map((l) => l.name);
+
+  const split = bestSplit(profile, costs);
+  const prefixHasParameters = layers.slice(0, start).some((l) => l.parameterBytes > 0);
+  const at = `at ${
+    (costs.link.bandwidthBytesPerSecond / 1e9).toFixed(1)
+  } GB/s with ${costs.devices} devices (${costs.mode})`;
+
+  if (totalBytes === 0 || totalBackward === 0) {
+    const reason = `not AlexNet-like: the profile has ${
+      totalBytes === 0 ? "no parameter bytes" : "no backward time"
+    }, so there is nothing to overlap; use sequential`;
+    return {
+      alexnetLike: false,
+      reason,
+      split,
+      suffixParameterFraction: byteShare,
+      suffixBackwardFraction: timeShare,
+    };
+  }
+  const suffixText = `the output-side ${suffixNames.length === 1 ? "layer" : "layers"} ${
+    range(suffixNames)
+  } hold ${pct(byteShare)} of the parameter bytes (${mb(suffixBytes)} of ${mb(totalBytes)}) and take ${
+    pct(timeShare)
+  } of the backward time (${ms(suffixBackward)} of ${ms(totalBackward)})`;
+  const alexnetLike = split !== undefined && prefixHasParameters &&
+    timeShare <= thresholds.maxSuffixBackwardFraction;
+  let reason: string;
+  if (alexnetLike) {
+    const [head, body] = split.groups;
+    reason =
+      `AlexNet-like: ${suffixText}, within the thresholds (≥ ${
+        pct(thresholds.minSuffixParameterFraction)
+      } of the bytes in ≤ ${pct(thresholds.maxSuffixBackwardFraction)} of the backward time). ` +
+      `Split before ${split.boundaryLayer} into ${head} and ${body}: ${at} the overlap schedule hides ${
+        ms(split.hiddenCommSeconds)
+      } of communication per iteration, ${ms(split.overlapSeconds)} against ${
+        ms(split.sequentialSeconds)
+      } sequential`;
+  } else if (!prefixHasParameters || split === undefined) {
+    reason =
+      `not AlexNet-like: ${suffixText}, but no layer before them has parameters, so there is no later backward to hide their communication behind; use sequential`;
+  } else {
+    reason = `not AlexNet-like: ${suffixText}; more than ${
+      pct(thresholds.maxSuffixBackwardFraction)
+    } of the backward time, so most parameters are ready too late to hide their communication; use sequential`;
+  }
+  return {
+    alexnetLike,
+    reason,
+    split,
+    suffixParameterFraction: byteShare,
+    suffixBackwardFraction: timeShare,
+  };
+}
+
+function bestSplit(profile: Profile, costs: CostOptions): NetworkSplit | undefined {
+  const layers = profile.layers;
+  let best: NetworkSplit | undefined;
+  let sequentialSeconds: number | undefined;
+  // From the input side, so that on a tie the earlier boundary (the larger output-side group) stays.
+  for (let b = 1; b < layers.length; b++) {
+    if (layers[b].parameterBytes === 0) continue;
+    const before = layers.slice(0, b).filter((l) => l.parameterBytes > 0);
+    const after = layers.slice(b).filter((l) => l.parameterBytes > 0);
+    if (before.length === 0) continue;
+    const headNames = new Set(after.map((l) => l.group));
+    const bodyNames = new Set(before.map((l) => l.group));
+    const [head, body] = headNames.size === 1 && bodyNames.size === 1 && !headNames.has([...bodyNames][0])
+      ? [[...headNames][0], [...bodyNames][0]]
+      : ["head", "body"];
+    const assignment = Object.fromEntries(layers.map((l, i) => [l.name, i < b ? body : head]));
+    const regrouped = regroupProfile(profile, assignment);
+    const groups = [head, body];
+    const simulated = simulate(overlap(groups), regrouped, costs);
+    sequentialSeconds ??= simulate(sequential(groups), regrouped, costs).stepSeconds;
+    if (best === undefined || simulated.hiddenCommSeconds > best.hiddenCommSeconds) {
+      best = {
+        groups,
+        boundaryLayer: layers[b].name,
+        assignment,
+        hiddenCommSeconds: simulated.hiddenCommSeconds,
+        overlapSeconds: simulated.stepSeconds,
+        sequentialSeconds,
+      };
+    }
+  }
+  return best;
+}
+
+/**
+ * A plan chosen by {@link autoSchedule}, with the verdict and the grouping it assumes.
+ *
+ * @example
+ * ```ts
+ * import type { AutoPlan } from "./auto.ts";
+ * const groupOf = (plan: AutoPlan, layer: string) => plan.assignment[layer];
+ * ```
+ */
+export type AutoPlan = Plan & {
+  /** Why this plan was chosen. */
+  readonly judgement: NetworkJudgement;
+  /** Every layer's group under this plan; the runtime must group parameters this way. */
+  readonly assignment: Readonly<Record<string, string>>;
+};
+
+/**
+ * The schedule to use when the user asks for an automatic one: the overlap plan on the best split
+ * when the network is AlexNet-like, else the sequential plan on the profile's own groups; either way
+ * `judgement.reason` says why.
+ *
+ * @example
+ * ```ts
+ * import { autoSchedule } from "./auto.ts";
+ * const plan = autoSchedule({
+ *   batchSize: 128,
+ *   layers: [
+ *     { name: "conv", group: "conv", forwardSeconds: 0.03, backwardSeconds: 0.06, parameterBytes: 9e6 },
+ *     { name: "fc", group: "fc", forwardSeconds: 0.003, backwardSeconds: 0.006, parameterBytes: 2.3e8 },
+ *   ],
+ * }, { bandwidthBytesPerSecond: 12e9, latencySeconds: 1e-5 }, 2);
+ * console.log(plan.name, plan.judgement.reason);
+ * ```
+ */
+export function autoSchedule(
+  profile: Profile,
+  link: Link,
+  devices: number,
+  options: Omit<JudgeOptions, "link" | "devices"> = {},
+): AutoPlan {
+  const judgement = judgeNetwork(profile, { ...options, link, devices });
+  if (judgement.alexnetLike && judgement.split !== undefined) {
+    return { ...overlap(judgement.split.groups), judgement, assignment: judgement.split.assignment };
+  }
+  const assignment = Object.fromEntries(profile.layers.map((l) => [l.name, l.group]));
+  return { ...sequential(groupTotals(profile).map((t) => t.group)), judgement, assignment };
+}

@@ -1,0 +1,104 @@
+/**
+ * The schedules Tandem ships. All are valid in both reduction modes (in `allreduce` their broadcasts
+ * are no-ops), and all compute the same parameters bit for bit: group updates are elementwise and
+ * reductions run in device order, so only the timing differs.
+ *
+ * @module
+ */
+
+import { ValueError } from "../engine/errors.ts";
+import { scheduleBuilder } from "./builder.ts";
+import type { Plan } from "./plan.ts";
+
+/**
+ * The classic schedule: compute every gradient, then reduce, update and broadcast every group.
+ * Text form: `forward; backward all; reduce all; update all; broadcast all`.
+ *
+ * @example
+ * ```ts
+ * import { sequential } from "./builtins.ts";
+ * console.log(sequential(["fc", "conv"]).steps.length); // 9
+ * ```
+ */
+export function sequential(groups: readonly string[]): Plan {
+  return scheduleBuilder(groups).forward().backward("all").reduce("all").update("all").broadcast("all")
+    .build("sequential");
+}
+
+/**
+ * One communication bucket per group from the output side, the way PyTorch DDP's gradient buckets
+ * work: as soon as backward has produced a group's gradients, that group is reduced, updated and
+ * broadcast on the communication lane while the compute lane carries on with the next group's
+ * backward. For groups g1 (output side) … gn the text is
+ * `forward; backward g1; reduce g1; update g1; broadcast g1; …; backward gn; reduce gn; update gn; broadcast gn`.
+ *
+ * Each group is broadcast right after its own update rather than all at the end, so the output
+ * side's new parameters travel while the input side's backward is still running; in the plan order
+ * that puts `backward g2` after `broadcast g1`, but they are on different lanes and do not wait for
+ * each other (see `dependenciesOf`).
+ *
+ * @example
+ * ```ts
+ * import { bucketed } from "./builtins.ts";
+ * const plan = bucketed(["fc8", "fc7", "fc6", "conv"]);
+ * console.log(plan.steps.length); // 17
+ * ```
+ */
+export function bucketed(groups: readonly string[], name = "bucketed"): Plan {
+  let builder = scheduleBuilder(groups).forward();
+  for (const group of groups) builder = builder.backward(group).reduce(group).update(group).broadcast(group);
+  return builder.build(name);
+}
+
+/**
+ * The overlap schedule: {@link bucketed} named `overlap`, typically with two groups, FC (holding
+ * most parameters, backwarded first) and conv (holding most compute). The FC gradients are reduced,
+ * the FC update applied and the new FC parameters broadcast while conv backward still runs.
+ *
+ * @example
+ * ```ts
+ * import { overlap } from "./builtins.ts";
+ * import { formatPlan } from "./dsl.ts";
+ * console.log(formatPlan(overlap(["fc", "conv"])));
+ * ```
+ */
+export function overlap(groups: readonly string[]): Plan {
+  return bucketed(groups, "overlap");
+}
+
+/**
+ * Names accepted by {@link builtinSchedule}.
+ *
+ * @example
+ * ```ts
+ * import { builtinSchedule, type BuiltinName } from "./builtins.ts";
+ * const name: BuiltinName = "overlap";
+ * console.log(builtinSchedule(name, ["fc", "conv"]).steps.length); // 9
+ * ```
+ */
+export type BuiltinName = "sequential" | "overlap" | "bucketed";
+
+/**
+ * A built-in schedule by name, for command lines and config files.
+ *
+ * @example
+ * ```ts
+ * import { builtinSchedule } from "./builtins.ts";
+ * console.log(builtinSchedule("overlap", ["fc", "conv"]).name); // overlap
+ * ```
+ */
+export function builtinSchedule(name: BuiltinName, groups: readonly string[]): Plan {
+  switch (name) {
+    case "sequential":
+      return sequential(groups);
+    case "overlap":
+      return overlap(groups);
+    case "bucketed":
+      return bucketed(groups);
+    default:
+      throw new ValueError(
+        "builtinSchedule",
+        `unknown schedule ${JSON.stringify(name)}; built-ins are sequential, overlap, bucketed`,
+      );
+  }
+}

@@ -1,0 +1,91 @@
+/**
+ * Schedules for data-parallel training: a text form and a typed builder that both compile to a
+ * {@link Plan}, static validation, the built-in schedules, a plain-text explanation, a cost model
+ * that predicts iteration timelines, the AlexNet-like test with automatic schedule choice, and a
+ * trace recorder for measured timelines.
+ *
+ * @example
+ * ```ts
+ * import { explain, parseSchedule, validatePlan } from "./mod.ts";
+ * const plan = parseSchedule(`
+ *   schedule overlap
+ *   forward
+ *   backward fc; reduce fc; update fc   # FC gradients travel while conv backward runs
+ *   backward conv; reduce conv; update conv
+ *   broadcast all
+ * `, { groups: ["fc", "conv"] });
+ * validatePlan(plan, { mode: "master" });
+ * console.log(explain(plan, { devices: 2, mode: "master" }));
+ * ```
+ *
+ * @module
+ */
+
+export {
+  dependenciesOf,
+  type Lane,
+  laneOf,
+  type Plan,
+  type PlanSource,
+  type PlanStep,
+  type ReductionMode,
+  type StepKind,
+  stepLabel,
+} from "./plan.ts";
+export { ScheduleError, type ScheduleErrorLocation } from "./errors.ts";
+export {
+  formatPlan,
+  loadSchedule,
+  type ParseOptions,
+  parseSchedule,
+  schedule,
+  type ScheduleTag,
+} from "./dsl.ts";
+export { type GroupTarget, ScheduleBuilder, scheduleBuilder } from "./builder.ts";
+export { checkPlan, type PlanReport, type ValidateOptions, validatePlan } from "./validate.ts";
+export { bucketed, type BuiltinName, builtinSchedule, overlap, sequential } from "./builtins.ts";
+export { explain, type ExplainOptions } from "./explain.ts";
+export {
+  checkProfile,
+  type GroupTotal,
+  groupTotals,
+  type LayerProfile,
+  type Profile,
+  regroupProfile,
+} from "./profile.ts";
+export {
+  alexnetScalingTable,
+  commStepSeconds,
+  type CostOptions,
+  DEFAULT_MEMORY_BANDWIDTH,
+  type GroupCommunication,
+  type LaneEntry,
+  type Link,
+  type NamedLink,
+  type ScalingRow,
+  type ScalingTable,
+  type ScalingTableOptions,
+  simulate,
+  type SimulateOptions,
+  type Simulation,
+  STANDARD_LINKS,
+  type Topology,
+} from "./simulator.ts";
+export {
+  type AlexnetThresholds,
+  type AutoPlan,
+  autoSchedule,
+  DEFAULT_LINK,
+  DEFAULT_THRESHOLDS,
+  judgeNetwork,
+  type JudgeOptions,
+  type NetworkJudgement,
+  type NetworkSplit,
+} from "./auto.ts";
+export {
+  type ChromeTrace,
+  type ChromeTraceEvent,
+  type OverlapFigures,
+  TraceRecorder,
+  type TraceSpan,
+} from "./trace.ts";

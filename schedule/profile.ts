@@ -1,0 +1,199 @@
+/**
+ * What the simulator consumes and the runtime measures: per-layer forward and backward times and
+ * parameter sizes for one device's share of the batch.
+ *
+ * @module
+ */
+
+import { ValueError } from "../engine/errors.ts";
+
+/**
+ * One layer's cost on one device for one iteration.
+ *
+ * @example
+ * ```ts
+ * import type { LayerProfile } from "./profile.ts";
+ * const fc6: LayerProfile = {
+ *   name: "fc6",
+ *   group: "fc",
+ *   forwardSeconds: 0.005,
+ *   backwardSeconds: 0.01,
+ *   parameterBytes: 4 * 37_752_832,
+ * };
+ * ```
+ */
+export interface LayerProfile {
+  /** Layer name, unique in the profile, e.g. `fc6`. */
+  readonly name: string;
+  /** The parameter group the layer belongs to, e.g. `fc` or `conv`. */
+  readonly group: string;
+  /** Seconds of forward computation. */
+  readonly forwardSeconds: number;
+  /** Seconds of backward computation (input and weight gradients). */
+  readonly backwardSeconds: number;
+  /** Bytes of parameters (and so of gradients), e.g. 4 × count for fp32. */
+  readonly parameterBytes: number;
+}
+
+/**
+ * Per-layer costs of a network, layers in forward order (input side first).
+ *
+ * @example
+ * ```ts
+ * import type { Profile } from "./profile.ts";
+ * const profile: Profile = {
+ *   batchSize: 64,
+ *   layers: [
+ *     { name: "conv1", group: "conv", forwardSeconds: 0.02, backwardSeconds: 0.04, parameterBytes: 4e4 },
+ *     { name: "fc1", group: "fc", forwardSeconds: 0.002, backwardSeconds: 0.004, parameterBytes: 4e6 },
+ *   ],
+ * };
+ * ```
+ */
+export interface Profile {
+  /** Layers in forward order. Each group's layers must be contiguous. */
+  readonly layers: readonly LayerProfile[];
+  /** Samples per device per iteration that the times were measured at. */
+  readonly batchSize: number;
+  /** How many devices the times were measured with, when known. */
+  readonly deviceCount?: number;
+  /** Where the numbers came from (machine, backend, date), for reports. */
+  readonly description?: string;
+}
+
+/**
+ * Sums over one group's layers.
+ *
+ * @example
+ * ```ts
+ * import { type GroupTotal, groupTotals } from "./profile.ts";
+ * const heaviest = (totals: GroupTotal[]) => totals.reduce((a, b) => (a.parameterBytes >= b.parameterBytes ? a : b));
+ * ```
+ */
+export interface GroupTotal {
+  /** The group. */
+  readonly group: string;
+  /** Its layers in forward order. */
+  readonly layers: readonly string[];
+  /** Σ forward seconds. */
+  readonly forwardSeconds: number;
+  /** Σ backward seconds. */
+  readonly backwardSeconds: number;
+  /** Σ parameter bytes. */
+  readonly parameterBytes: number;
+}
+
+/**
+ * Throws a `ValueError` naming the layer and field if `profile` is unusable: no layers, duplicate
+ * names, negative or non-finite numbers, a group named `all`, or a group whose layers are not
+ * contiguous (backward could then not be cut into one segment per group).
+ *
+ * @example
+ * ```ts
+ * import { checkProfile } from "./profile.ts";
+ * try {
+ *   checkProfile({ batchSize: 1, layers: [] });
+ * } catch (e) {
+ *   console.log((e as Error).message); // profile: has no layers
+ * }
+ * ```
+ */
+export function checkProfile(profile: Profile): void {
+  const fail: (message: string) => never = (message) => {
+    throw new ValueError("profile", message);
+  };
+  if (!Number.isInteger(profile.batchSize) || profile.batchSize < 1) {
+    fail(`batchSize must be a positive integer, got ${profile.batchSize}`);
+  }
+  if (profile.layers.length === 0) fail("has no layers");
+  const names = new Set<string>();
+  const closed = new Set<string>();
+  let current: string | undefined;
+  for (const layer of profile.layers) {
+    if (names.has(layer.name)) fail(`layer ${layer.name} appears twice`);
+    names.add(layer.name);
+    if (typeof layer.group !== "string" || layer.group === "" || layer.group === "all") {
+      fail(
+        `layer ${layer.name} has group ${JSON.stringify(layer.group)}; groups are non-empty and not "all"`,
+      );
+    }
+    for (const field of ["forwardSeconds", "backwardSeconds", "parameterBytes"] as const) {
+      const value = layer[field];
+      if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
+        fail(`layer ${layer.name} has ${field} ${value}; expected a finite number >= 0`);
+      }
+    }
+    if (layer.group !== current) {
+      if (closed.has(layer.group)) {
+        fail(
+          `group ${layer.group} is not contiguous: layer ${layer.name} comes after a layer of another group`,
+        );
+      }
+      if (current !== undefined) closed.add(current);
+      current = layer.group;
+    }
+  }
+}
+
+/**
+ * Per-group sums in backward order (the group of the last layer first), the order `Plan.groups`
+ * uses.
+ *
+ * @example
+ * ```ts
+ * import { groupTotals } from "./profile.ts";
+ * const totals = groupTotals({
+ *   batchSize: 1,
+ *   layers: [
+ *     { name: "c", group: "conv", forwardSeconds: 2, backwardSeconds: 4, parameterBytes: 10 },
+ *     { name: "f", group: "fc", forwardSeconds: 1, backwardSeconds: 1, parameterBytes: 100 },
+ *   ],
+ * });
+ * console.log(totals.map((t) => t.group)); // ["fc", "conv"]
+ * ```
+ */
+export function groupTotals(profile: Profile): GroupTotal[] {
+  checkProfile(profile);
+  const byGroup = new Map<
+    string,
+    { layers: string[]; forwardSeconds: number; backwardSeconds: number; parameterBytes: number }
+  >();
+  for (const layer of profile.layers) {
+    let total = byGroup.get(layer.group);
+    if (total === undefined) {
+      total = { layers: [], forwardSeconds: 0, backwardSeconds: 0, parameterBytes: 0 };
+      byGroup.set(layer.group, total);
+    }
+    total.layers.push(layer.name);
+    total.forwardSeconds += layer.forwardSeconds;
+    total.backwardSeconds += layer.backwardSeconds;
+    total.parameterBytes += layer.parameterBytes;
+  }
+  return [...byGroup].reverse().map(([group, total]) => ({ group, ...total }));
+}
+
+/**
+ * The profile with each layer's group replaced by `assignment[layer.name]` (layers not named keep
+ * their group), e.g. to price a different FC/conv boundary.
+ *
+ * @example
+ * ```ts
+ * import { regroupProfile } from "./profile.ts";
+ * const p = regroupProfile({
+ *   batchSize: 1,
+ *   layers: [{ name: "a", group: "x", forwardSeconds: 1, backwardSeconds: 1, parameterBytes: 4 }],
+ * }, { a: "y" });
+ * console.log(p.layers[0].group); // y
+ * ```
+ */
+export function regroupProfile(profile: Profile, assignment: Readonly<Record<string, string>>): Profile {
+  const regrouped = {
+    ...profile,
+    layers: profile.layers.map((l) => ({
+      ...l,
+      group: Object.hasOwn(assignment, l.name) ? assignment[l.name] : l.group,
+    })),
+  };
+  checkProfile(regrouped);
+  return regrouped;
+}

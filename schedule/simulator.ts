@@ -1,0 +1,499 @@
+/**
+ * A cost model that predicts one training iteration's timeline for a plan, from a measured (or
+ * synthetic) per-layer profile and a link model, before any device runs it.
+ *
+ * Model (all devices are identical and hold the same share of the batch):
+ * - `forward` takes Σ forwardSeconds; `backward g` takes Σ backwardSeconds of g's layers.
+ * - Transfers of b bytes cost `latency + b / bandwidth`.
+ * - `master` mode: `reduce g` gathers the N−1 other devices' gradients on device 0 and sums them
+ *   there, taking the gather time plus `b·(N−1) / memoryBandwidth`. The gather depends on topology:
+ *   `shared` (default): all transfers into device 0 cross one link (its PCIe slot or NIC), so they
+ *   run one after another: `(N−1)·(latency + b/bandwidth)`; `star`: device 0 has a separate link to
+ *   every other device and they run in parallel: `latency + b/bandwidth`. `broadcast g` costs the
+ *   same transfers outwards. `update g` runs on device 0 only: `b · updateSecondsPerByte`.
+ * - `allreduce` mode: `reduce g` is a ring all-reduce, `2·(N−1)/N · b/bandwidth + 2·(N−1)·latency`,
+ *   plus the additions, `(N−1)/N · b / memoryBandwidth` (each device sums 1/N of the buffer N−1
+ *   times); the ring uses each device's own link, so topology does not apply. `update g` runs on
+ *   every device; `broadcast g` is a no-op of zero length.
+ * - With one device nothing is transferred: reduce and broadcast take zero time.
+ * - A step starts when every step it depends on (`dependenciesOf`) has finished on every device, and
+ *   a collective (reduce, broadcast) occupies the communication lane of every device for its whole
+ *   length, as a blocking collective call does.
+ *
+ * Hidden communication is defined as in the trace recorder: the length of time during which some
+ * device communicates while some device computes; `commSeconds` is the length of time during which
+ * some device communicates.
+ *
+ * @module
+ */
+
+import { ValueError } from "../engine/errors.ts";
+import { overlap as overlapPlan, sequential as sequentialPlan } from "./builtins.ts";
+import { type Interval, measure, overlapLength } from "./intervals.ts";
+import { dependenciesOf, type Lane, type Plan, type ReductionMode, type StepKind } from "./plan.ts";
+import { groupTotals, type Profile } from "./profile.ts";
+import { validatePlan } from "./validate.ts";
+
+/**
+ * A point-to-point link.
+ *
+ * @example
+ * ```ts
+ * import type { Link } from "./simulator.ts";
+ * const pcie3: Link = { bandwidthBytesPerSecond: 12e9, latencySeconds: 10e-6 };
+ * ```
+ */
+export interface Link {
+  /** Sustained bytes per second in one direction. */
+  readonly bandwidthBytesPerSecond: number;
+  /** Seconds before the first byte arrives, per message. */
+  readonly latencySeconds: number;
+}
+
+/**
+ * How the master's links are laid out (see the module notes).
+ *
+ * @example
+ * ```ts
+ * import type { Topology } from "./simulator.ts";
+ * const nvswitch: Topology = "star";
+ * ```
+ */
+export type Topology = "star" | "shared";
+
+/**
+ * Everything that prices communication and updates.
+ *
+ * @example
+ * ```ts
+ * import type { CostOptions } from "./simulator.ts";
+ * const costs: CostOptions = {
+ *   link: { bandwidthBytesPerSecond: 12e9, latencySeconds: 1e-5 },
+ *   devices: 4,
+ *   mode: "master",
+ *   topology: "shared",
+ * };
+ * ```
+ */
+export interface CostOptions {
+  /** The link between devices. */
+  readonly link: Link;
+  /** Number of devices, ≥ 1. */
+  readonly devices: number;
+  /** How gradients are combined. */
+  readonly mode: ReductionMode;
+  /** Master-mode link layout; default `shared`. */
+  readonly topology?: Topology;
+  /** Bytes per second of a device's elementwise add (gradient sums); default 200e9. */
+  readonly memoryBandwidthBytesPerSecond?: number;
+  /**
+   * Seconds per parameter byte of the optimizer update. Default `5 / memoryBandwidth`: SGD with
+   * momentum reads parameter, gradient and momentum and writes parameter and momentum.
+   */
+  readonly updateSecondsPerByte?: number;
+}
+
+/**
+ * Default memory bandwidth of {@link CostOptions}: 200 GB/s, a mid-range accelerator's add rate.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_MEMORY_BANDWIDTH } from "./simulator.ts";
+ * console.log(DEFAULT_MEMORY_BANDWIDTH / 1e9, "GB/s"); // 200 GB/s
+ * ```
+ */
+export const DEFAULT_MEMORY_BANDWIDTH = 200e9;
+
+/**
+ * Options of {@link simulate}.
+ *
+ * @example
+ * ```ts
+ * import type { SimulateOptions } from "./simulator.ts";
+ * const options: SimulateOptions = { link: { bandwidthBytesPerSecond: 1.2e9, latencySeconds: 5e-5 }, devices: 2, mode: "allreduce" };
+ * ```
+ */
+export type SimulateOptions = CostOptions;
+
+/**
+ * One step as it ran on one device's lane.
+ *
+ * @example
+ * ```ts
+ * import type { LaneEntry } from "./simulator.ts";
+ * const length = (e: LaneEntry) => e.end - e.start;
+ * ```
+ */
+export interface LaneEntry {
+  /** Index into `plan.steps`. */
+  readonly step: number;
+  /** What it did. */
+  readonly kind: StepKind;
+  /** The group, `undefined` for forward. */
+  readonly group?: string;
+  /** Seconds from the iteration's start. */
+  readonly start: number;
+  /** Seconds from the iteration's start. */
+  readonly end: number;
+}
+
+/**
+ * Predicted communication for one group.
+ *
+ * @example
+ * ```ts
+ * import type { GroupCommunication } from "./simulator.ts";
+ * const exposed = (g: GroupCommunication) => g.commSeconds - g.hiddenCommSeconds;
+ * ```
+ */
+export interface GroupCommunication {
+  /** Length of time during which the group's steps on the communication lane run. */
+  readonly commSeconds: number;
+  /** The part of it during which some device computes. */
+  readonly hiddenCommSeconds: number;
+}
+
+/**
+ * The predicted timeline of one iteration.
+ *
+ * @example
+ * ```ts
+ * import type { Simulation } from "./simulator.ts";
+ * const exposedSeconds = (s: Simulation) => s.commSeconds - s.hiddenCommSeconds;
+ * ```
+ */
+export interface Simulation {
+  /** The plan's name. */
+  readonly plan: string;
+  /** Seconds from the start of forward to the end of the last step. */
+  readonly stepSeconds: number;
+  /** Per device, the steps on each lane in start order. */
+  readonly lanes: readonly { readonly compute: readonly LaneEntry[]; readonly comm: readonly LaneEntry[] }[];
+  /** Length of time during which some device communicates (or updates, on the comm lane). */
+  readonly commSeconds: number;
+  /** The part of `commSeconds` during which some device computes. */
+  readonly hiddenCommSeconds: number;
+  /** `hiddenCommSeconds / commSeconds`, 0 when there is no communication. */
+  readonly hiddenFraction: number;
+  /** Length of time during which some device computes. */
+  readonly computeSeconds: number;
+  /** The same communication figures per group. */
+  readonly groups: Readonly<Record<string, GroupCommunication>>;
+}
+
+function checkCostOptions(options: CostOptions, where: string): Required<CostOptions> {
+  const { link, devices, mode } = options;
+  const fail: (message: string) => never = (message) => {
+    throw new ValueError(where, message);
+  };
+  if (!Number.isInteger(devices) || devices < 1) fail(`devices must be an integer >= 1, got ${devices}`);
+  if (mode !== "master" && mode !== "allreduce") fail(`mode must be "master" or "allreduce", got ${mode}`);
+  if (!(link?.bandwidthBytesPerSecond > 0)) {
+    fail(`link.bandwidthBytesPerSecond must be > 0, got ${link?.bandwidthBytesPerSecond}`);
+  }
+  if (!(link.latencySeconds >= 0) || !Number.isFinite(link.latencySeconds)) {
+    fail(`link.latencySeconds must be a finite number >= 0, got ${link.latencySeconds}`);
+  }
+  const topology = options.topology ?? "shared";
+  if (topology !== "star" && topology !== "shared") {
+    fail(`topology must be "star" or "shared", got ${topology}`);
+  }
+  const memory = options.memoryBandwidthBytesPerSecond ?? DEFAULT_MEMORY_BANDWIDTH;
+  if (!(memory > 0)) fail(`memoryBandwidthBytesPerSecond must be > 0, got ${memory}`);
+  const update = options.updateSecondsPerByte ?? 5 / memory;
+  if (!(update >= 0) || !Number.isFinite(update)) {
+    fail(`updateSecondsPerByte must be finite and >= 0, got ${update}`);
+  }
+  return {
+    link,
+    devices,
+    mode,
+    topology,
+    memoryBandwidthBytesPerSecond: memory,
+    updateSecondsPerByte: update,
+  };
+}
+
+/**
+ * Seconds one communication-lane step takes for a group of `bytes` parameter bytes.
+ *
+ * @example
+ * ```ts
+ * import { commStepSeconds } from "./simulator.ts";
+ * const link = { bandwidthBytesPerSecond: 12e9, latencySeconds: 1e-5 };
+ * // fc6..fc8 of AlexNet (234.5 MB) reduced over PCIe 3 between 4 GPUs by ring all-reduce:
+ * console.log(commStepSeconds("reduce", 234_524_576, { link, devices: 4, mode: "allreduce" }));
+ * ```
+ */
+export function commStepSeconds(
+  kind: "reduce" | "update" | "broadcast",
+  bytes: number,
+  options: CostOptions,
+): number {
+  const o = checkCostOptions(options, "commStepSeconds");
+  const n = o.devices;
+  const transfer = o.link.latencySeconds + bytes / o.link.bandwidthBytesPerSecond;
+  const gather = o.topology === "shared" ? (n - 1) * transfer : transfer;
+  if (kind === "update") return bytes * o.updateSecondsPerByte;
+  if (n === 1) return 0;
+  if (o.mode === "master") {
+    return kind === "reduce" ? gather + (bytes * (n - 1)) / o.memoryBandwidthBytesPerSecond : gather;
+  }
+  if (kind === "broadcast") return 0;
+  return (2 * (n - 1) / n) * bytes / o.link.bandwidthBytesPerSecond + 2 * (n - 1) * o.link.latencySeconds +
+    ((n - 1) / n) * bytes / o.memoryBandwidthBytesPerSecond;
+}
+
+/**
+ * Predicts one iteration of `plan` on `options.devices` devices (see the module notes for the
+ * model). The plan is validated first; its groups must all appear in the profile.
+ *
+ * @example
+ * ```ts
+ * import { overlap, sequential } from "./builtins.ts";
+ * import { simulate } from "./simulator.ts";
+ * const profile = {
+ *   batchSize: 32,
+ *   layers: [
+ *     { name: "conv", group: "conv", forwardSeconds: 0.05, backwardSeconds: 0.1, parameterBytes: 1e6 },
+ *     { name: "fc", group: "fc", forwardSeconds: 0.005, backwardSeconds: 0.01, parameterBytes: 1e8 },
+ *   ],
+ * };
+ * const options = { link: { bandwidthBytesPerSecond: 12e9, latencySeconds: 1e-5 }, devices: 2, mode: "master" } as const;
+ * const a = simulate(sequential(["fc", "conv"]), profile, options);
+ * const b = simulate(overlap(["fc", "conv"]), profile, options);
+ * console.log(a.stepSeconds > b.stepSeconds, b.hiddenFraction);
+ * ```
+ */
+export function simulate(plan: Plan, profile: Profile, options: SimulateOptions): Simulation {
+  const o = checkCostOptions(options, "simulate");
+  validatePlan(plan, { mode: o.mode });
+  const totals = new Map(groupTotals(profile).map((t) => [t.group, t]));
+  const missing = plan.groups.filter((g) => !totals.has(g));
+  if (missing.length > 0) {
+    throw new ValueError(
+      "simulate",
+      `plan ${plan.name} has groups ${missing.join(", ")} that the profile lacks; profile groups are ${
+        [...totals.keys()].join(", ")
+      }`,
+    );
+  }
+  const extra = [...totals.keys()].filter((g) => !plan.groups.includes(g));
+  if (extra.length > 0) {
+    throw new ValueError("simulate", `profile groups ${extra.join(", ")} are not in plan ${plan.name}`);
+  }
+
+  const forwardSeconds = profile.layers.reduce((sum, l) => sum + l.forwardSeconds, 0);
+  const lanes = Array.from(
+    { length: o.devices },
+    () => ({ compute: [] as LaneEntry[], comm: [] as LaneEntry[] }),
+  );
+  const done: number[] = [];
+  plan.steps.forEach((step, index) => {
+    const start = Math.max(0, ...dependenciesOf(plan, index).map((j) => done[j]));
+    const group = step.group === undefined ? undefined : totals.get(step.group)!;
+    const seconds = step.kind === "forward"
+      ? forwardSeconds
+      : step.kind === "backward"
+      ? group!.backwardSeconds
+      : commStepSeconds(step.kind, group!.parameterBytes, o);
+    done[index] = start + seconds;
+    // In master mode only device 0 updates; everything else runs (or waits in the collective) everywhere.
+    const devices = step.kind === "update" && o.mode === "master" ? 1 : o.devices;
+    const lane: Lane = step.lane;
+    for (let d = 0; d < devices; d++) {
+      lanes[d][lane].push({ step: index, kind: step.kind, group: step.group, start, end: done[index] });
+    }
+  });
+
+  const computeIntervals: Interval[] = lanes.flatMap((l) => l.compute);
+  const commIntervals: Interval[] = lanes.flatMap((l) => l.comm);
+  const commSeconds = measure(commIntervals);
+  const hiddenCommSeconds = overlapLength(commIntervals, computeIntervals);
+  const groups: Record<string, GroupCommunication> = {};
+  for (const g of plan.groups) {
+    const mine = lanes.flatMap((l) => l.comm.filter((e) => e.group === g));
+    groups[g] = { commSeconds: measure(mine), hiddenCommSeconds: overlapLength(mine, computeIntervals) };
+  }
+  return {
+    plan: plan.name,
+    stepSeconds: Math.max(0, ...done),
+    lanes,
+    commSeconds,
+    hiddenCommSeconds,
+    hiddenFraction: commSeconds > 0 ? hiddenCommSeconds / commSeconds : 0,
+    computeSeconds: measure(computeIntervals),
+    groups,
+  };
+}
+
+/**
+ * A named link for the scaling table.
+ *
+ * @example
+ * ```ts
+ * import type { NamedLink } from "./simulator.ts";
+ * const infiniband: NamedLink = { name: "HDR IB", bandwidthBytesPerSecond: 25e9, latencySeconds: 2e-6 };
+ * ```
+ */
+export interface NamedLink extends Link {
+  /** e.g. `PCIe 3`. */
+  readonly name: string;
+}
+
+/**
+ * The links {@link alexnetScalingTable} prices by default. Bandwidths are sustained one-direction
+ * figures (PCIe 3 ×16 12 GB/s, PCIe 4 ×16 24 GB/s, NVLink 150 GB/s, 10 GbE 1.2 GB/s, 100 GbE
+ * 12 GB/s); latencies are typical per-message figures (PCIe 10 µs, NVLink 5 µs, 10 GbE TCP 50 µs,
+ * 100 GbE RDMA 10 µs).
+ *
+ * @example
+ * ```ts
+ * import { STANDARD_LINKS } from "./simulator.ts";
+ * console.log(STANDARD_LINKS.map((l) => l.name).join(", "));
+ * ```
+ */
+export const STANDARD_LINKS: readonly NamedLink[] = [
+  { name: "PCIe 3", bandwidthBytesPerSecond: 12e9, latencySeconds: 10e-6 },
+  { name: "PCIe 4", bandwidthBytesPerSecond: 24e9, latencySeconds: 10e-6 },
+  { name: "NVLink", bandwidthBytesPerSecond: 150e9, latencySeconds: 5e-6 },
+  { name: "10 GbE", bandwidthBytesPerSecond: 1.2e9, latencySeconds: 50e-6 },
+  { name: "100 GbE", bandwidthBytesPerSecond: 12e9, latencySeconds: 10e-6 },
+];
+
+/**
+ * One row of {@link alexnetScalingTable}.
+ *
+ * @example
+ * ```ts
+ * import type { ScalingRow } from "./simulator.ts";
+ * const label = (r: ScalingRow) => `${r.link} ×${r.devices} ${r.mode}: ${r.overlapSpeedup.toFixed(2)}×`;
+ * ```
+ */
+export interface ScalingRow {
+  /** Link name. */
+  readonly link: string;
+  /** Number of devices. */
+  readonly devices: number;
+  /** Reduction mode. */
+  readonly mode: ReductionMode;
+  /** Predicted iteration seconds with the sequential schedule. */
+  readonly sequentialSeconds: number;
+  /** Predicted iteration seconds with the overlap schedule. */
+  readonly overlapSeconds: number;
+  /** `sequentialSeconds / overlapSeconds`. */
+  readonly overlapSpeedup: number;
+  /** Share of communication the overlap schedule hides. */
+  readonly hiddenFraction: number;
+  /** Images per second with overlap: devices × batch / overlapSeconds. */
+  readonly imagesPerSecond: number;
+  /** Overlap throughput over N × the best one-device throughput (≤ 1 in this model). */
+  readonly scalingEfficiency: number;
+}
+
+/**
+ * Options of {@link alexnetScalingTable}.
+ *
+ * @example
+ * ```ts
+ * import type { ScalingTableOptions } from "./simulator.ts";
+ * const options: ScalingTableOptions = { devices: [2, 4, 8], modes: ["allreduce"], topology: "star" };
+ * ```
+ */
+export interface ScalingTableOptions {
+  /** Links to price; default {@link STANDARD_LINKS}. */
+  readonly links?: readonly NamedLink[];
+  /** Device counts; default 2…8. */
+  readonly devices?: readonly number[];
+  /** Modes; default both. */
+  readonly modes?: readonly ReductionMode[];
+  /** Master-mode topology; default `shared` (the master's one slot or NIC carries every transfer). */
+  readonly topology?: Topology;
+  /** See {@link CostOptions}. */
+  readonly memoryBandwidthBytesPerSecond?: number;
+  /** See {@link CostOptions}. */
+  readonly updateSecondsPerByte?: number;
+}
+
+/**
+ * The rows and a Markdown rendering of them.
+ *
+ * @example
+ * ```ts
+ * import type { ScalingTable } from "./simulator.ts";
+ * const print = (t: ScalingTable) => console.log(t.markdown);
+ * ```
+ */
+export interface ScalingTable {
+  /** One row per link × mode × device count. */
+  readonly rows: readonly ScalingRow[];
+  /** A Markdown table of the rows, for reports. */
+  readonly markdown: string;
+}
+
+/**
+ * Predicted sequential vs overlap iteration times for an AlexNet profile (per-device batch, weak
+ * scaling) on 2–8 devices over the {@link STANDARD_LINKS}, in both reduction modes. The schedules
+ * use the profile's own groups (typically fc then conv).
+ *
+ * @example
+ * ```ts
+ * import { alexnetScalingTable } from "./simulator.ts";
+ * const profile = {
+ *   batchSize: 128,
+ *   layers: [
+ *     { name: "conv", group: "conv", forwardSeconds: 0.03, backwardSeconds: 0.06, parameterBytes: 9_336_320 },
+ *     { name: "fc", group: "fc", forwardSeconds: 0.003, backwardSeconds: 0.006, parameterBytes: 234_524_576 },
+ *   ],
+ * };
+ * console.log(alexnetScalingTable(profile, { devices: [2, 4] }).markdown);
+ * ```
+ */
+export function alexnetScalingTable(profile: Profile, options: ScalingTableOptions = {}): ScalingTable {
+  const groups = groupTotals(profile).map((t) => t.group);
+  const plans = { sequential: sequentialPlan(groups), overlap: overlapPlan(groups) };
+  const costs = {
+    topology: options.topology,
+    memoryBandwidthBytesPerSecond: options.memoryBandwidthBytesPerSecond,
+    updateSecondsPerByte: options.updateSecondsPerByte,
+  };
+  const rows: ScalingRow[] = [];
+  for (const link of options.links ?? STANDARD_LINKS) {
+    for (const mode of options.modes ?? ["master", "allreduce"] as const) {
+      // The best one device can do: with overlap its updates hide under the conv backward too.
+      const one = { ...costs, link, mode, devices: 1 };
+      const single = Math.min(
+        simulate(plans.sequential, profile, one).stepSeconds,
+        simulate(plans.overlap, profile, one).stepSeconds,
+      );
+      for (const devices of options.devices ?? [2, 3, 4, 5, 6, 7, 8]) {
+        const at = { ...costs, link, mode, devices };
+        const seq = simulate(plans.sequential, profile, at);
+        const ov = simulate(plans.overlap, profile, at);
+        rows.push({
+          link: link.name,
+          devices,
+          mode,
+          sequentialSeconds: seq.stepSeconds,
+          overlapSeconds: ov.stepSeconds,
+          overlapSpeedup: seq.stepSeconds / ov.stepSeconds,
+          hiddenFraction: ov.hiddenFraction,
+          imagesPerSecond: (devices * profile.batchSize) / ov.stepSeconds,
+          scalingEfficiency: single / ov.stepSeconds,
+        });
+      }
+    }
+  }
+  const ms = (s: number) => (s * 1e3).toFixed(1);
+  const header =
+    "| link | devices | mode | sequential ms | overlap ms | speed-up | hidden | images/s | efficiency |\n" +
+    "|---|---:|---|---:|---:|---:|---:|---:|---:|\n";
+  const body = rows.map((r) =>
+    `| ${r.link} | ${r.devices} | ${r.mode} | ${ms(r.sequentialSeconds)} | ${ms(r.overlapSeconds)} | ${
+      r.overlapSpeedup.toFixed(2)
+    }× | ${(100 * r.hiddenFraction).toFixed(0)}% | ${r.imagesPerSecond.toFixed(0)} | ${
+      (100 * r.scalingEfficiency).toFixed(0)
+    }% |\n`
+  ).join("");
+  return { rows, markdown: header + body };
+}

@@ -1,0 +1,167 @@
+import assert from "node:assert/strict";
+import { type ParameterEntry, randn, SGD, uniformValues } from "../mod.ts";
+import { overlap, sequential } from "../schedule/builtins.ts";
+import { DeviceError } from "../schedule/device.ts";
+import { parseLink } from "../schedule/link.ts";
+import type { Plan } from "../schedule/plan.ts";
+import { type DataParallelOptions, DataParallelTrainer, type ReduceMode } from "../schedule/runtime.ts";
+
+const groups = ["fc", "conv"];
+const model = {
+  kind: "module" as const,
+  url: new URL("./fixtures/networks.ts", import.meta.url).href,
+  exportName: "tinyAlexNet",
+  args: [1],
+};
+
+function batch(step: number, size: number) {
+  const images = randn([size, 1, 16, 16], { seed: 100 + step }).dataSync() as Float32Array;
+  const labels = Int32Array.from(uniformValues(size, { seed: 200 + step }), (u) => Math.floor(u * 5));
+  return { images, labels, shape: [size, 1, 16, 16] };
+}
+
+async function train(
+  plan: Plan,
+  devices: number,
+  options: { mode?: ReduceMode; steps?: number; batchSize?: number } & Partial<DataParallelOptions> = {},
+): Promise<Float32Array> {
+  const trainer = await DataParallelTrainer.create({
+    model,
+    devices,
+    plan,
+    optimizer: (p) => new SGD(p, { lr: 0.01, momentum: 0.9, weightDecay: 5e-4 }),
+    seed: 4,
+    verifyReplicas: true,
+    ...options,
+  });
+  try {
+    for (let step = 0; step < (options.steps ?? 4); step++) {
+      const result = await trainer.step(batch(step, options.batchSize ?? 12));
+      assert.ok(Number.isFinite(result.loss));
+      assert.deepEqual(trainer.divergentReplicas(), []);
+    }
+    return trainer.masterParameters();
+  } finally {
+    await trainer.close();
+  }
+}
+
+function bits(a: Float32Array): Uint32Array {
+  return new Uint32Array(a.buffer, a.byteOffset, a.length);
+}
+
+function relativeDifference(a: Float32Array, b: Float32Array): number {
+  let diff = 0, norm = 0;
+  for (let i = 0; i < a.length; i++) {
+    diff += (a[i] - b[i]) ** 2;
+    norm += b[i] ** 2;
+  }
+  return Math.sqrt(diff / norm);
+}
+
+Deno.test("overlap and sequential give bit-identical parameters (master and allreduce), replicas stay equal", async () => {
+  const initial = await train(sequential(groups), 2, { steps: 0 });
+  const seq = await train(sequential(groups), 2);
+  const ovl = await train(overlap(groups), 2);
+  assert.notDeepEqual(bits(seq), bits(initial), "training changed nothing");
+  assert.deepEqual(bits(ovl), bits(seq));
+  const seqAll = await train(sequential(groups), 2, { mode: "allreduce" });
+  const ovlAll = await train(overlap(groups), 2, { mode: "allreduce" });
+  assert.deepEqual(bits(ovlAll), bits(seqAll));
+  // Both modes apply the same update to the same averaged gradients.
+  assert.deepEqual(bits(seqAll), bits(seq));
+});
+
+Deno.test("an emulated link changes timing, not results", async () => {
+  const plain = await train(overlap(groups), 2, { steps: 2 });
+  const slow = await train(overlap(groups), 2, { steps: 2, link: parseLink("200MB/s,100us") });
+  assert.deepEqual(bits(slow), bits(plain));
+});
+
+Deno.test("2 and 3 devices match 1 device on the concatenated batch within 1e-5", async () => {
+  const one = await train(sequential(groups), 1);
+  const two = await train(overlap(groups), 2);
+  const three = await train(overlap(groups), 3);
+  const d2 = relativeDifference(two, one), d3 = relativeDifference(three, one);
+  assert.ok(d2 < 1e-5, `2 devices differ from 1 by ${d2}`);
+  assert.ok(d3 < 1e-5, `3 devices differ from 1 by ${d3}`);
+});
+
+Deno.test("a device that throws fails the step naming it, quickly, and the master keeps its parameters", async () => {
+  const trainer = await DataParallelTrainer.create({
+    model,
+    devices: 2,
+    plan: overlap(groups),
+    optimizer: (p) => new SGD(p, { lr: 0.01, momentum: 0.9 }),
+    timeoutSeconds: 10,
+  });
+  try {
+    await trainer.step(batch(0, 12));
+    const before = trainer.masterParameters();
+    const started = performance.now();
+    await assert.rejects(
+      trainer.step(batch(1, 12), [{ device: 1, group: "conv" }]),
+      (e: unknown) =>
+        e instanceof DeviceError && e.device === 1 && /injected failure in backward conv/.test(e.message),
+    );
+    assert.ok(performance.now() - started < 5000, "the failure took more than 5 s to surface");
+    // The FC update had already been applied when device 1 failed; it was rolled back.
+    assert.deepEqual(bits(trainer.masterParameters()), bits(before));
+    await assert.rejects(trainer.step(batch(2, 12)), /a device failed earlier: device 1/);
+  } finally {
+    await trainer.close();
+  }
+});
+
+Deno.test("a worker that dies mid-step and a replica that cannot be built are reported, not hung on", async () => {
+  const trainer = await DataParallelTrainer.create({
+    model,
+    devices: 2,
+    plan: sequential(groups),
+    optimizer: (p) => new SGD(p, { lr: 0.01 }),
+    timeoutSeconds: 10,
+  });
+  try {
+    const before = trainer.masterParameters();
+    const step = trainer.step(batch(0, 12));
+    (trainer.devices[1] as unknown as { kill(): void }).kill();
+    await assert.rejects(
+      step,
+      (e: unknown) => e instanceof DeviceError && e.device === 1 && /terminated/.test(e.message),
+    );
+    assert.deepEqual(bits(trainer.masterParameters()), bits(before));
+  } finally {
+    await trainer.close();
+  }
+  await assert.rejects(
+    DataParallelTrainer.create({
+      model: { ...model, exportName: "brokenNetwork", args: [] },
+      devices: 2,
+      plan: sequential(groups),
+      optimizer: (p) => new SGD(p, { lr: 0.01 }),
+    }),
+    /this model cannot be built/,
+  );
+});
+
+Deno.test("bad configurations are refused with clear errors", async () => {
+  const base = {
+    model,
+    plan: sequential(groups),
+    optimizer: (p: ParameterEntry[]) => new SGD(p, { lr: 0.01 }),
+  };
+  await assert.rejects(
+    DataParallelTrainer.create({ ...base, devices: 0 }),
+    /devices must be a positive integer, got 0/,
+  );
+  await assert.rejects(
+    DataParallelTrainer.create({ ...base, plan: sequential(["fc", "head"]) }),
+    /names groups \[fc,head\] but the model has \[fc,conv\]/,
+  );
+  const trainer = await DataParallelTrainer.create({ ...base, devices: 2 });
+  try {
+    await assert.rejects(trainer.step(batch(0, 7)), /a batch of 7 does not split evenly over 2 devices/);
+  } finally {
+    await trainer.close();
+  }
+});
