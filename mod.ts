@@ -23,6 +23,7 @@ import { CpuBackend } from "./backends/cpu/backend.ts";
 import { registerBackend } from "./engine/runtime.ts";
 
 export * from "./engine/mod.ts";
+export * from "./schedule/mod.ts";
 export type {
   Backend,
   BinaryOp,

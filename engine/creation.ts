@@ -238,7 +238,10 @@ export function uniform(
 export function fromStorage(backend: Backend, storage: Storage, shape: readonly number[]): Tensor {
   checkShape("fromStorage", shape);
   if (sizeOf(shape) !== storage.length) {
-    throw new ShapeError("fromStorage", `storage of ${storage.length} elements does not fit shape ${formatShape(shape)}`);
+    throw new ShapeError(
+      "fromStorage",
+      `storage of ${storage.length} elements does not fit shape ${formatShape(shape)}`,
+    );
   }
   return new Tensor(backend, storage, shape);
 }

@@ -379,6 +379,7 @@ export type ScheduleTag = (strings: TemplateStringsArray, ...values: unknown[]) 
  * ```
  */
 export function schedule(strings: TemplateStringsArray, ...values: unknown[]): Plan;
+/** With options first: returns a tag that parses with those options. */
 export function schedule(options: ParseOptions): ScheduleTag;
 export function schedule(
   first: TemplateStringsArray | ParseOptions,

@@ -73,7 +73,9 @@ export function parseLink(text: string): LinkSpec {
 
 /** Start and end of a transfer, in milliseconds of `performance.now()`. */
 export interface TransferTiming {
+  /** When the copy began. */
   start: number;
+  /** When the (emulated) transfer finished. */
   end: number;
 }
 

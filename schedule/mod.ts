@@ -89,3 +89,25 @@ export {
   TraceRecorder,
   type TraceSpan,
 } from "./trace.ts";
+export {
+  averageInDeviceOrder,
+  type DataParallelOptions,
+  type DataParallelStepResult,
+  DataParallelTrainer,
+  type HostBatch,
+  type LaneEvent,
+} from "./runtime.ts";
+export { type ComputeCommand, type ComputeResult, type Device, DeviceError } from "./device.ts";
+export { CpuDevice } from "./cpu_device.ts";
+export { type LinkSpec, parseLink, transfer, type TransferTiming, waitUntil } from "./link.ts";
+export { buildModel, type ModelSpec } from "./model_spec.ts";
+export {
+  backwardGroupOrder,
+  type GroupRange,
+  groupRange,
+  layoutOf,
+  type ParameterLayout,
+  type ParameterSlot,
+} from "./layout.ts";
+export { type MeasureOptions, measureProfile } from "./measure.ts";
+export type { ComputeSpan } from "./protocol.ts";

@@ -43,9 +43,13 @@ export interface StepMessage {
 
 /** A span of work on the worker's compute lane, in epoch milliseconds. */
 export interface ComputeSpan {
+  /** What ran, e.g. `backward fc`. */
   name: string;
+  /** Its group, for backward spans. */
   group?: string;
+  /** Start time. */
   start: number;
+  /** End time. */
   end: number;
 }
 

@@ -38,19 +38,22 @@ import { type Interval, measure, overlapLength } from "./intervals.ts";
 import { groupRange, layoutOf, type ParameterLayout } from "./layout.ts";
 import { type LinkSpec, transfer, waitUntil } from "./link.ts";
 import { buildModel, type ModelSpec } from "./model_spec.ts";
-import { dependenciesOf, type Plan } from "./plan.ts";
+import { dependenciesOf, type Plan, type ReductionMode } from "./plan.ts";
 import type { ComputeSpan } from "./protocol.ts";
-
-/** How gradients are combined. */
-export type ReduceMode = "master" | "allreduce";
 
 /** One recorded span of work on a lane, in `performance.now()` milliseconds. */
 export interface LaneEvent {
+  /** Device index. */
   device: number;
+  /** Which lane of that device. */
   lane: "compute" | "comm";
+  /** What ran, e.g. `reduce fc`. */
   name: string;
+  /** Training iteration. */
   step: number;
+  /** Start, `performance.now()` ms. */
   start: number;
+  /** End, `performance.now()` ms. */
   end: number;
 }
 
@@ -61,7 +64,7 @@ export interface DataParallelOptions {
   /** Number of devices (default 2). */
   devices?: number;
   /** `master` (gather to device 0, update there, broadcast; default) or `allreduce`. */
-  mode?: ReduceMode;
+  mode?: ReductionMode;
   /** The schedule to run (validated beforehand). */
   plan: Plan;
   /** Creates the optimizer for a set of parameters (called once per updating device). */
@@ -121,7 +124,7 @@ export class DataParallelTrainer {
   readonly #devices: Device[];
   readonly #layout: ParameterLayout;
   readonly #plan: Plan;
-  readonly #mode: ReduceMode;
+  readonly #mode: ReductionMode;
   readonly #optimizers: Optimizer[];
   readonly #reduced: Float32Array[];
   readonly #options: DataParallelOptions;

@@ -4,7 +4,8 @@ import { overlap, sequential } from "../schedule/builtins.ts";
 import { DeviceError } from "../schedule/device.ts";
 import { parseLink } from "../schedule/link.ts";
 import type { Plan } from "../schedule/plan.ts";
-import { type DataParallelOptions, DataParallelTrainer, type ReduceMode } from "../schedule/runtime.ts";
+import type { ReductionMode } from "../schedule/plan.ts";
+import { type DataParallelOptions, DataParallelTrainer } from "../schedule/runtime.ts";
 
 const groups = ["fc", "conv"];
 const model = {
@@ -23,7 +24,7 @@ function batch(step: number, size: number) {
 async function train(
   plan: Plan,
   devices: number,
-  options: { mode?: ReduceMode; steps?: number; batchSize?: number } & Partial<DataParallelOptions> = {},
+  options: { mode?: ReductionMode; steps?: number; batchSize?: number } & Partial<DataParallelOptions> = {},
 ): Promise<Float32Array> {
   const trainer = await DataParallelTrainer.create({
     model,
