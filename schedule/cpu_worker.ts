@@ -9,17 +9,27 @@
 
 /// <reference lib="deno.worker" />
 
-import { backwardPass, countCorrect, type ParameterEntry, type Tensor, tensor, tidy } from "../mod.ts";
-import { softmaxCrossEntropy } from "../engine/ops/softmax.ts";
+import {
+  backwardPass,
+  countCorrect,
+  fromStorage,
+  getBackend,
+  type Network,
+  ops,
+  type ParameterEntry,
+  type Tensor,
+  tensor,
+  tidy,
+} from "../mod.ts";
 import { buildModel } from "./model_spec.ts";
 import type { ComputeSpan, InitMessage, StepMessage, WorkerReply } from "./protocol.ts";
-import type { Network } from "../engine/mod.ts";
 
 let device = -1;
 let model: Network;
 let parameters: Float32Array;
 let gradients: Float32Array;
-let entries: { entry: ParameterEntry; offset: number; size: number }[] = [];
+/** Each parameter with zero-copy views of its slices of the shared parameter and gradient buffers. */
+let entries: { entry: ParameterEntry; offset: number; size: number; shared: Tensor; gradient: Tensor }[] = [];
 
 const now = () => performance.timeOrigin + performance.now();
 
@@ -41,18 +51,17 @@ async function init(message: InitMessage): Promise<void> {
     if (!entry || entry.tensor.size !== slot.size || entry.group !== slot.group) {
       throw new Error(`replica parameter "${slot.name}" does not match the runtime's layout`);
     }
-    return { entry, offset: slot.offset, size: slot.size };
+    const backend = getBackend();
+    const view = (buffer: Float32Array) =>
+      fromStorage(backend, backend.wrap!(buffer.subarray(slot.offset, slot.offset + slot.size)), entry.tensor.shape);
+    return { entry, offset: slot.offset, size: slot.size, shared: view(parameters), gradient: view(gradients) };
   });
   reply({ type: "ready", device });
 }
 
 /** Loads the shared parameters (device 0's, after broadcast) into the replica's tensors. */
 function loadParameters(): void {
-  for (const { entry, offset, size } of entries) {
-    const source = tensor(parameters.subarray(offset, offset + size), { shape: entry.tensor.shape });
-    entry.tensor.assign(source);
-    source.dispose();
-  }
+  for (const { entry, shared } of entries) entry.tensor.assign(shared);
 }
 
 function step(message: StepMessage): void {
@@ -67,7 +76,7 @@ function step(message: StepMessage): void {
       step: message.iteration,
       sampleOffset: message.sampleOffset,
     });
-    return { loss: softmaxCrossEntropy(logits, labels), logits };
+    return { loss: ops.softmaxCrossEntropy(logits, labels), logits };
   });
   spans.push({ name: "forward", start, end: now() });
   const pass = backwardPass(loss);
@@ -76,10 +85,10 @@ function step(message: StepMessage): void {
     const members = entries.filter((e) => e.entry.group === group);
     tidy(() => pass.runUntil(members.map((m) => m.entry.tensor)));
     if (message.failInGroup === group) throw new Error(`injected failure in backward ${group}`);
-    for (const { entry, offset, size } of members) {
+    for (const { entry, offset, size, gradient } of members) {
       const grad = entry.tensor.grad;
       if (grad) {
-        gradients.set(grad.dataSync() as Float32Array, offset);
+        gradient.assign(grad);
         grad.dispose();
         entry.tensor.grad = null;
       } else {
@@ -125,5 +134,3 @@ self.onmessage = async (event: MessageEvent<InitMessage | StepMessage>) => {
     });
   }
 };
-
-export type { Tensor };
