@@ -124,3 +124,28 @@ export {
   trainStep,
   type TrainStepOptions,
 } from "./train/trainer.ts";
+export {
+  alexnet,
+  alexnetLike,
+  type AlexnetLikeOptions,
+  type BuiltinModel,
+  type BuiltinModelName,
+  builtinModels,
+  caffenet,
+  cifarQuick,
+  lenet,
+  type ModelOptions,
+} from "./models/mod.ts";
+export {
+  type CaffeImport,
+  CaffeImportError,
+  type CaffeImportOptions,
+  type CaffePhase,
+  importCaffeNet,
+  loadCaffeNet,
+  parsePrototxt,
+  PrototxtError,
+  type PrototxtField,
+  PrototxtMessage,
+  type PrototxtScalar,
+} from "./caffe/mod.ts";

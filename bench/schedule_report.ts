@@ -1,0 +1,234 @@
+/**
+ * Side-by-side measurement of the data-parallel schedules on this machine, written to
+ * `bench/SCHEDULE.md`: step time of `sequential` vs `overlap` on 2 CPU devices for the AlexNet-like
+ * default and cifar10_quick, without link emulation and over emulated links, the hidden
+ * communication, the simulator's predictions for the same runs, and 2-device vs 1-device scaling.
+ *
+ * Run: `npx deno task bench:schedule` (a few minutes).
+ *
+ * @module
+ */
+
+import {
+  averageInDeviceOrder,
+  DataParallelTrainer,
+  groupTotals,
+  type LinkSpec,
+  measureProfile,
+  type ModelSpec,
+  overlap,
+  parseLink,
+  type Plan,
+  type Profile,
+  randn,
+  sequential,
+  SGD,
+  simulate,
+  uniformValues,
+  writeFileAtomic,
+} from "../mod.ts";
+import { buildModel } from "../schedule/model_spec.ts";
+
+const GLOBAL_BATCH = 64;
+const WARMUP = 2, TIMED = 5;
+
+const models: { label: string; spec: ModelSpec }[] = [
+  {
+    label: "AlexNet-like default (28×28)",
+    spec: {
+      kind: "module",
+      url: new URL("../engine/models/mod.ts", import.meta.url).href,
+      exportName: "alexnetLike",
+    },
+  },
+  {
+    label: "cifar10_quick (32×32×3)",
+    spec: {
+      kind: "module",
+      url: new URL("../engine/models/mod.ts", import.meta.url).href,
+      exportName: "cifarQuick",
+    },
+  },
+];
+
+const links: (LinkSpec | undefined)[] = [
+  undefined,
+  parseLink("12GB/s"),
+  parseLink("1.2GB/s"),
+  parseLink("100MB/s"),
+];
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)];
+}
+
+function batchFor(shape: readonly number[], step: number, classes: number) {
+  const images = randn([GLOBAL_BATCH, ...shape], { seed: 1000 + step }).dataSync() as Float32Array;
+  const labels = Int32Array.from(
+    uniformValues(GLOBAL_BATCH, { seed: 2000 + step }),
+    (u) => Math.floor(u * classes),
+  );
+  return { images, labels, shape: [GLOBAL_BATCH, ...shape] };
+}
+
+interface Run {
+  seconds: number;
+  fcCommMs: number;
+  commMs: number;
+  hiddenMs: number;
+}
+
+async function run(
+  spec: ModelSpec,
+  plan: Plan,
+  devices: number,
+  link: LinkSpec | undefined,
+  input: number[],
+  classes: number,
+): Promise<Run> {
+  const fcSpans: number[] = [];
+  let step = -1;
+  const trainer = await DataParallelTrainer.create({
+    model: spec,
+    devices,
+    plan,
+    link,
+    optimizer: (p) => new SGD(p, { lr: 0.001, momentum: 0.9, weightDecay: 5e-4 }),
+    onEvent: (e) => {
+      if (e.lane === "comm" && e.device === 0 && / fc$/.test(e.name) && e.step === step) {
+        fcSpans.push(e.end - e.start);
+      }
+    },
+  });
+  const seconds: number[] = [], comm: number[] = [], hidden: number[] = [], fc: number[] = [];
+  try {
+    for (let i = 0; i < WARMUP + TIMED; i++) {
+      step = i;
+      fcSpans.length = 0;
+      const result = await trainer.step(batchFor(input, i, classes));
+      if (i >= WARMUP) {
+        seconds.push(result.seconds);
+        comm.push(result.commMs);
+        hidden.push(result.hiddenCommMs);
+        fc.push(fcSpans.reduce((a, b) => a + b, 0));
+      }
+    }
+  } finally {
+    await trainer.close();
+  }
+  return { seconds: median(seconds), fcCommMs: median(fc), commMs: median(comm), hiddenMs: median(hidden) };
+}
+
+/** Bytes per second of the device-order gradient average on this thread, and the SGD update cost. */
+function calibrate(bytes: number): { memoryBandwidth: number; updateSecondsPerByte: number } {
+  const n = bytes / 4;
+  const a = new Float32Array(n).fill(1), b = new Float32Array(n).fill(2), out = new Float32Array(n);
+  const times: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    const t0 = performance.now();
+    averageInDeviceOrder([a, b], out);
+    times.push((performance.now() - t0) / 1000);
+  }
+  return { memoryBandwidth: (2 * bytes) / median(times), updateSecondsPerByte: 0 };
+}
+
+const lines: string[] = [];
+const say = (line = "") => {
+  console.log(line);
+  lines.push(line);
+};
+
+say("# Data-parallel schedules on this machine");
+say();
+say(
+  `Measured ${
+    new Date().toISOString().slice(0, 10)
+  } on ${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}, ` +
+    `pure-TypeScript CPU backend, 2 CPU devices (Workers), master reduction, global batch ${GLOBAL_BATCH}, ` +
+    `median of ${TIMED} steps after ${WARMUP} warm-up steps. Links marked "emulated" add latency + bytes/bandwidth ` +
+    `to every transfer; without one, devices share memory.`,
+);
+
+for (const { label, spec } of models) {
+  const reference = await buildModel(spec);
+  const input = [...reference.inputShape], classes = reference.classes;
+  const groups = ["fc", "conv"];
+  const profile: Profile = measureProfile(reference, GLOBAL_BATCH / 2, { description: label });
+  const totals = groupTotals(profile);
+  const fcBytes = totals.find((t) => t.group === "fc")!.parameterBytes;
+  const convBackward = totals.find((t) => t.group === "conv")!.backwardSeconds;
+  const costs = calibrate(fcBytes);
+  // The update cost per byte: one SGD step over the model on this thread.
+  {
+    const optimizer = new SGD(reference.namedParameters(), { lr: 0.001, momentum: 0.9, weightDecay: 5e-4 });
+    for (const p of reference.namedParameters()) p.tensor.grad = randn(p.tensor.shape, { seed: 1 });
+    const times: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const t0 = performance.now();
+      optimizer.step();
+      times.push((performance.now() - t0) / 1000);
+    }
+    const allBytes = reference.parameterCount() * 4;
+    costs.updateSecondsPerByte = median(times) / allBytes;
+    optimizer.zeroGrad();
+    optimizer.dispose();
+  }
+  reference.dispose();
+
+  say();
+  say(`## ${label}`);
+  say();
+  say(
+    `Profile at ${GLOBAL_BATCH / 2} samples per device: FC ${(fcBytes / 1e6).toFixed(2)} MB of gradients, ` +
+      `conv backward ${(convBackward * 1000).toFixed(0)} ms, FC backward ${
+        (totals.find((t) => t.group === "fc")!.backwardSeconds * 1000).toFixed(0)
+      } ms. Gradient averaging measured at ${(costs.memoryBandwidth / 1e9).toFixed(1)} GB/s, SGD update at ${
+        (1 / costs.updateSecondsPerByte / 1e9).toFixed(2)
+      } GB/s.`,
+  );
+  say();
+  say(
+    "| link | sequential | overlap | ratio | FC comm (seq) | hidden: (T_seq − T_ovl) / T_fc_comm | hidden (trace, overlap) | simulated seq / ovl | sim. error seq / ovl |",
+  );
+  say("|---|---|---|---|---|---|---|---|---|");
+  for (const link of links) {
+    const seq = await run(spec, sequential(groups), 2, link, input, classes);
+    const ovl = await run(spec, overlap(groups), 2, link, input, classes);
+    const simLink = link ?? { bandwidthBytesPerSecond: costs.memoryBandwidth, latencySeconds: 0 };
+    const simOptions = {
+      link: simLink,
+      devices: 2,
+      mode: "master" as const,
+      topology: "star" as const,
+      memoryBandwidthBytesPerSecond: costs.memoryBandwidth,
+      updateSecondsPerByte: costs.updateSecondsPerByte,
+    };
+    const simSeq = simulate(sequential(groups), profile, simOptions).stepSeconds;
+    const simOvl = simulate(overlap(groups), profile, simOptions).stepSeconds;
+    const hiddenByTime = (seq.seconds - ovl.seconds) * 1000 / seq.fcCommMs;
+    const error = (measured: number, predicted: number) =>
+      `${((predicted - measured) / measured * 100).toFixed(1)}%`;
+    say(
+      `| ${link?.label ?? "none (shared memory)"} | ${(seq.seconds * 1000).toFixed(0)} ms | ${
+        (ovl.seconds * 1000).toFixed(0)
+      } ms | ${(seq.seconds / ovl.seconds).toFixed(3)}× | ${seq.fcCommMs.toFixed(1)} ms | ${
+        hiddenByTime.toFixed(2)
+      } | ${(ovl.hiddenMs / (ovl.commMs || 1)).toFixed(2)} | ${(simSeq * 1000).toFixed(0)} / ${
+        (simOvl * 1000).toFixed(0)
+      } ms | ${error(seq.seconds, simSeq)} / ${error(ovl.seconds, simOvl)} |`,
+    );
+  }
+  const one = await run(spec, sequential(groups), 1, undefined, input, classes);
+  const two = await run(spec, overlap(groups), 2, undefined, input, classes);
+  say();
+  say(
+    `Scaling, no emulation: 1 device ${(GLOBAL_BATCH / one.seconds).toFixed(1)} images/s, 2 devices ${
+      (GLOBAL_BATCH / two.seconds).toFixed(1)
+    } images/s: ${(one.seconds / two.seconds).toFixed(2)}×.`,
+  );
+}
+
+await writeFileAtomic(new URL("./SCHEDULE.md", import.meta.url).pathname, [
+  new TextEncoder().encode(lines.join("\n") + "\n"),
+]);

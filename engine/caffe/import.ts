@@ -1,0 +1,1122 @@
+/**
+ * Imports a Caffe net definition (`train_val.prototxt`, `deploy.prototxt`) as a Tandem `Network`:
+ * the layers of sequential CNNs (Convolution, Pooling, LRN, ReLU, Dropout, InnerProduct, Flatten)
+ * with Caffe's fillers and `param` multipliers, parameters named after the Caffe layers so the same
+ * seed gives the same values as the matching model factory.
+ *
+ * Input shape: the `inputShape` option wins; otherwise an `Input` layer's or the legacy
+ * `input_shape`/`input_dim` shape, a `MemoryData` layer's size, or `transform_param.crop_size`
+ * (square crops; channels from `force_gray`/`force_color`, `image_data_param.is_color`, and else 3,
+ * since LMDB/LevelDB `Data` does not say — noted). A `Data` layer without a crop (cifar10_quick)
+ * only learns its size from the database, so the import asks for `inputShape` instead of guessing.
+ *
+ * @module
+ */
+
+import { TandemError } from "../errors.ts";
+import type { Filler, VarianceNorm } from "../nn/init.ts";
+import {
+  AvgPool2d,
+  Conv2d,
+  Dropout,
+  Flatten,
+  Linear,
+  LRN,
+  MaxPool2d,
+  type Multipliers,
+  ReLU,
+} from "../nn/layers.ts";
+import type { Module } from "../nn/module.ts";
+import { Network } from "../nn/network.ts";
+import {
+  parsePrototxt,
+  PrototxtError,
+  type PrototxtField,
+  PrototxtMessage,
+  type PrototxtScalar,
+} from "./prototxt.ts";
+
+/**
+ * A well-formed net definition that Tandem cannot import as given (unknown layer type, bad value,
+ * branching graph), with the file position of the offending layer or value.
+ *
+ * @example
+ * ```ts
+ * import { CaffeImportError, importCaffeNet } from "./import.ts";
+ * try {
+ *   importCaffeNet('layer { name: "e" type: "Eltwise" bottom: "a" top: "b" }');
+ * } catch (e) {
+ *   if (e instanceof CaffeImportError) console.log(e.layer, e.line, e.column); // e 1 1
+ * }
+ * ```
+ */
+export class CaffeImportError extends PrototxtError {
+  /** An error about `layer` (if any) at `line`:`column` of `fileName`. */
+  constructor(
+    fileName: string,
+    line: number,
+    column: number,
+    detail: string,
+    /** Name of the Caffe layer at fault, when the problem is in a layer. */
+    readonly layer?: string,
+  ) {
+    super(fileName, line, column, detail);
+  }
+}
+
+/** Caffe's phase a net is instantiated for. */
+export type CaffePhase = "TRAIN" | "TEST";
+
+/**
+ * Options of {@link importCaffeNet}.
+ *
+ * @example
+ * ```ts
+ * import type { CaffeImportOptions } from "./import.ts";
+ * const options: CaffeImportOptions = { phase: "TEST", seed: 1, inputShape: [3, 32, 32] };
+ * ```
+ */
+export interface CaffeImportOptions {
+  /** Which phase's layers to keep (`include`/`exclude` rules); default `TRAIN`. */
+  phase?: CaffePhase;
+  /** Initialisation seed (default 0). */
+  seed?: number;
+  /** File name for messages (default: the parsed tree's, or `<prototxt>`). */
+  fileName?: string;
+  /** Per-sample input `[channels, height, width]`; overrides what the data layers say. */
+  inputShape?: readonly number[];
+  /** Stages for `include { stage: … }` rules (default none), as Caffe's `NetState.stage`. */
+  stages?: readonly string[];
+  /** Level for `min_level`/`max_level` rules (default 0), as Caffe's `NetState.level`. */
+  level?: number;
+}
+
+/**
+ * What {@link importCaffeNet} produces.
+ *
+ * @example
+ * ```ts
+ * import { importCaffeNet, type CaffeImport } from "./import.ts";
+ * function show(r: CaffeImport) { console.log(r.network.name, r.loss, r.notes.join("\n")); }
+ * ```
+ */
+export interface CaffeImport {
+  /** The sequential network, initialised with the seed. */
+  network: Network;
+  /** What was left out or assumed (data layers, accuracy, phase-filtered layers, renamed layers…). */
+  notes: string[];
+  /** The loss layer's type (`SoftmaxWithLoss`), or undefined for a net without one (deploy). */
+  loss: "SoftmaxWithLoss" | undefined;
+}
+
+/** Layer types that become modules of the network. */
+const MODULE_TYPES = ["Convolution", "Pooling", "LRN", "ReLU", "Dropout", "InnerProduct", "Flatten"];
+/** Layer types that only provide blobs. */
+const DATA_TYPES = ["Data", "ImageData", "Input", "MemoryData"];
+/** Every supported type, for messages. */
+const SUPPORTED = [...DATA_TYPES, ...MODULE_TYPES, "SoftmaxWithLoss", "Softmax", "Accuracy"];
+
+const LAYER_FIELDS = new Set([
+  "name",
+  "type",
+  "bottom",
+  "top",
+  "phase",
+  "loss_weight",
+  "param",
+  "blobs",
+  "propagate_down",
+  "include",
+  "exclude",
+]);
+
+/** Where a layer sits in the file, for errors. */
+interface LayerRef {
+  name: string;
+  type: string;
+  field: PrototxtField;
+  message: PrototxtMessage;
+}
+
+/** An input blob and what is known of its per-sample shape. */
+interface DataBlob {
+  shape: number[] | undefined;
+  /** How the shape was found, or why it is unknown. */
+  source: string;
+  layer: LayerRef | undefined;
+  isLabel: boolean;
+}
+
+class Reader {
+  constructor(readonly fileName: string) {}
+
+  fail(at: { line: number; column: number }, detail: string, layer?: string): never {
+    throw new CaffeImportError(this.fileName, at.line, at.column, detail, layer);
+  }
+
+  failValue(field: PrototxtField, detail: string, layer?: string): never {
+    return this.fail({ line: field.valueLine, column: field.valueColumn }, detail, layer);
+  }
+
+  /** The only occurrence of a singular field, as protobuf rejects a second one. */
+  single(message: PrototxtMessage, name: string, where: string): PrototxtField | undefined {
+    const fields = message.all(name);
+    if (fields.length > 1) {
+      this.fail(fields[1], `${where}: field "${name}" is not repeated but is given twice`);
+    }
+    return fields[0];
+  }
+
+  /** Rejects fields outside `allowed`: in interpreted blocks a typo or an unsupported option would otherwise be silently dropped. */
+  checkFields(message: PrototxtMessage, allowed: readonly string[], where: string, layer?: string): void {
+    for (const field of message.fields) {
+      if (!allowed.includes(field.name)) {
+        this.fail(field, `${where}: unknown field "${field.name}" (known: ${allowed.join(", ")})`, layer);
+      }
+    }
+  }
+
+  scalar(field: PrototxtField, where: string, layer?: string): PrototxtScalar {
+    if (field.value instanceof PrototxtMessage) {
+      this.failValue(field, `${where}: "${field.name}" must be a value, not a message`, layer);
+    }
+    return field.value;
+  }
+
+  messageOf(field: PrototxtField, where: string, layer?: string): PrototxtMessage {
+    if (!(field.value instanceof PrototxtMessage)) {
+      this.failValue(field, `${where}: "${field.name}" must be a message { … }`, layer);
+    }
+    return field.value;
+  }
+
+  number(field: PrototxtField, where: string, layer?: string): number {
+    const v = this.scalar(field, where, layer);
+    if (v.kind !== "number") {
+      this.failValue(field, `${where}: "${field.name}" must be a number, got ${show(v)}`, layer);
+    }
+    return v.value;
+  }
+
+  /** An integer ≥ `min` (Caffe's uint32/int32 fields). */
+  integer(field: PrototxtField, where: string, min: number, layer?: string): number {
+    const v = this.number(field, where, layer);
+    if (!Number.isInteger(v) || v < min) {
+      this.failValue(
+        field,
+        `${where}: "${field.name}" must be an integer ≥ ${min}, got ${fieldText(field)}`,
+        layer,
+      );
+    }
+    return v;
+  }
+
+  string(field: PrototxtField, where: string, layer?: string): string {
+    const v = this.scalar(field, where, layer);
+    if (v.kind !== "string") {
+      this.failValue(field, `${where}: "${field.name}" must be a quoted string, got ${show(v)}`, layer);
+    }
+    return v.value;
+  }
+
+  bool(field: PrototxtField, where: string, layer?: string): boolean {
+    const v = this.scalar(field, where, layer);
+    if (v.kind === "bool") return v.value;
+    if (v.kind === "identifier" && (v.value === "t" || v.value === "f")) return v.value === "t";
+    if (v.kind === "number" && (v.value === 0 || v.value === 1)) return v.value === 1;
+    return this.failValue(field, `${where}: "${field.name}" must be true or false, got ${show(v)}`, layer);
+  }
+
+  /** An enum value by name or by number (`pool: MAX` or `pool: 0`). */
+  enumValue<T extends string>(field: PrototxtField, values: readonly T[], where: string, layer?: string): T {
+    const v = this.scalar(field, where, layer);
+    if (v.kind === "identifier" && (values as readonly string[]).includes(v.value)) return v.value as T;
+    if (v.kind === "number" && Number.isInteger(v.value) && v.value >= 0 && v.value < values.length) {
+      return values[v.value];
+    }
+    return this.failValue(
+      field,
+      `${where}: "${field.name}" must be one of ${values.join(", ")}, got ${show(v)}`,
+      layer,
+    );
+  }
+
+  optNumber(m: PrototxtMessage, name: string, where: string, fallback: number, layer?: string): number {
+    const f = this.single(m, name, where);
+    return f ? this.number(f, where, layer) : fallback;
+  }
+
+  optInteger(
+    m: PrototxtMessage,
+    name: string,
+    where: string,
+    fallback: number,
+    min: number,
+    layer?: string,
+  ): number {
+    const f = this.single(m, name, where);
+    return f ? this.integer(f, where, min, layer) : fallback;
+  }
+
+  optBool(m: PrototxtMessage, name: string, where: string, fallback: boolean, layer?: string): boolean {
+    const f = this.single(m, name, where);
+    return f ? this.bool(f, where, layer) : fallback;
+  }
+}
+
+function show(v: PrototxtScalar): string {
+  switch (v.kind) {
+    case "string":
+      return `string ${JSON.stringify(v.value)}`;
+    case "number":
+      return v.text;
+    case "bool":
+      return String(v.value);
+    default:
+      return v.value;
+  }
+}
+
+function fieldText(field: PrototxtField): string {
+  return field.value instanceof PrototxtMessage ? "a message" : show(field.value);
+}
+
+/** `[h, w]` collapsed to one number when square, so options read like the hand-written models. */
+function pairOf(h: number, w: number): number | [number, number] {
+  return h === w ? h : [h, w];
+}
+
+/** Caffe's `NetStateRule` semantics: every condition a rule states must hold. */
+function ruleMet(
+  reader: Reader,
+  rule: PrototxtMessage,
+  phase: CaffePhase,
+  level: number,
+  stages: readonly string[],
+) {
+  const where = "include/exclude rule";
+  reader.checkFields(rule, ["phase", "min_level", "max_level", "stage", "not_stage"], where);
+  const p = reader.single(rule, "phase", where);
+  if (p && reader.enumValue(p, ["TRAIN", "TEST"] as const, where) !== phase) return false;
+  const min = reader.single(rule, "min_level", where);
+  if (min && level < reader.number(min, where)) return false;
+  const max = reader.single(rule, "max_level", where);
+  if (max && level > reader.number(max, where)) return false;
+  for (const s of rule.all("stage")) if (!stages.includes(reader.string(s, where))) return false;
+  for (const s of rule.all("not_stage")) if (stages.includes(reader.string(s, where))) return false;
+  return true;
+}
+
+const FILLER_TYPES = ["constant", "gaussian", "uniform", "xavier", "msra"] as const;
+const VARIANCE_NORMS = ["FAN_IN", "FAN_OUT", "AVERAGE"] as const;
+const VARIANCE_NORM_OF: Record<(typeof VARIANCE_NORMS)[number], VarianceNorm> = {
+  FAN_IN: "fanIn",
+  FAN_OUT: "fanOut",
+  AVERAGE: "average",
+};
+
+/** Caffe's `FillerParameter` with Caffe's defaults (type constant, value 0, std 1, max 1). */
+function fillerOf(reader: Reader, field: PrototxtField | undefined, where: string, layer: string): Filler {
+  if (!field) return { type: "constant", value: 0 };
+  const m = reader.messageOf(field, where, layer);
+  reader.checkFields(
+    m,
+    ["type", "value", "min", "max", "mean", "std", "sparse", "variance_norm"],
+    where,
+    layer,
+  );
+  const typeField = reader.single(m, "type", where);
+  const type = typeField ? reader.string(typeField, where, layer) : "constant";
+  if (!(FILLER_TYPES as readonly string[]).includes(type)) {
+    reader.failValue(
+      typeField!,
+      `${where}: filler type "${type}" is not supported (supported: ${FILLER_TYPES.join(", ")})`,
+      layer,
+    );
+  }
+  const sparse = reader.single(m, "sparse", where);
+  if (sparse && reader.number(sparse, where, layer) !== -1) {
+    reader.failValue(sparse, `${where}: sparse fillers are not supported`, layer);
+  }
+  const varianceNorm = () => {
+    const f = reader.single(m, "variance_norm", where);
+    return VARIANCE_NORM_OF[f ? reader.enumValue(f, VARIANCE_NORMS, where, layer) : "FAN_IN"];
+  };
+  switch (type as (typeof FILLER_TYPES)[number]) {
+    case "constant":
+      return { type: "constant", value: reader.optNumber(m, "value", where, 0, layer) };
+    case "gaussian": {
+      const std = reader.optNumber(m, "std", where, 1, layer);
+      if (!(std >= 0)) {
+        reader.failValue(reader.single(m, "std", where)!, `${where}: std must be ≥ 0, got ${std}`, layer);
+      }
+      return { type: "gaussian", std, mean: reader.optNumber(m, "mean", where, 0, layer) };
+    }
+    case "uniform": {
+      const min = reader.optNumber(m, "min", where, 0, layer),
+        max = reader.optNumber(m, "max", where, 1, layer);
+      if (!(max > min)) {
+        reader.fail(field, `${where}: uniform filler needs max (${max}) > min (${min})`, layer);
+      }
+      return { type: "uniform", min, max };
+    }
+    case "xavier":
+      return { type: "xavier", varianceNorm: varianceNorm() };
+    case "msra":
+      return { type: "msra", varianceNorm: varianceNorm() };
+  }
+}
+
+/**
+ * A spatial size given as `name` (repeated in ConvolutionParameter: 1 or 2 values; singular in
+ * PoolingParameter) or as the `_h`/`_w` pair.
+ */
+function spatial(
+  reader: Reader,
+  m: PrototxtMessage,
+  names: { both: string; h: string; w: string; repeated: boolean },
+  where: string,
+  layer: string,
+  fallback: number | undefined,
+  min: number,
+): [number, number] | undefined {
+  const fields = names.repeated
+    ? m.all(names.both)
+    : [reader.single(m, names.both, where)].filter((f) => f !== undefined);
+  const values = fields.map((f) => reader.integer(f, where, min, layer));
+  const h = reader.single(m, names.h, where), w = reader.single(m, names.w, where);
+  if (h || w) {
+    if (values.length) {
+      reader.fail(h ?? w!, `${where}: give either ${names.both} or ${names.h}/${names.w}, not both`, layer);
+    }
+    if (!h || !w) reader.fail(h ?? w!, `${where}: ${names.h} and ${names.w} must be given together`, layer);
+    return [reader.integer(h, where, min, layer), reader.integer(w, where, min, layer)];
+  }
+  if (values.length > 2) {
+    reader.fail(fields[2], `${where}: ${names.both} takes at most 2 values (2-D only)`, layer);
+  }
+  if (values.length === 2) return [values[0], values[1]];
+  if (values.length === 1) return [values[0], values[0]];
+  return fallback === undefined ? undefined : [fallback, fallback];
+}
+
+const KERNEL = { both: "kernel_size", h: "kernel_h", w: "kernel_w" };
+const STRIDE = { both: "stride", h: "stride_h", w: "stride_w" };
+const PAD = { both: "pad", h: "pad_h", w: "pad_w" };
+
+/** Weight and bias multipliers from `param { lr_mult decay_mult }` blocks (Caffe default 1 and 1). */
+function multipliersOf(reader: Reader, ref: LayerRef, blobs: number): Multipliers[] {
+  const params = ref.message.all("param");
+  if (params.length > blobs) {
+    reader.fail(
+      params[blobs],
+      `layer "${ref.name}" (${ref.type}) has ${params.length} param blocks but only ${blobs} parameter blob(s)`,
+      ref.name,
+    );
+  }
+  return Array.from({ length: blobs }, (_, i) => {
+    if (!params[i]) return { lrMult: 1, decayMult: 1 };
+    const where = `layer "${ref.name}" param`;
+    const m = reader.messageOf(params[i], where, ref.name);
+    reader.checkFields(m, ["name", "lr_mult", "decay_mult", "share_mode"], where, ref.name);
+    const shared = reader.single(m, "name", where);
+    if (shared) reader.fail(shared, `${where}: shared parameters (param name) are not supported`, ref.name);
+    return {
+      lrMult: reader.optNumber(m, "lr_mult", where, 1, ref.name),
+      decayMult: reader.optNumber(m, "decay_mult", where, 1, ref.name),
+    };
+  });
+}
+
+/** The `*_param` block of a layer, or an empty one. */
+function paramsOf(reader: Reader, ref: LayerRef, name: string): PrototxtMessage {
+  const field = reader.single(ref.message, name, `layer "${ref.name}"`);
+  return field
+    ? reader.messageOf(field, `layer "${ref.name}"`, ref.name)
+    : new PrototxtMessage(reader.fileName, ref.field.line, ref.field.column);
+}
+
+interface Built {
+  module: Module;
+  notes: string[];
+}
+
+function buildModule(reader: Reader, ref: LayerRef, shape: readonly number[]): Built {
+  const notes: string[] = [];
+  const layer = ref.name;
+  switch (ref.type) {
+    case "Convolution": {
+      const where = `layer "${layer}" convolution_param`;
+      const m = paramsOf(reader, ref, "convolution_param");
+      reader.checkFields(
+        m,
+        [
+          "num_output",
+          "bias_term",
+          "pad",
+          "kernel_size",
+          "stride",
+          "dilation",
+          "pad_h",
+          "pad_w",
+          "kernel_h",
+          "kernel_w",
+          "stride_h",
+          "stride_w",
+          "group",
+          "weight_filler",
+          "bias_filler",
+          "engine",
+          "axis",
+          "force_nd_im2col",
+        ],
+        where,
+        layer,
+      );
+      const numOutput = reader.single(m, "num_output", where);
+      if (!numOutput) reader.fail(ref.field, `${where}: num_output is required`, layer);
+      const outChannels = reader.integer(numOutput, where, 1, layer);
+      const kernel = spatial(reader, m, { ...KERNEL, repeated: true }, where, layer, undefined, 1);
+      if (!kernel) {
+        reader.fail(ref.field, `${where}: kernel_size (or kernel_h and kernel_w) is required`, layer);
+      }
+      const stride = spatial(reader, m, { ...STRIDE, repeated: true }, where, layer, 1, 1)!;
+      const pad = spatial(reader, m, { ...PAD, repeated: true }, where, layer, 0, 0)!;
+      for (const d of m.all("dilation")) {
+        if (reader.integer(d, where, 1, layer) !== 1) {
+          reader.failValue(d, `${where}: dilation other than 1 is not supported`, layer);
+        }
+      }
+      const axis = reader.single(m, "axis", where);
+      if (axis && reader.number(axis, where, layer) !== 1) {
+        reader.failValue(axis, `${where}: only axis 1 is supported`, layer);
+      }
+      const groups = reader.optInteger(m, "group", where, 1, 1, layer);
+      const bias = reader.optBool(m, "bias_term", where, true, layer);
+      const inChannels = shape[1];
+      if (inChannels % groups || outChannels % groups) {
+        reader.fail(
+          reader.single(m, "group", where) ?? ref.field,
+          `${where}: group ${groups} must divide the input channels (${inChannels}) and num_output (${outChannels})`,
+          layer,
+        );
+      }
+      const [weightMultipliers, biasMultipliers] = multipliersOf(reader, ref, bias ? 2 : 1);
+      const weightField = reader.single(m, "weight_filler", where);
+      if (!weightField) {
+        notes.push(`${layer} (Convolution): no weight_filler, so the weights start at 0 as in Caffe`);
+      }
+      return {
+        module: new Conv2d(inChannels, outChannels, pairOf(kernel[0], kernel[1]), {
+          stride: pairOf(stride[0], stride[1]),
+          padding: pairOf(pad[0], pad[1]),
+          groups,
+          bias,
+          weightFiller: fillerOf(reader, weightField, `${where}.weight_filler`, layer),
+          biasFiller: fillerOf(reader, reader.single(m, "bias_filler", where), `${where}.bias_filler`, layer),
+          weightMultipliers,
+          biasMultipliers: biasMultipliers ?? {},
+        }),
+        notes,
+      };
+    }
+    case "InnerProduct": {
+      const where = `layer "${layer}" inner_product_param`;
+      const m = paramsOf(reader, ref, "inner_product_param");
+      reader.checkFields(
+        m,
+        ["num_output", "bias_term", "weight_filler", "bias_filler", "axis", "transpose"],
+        where,
+        layer,
+      );
+      const numOutput = reader.single(m, "num_output", where);
+      if (!numOutput) reader.fail(ref.field, `${where}: num_output is required`, layer);
+      const outFeatures = reader.integer(numOutput, where, 1, layer);
+      const axis = reader.single(m, "axis", where);
+      if (axis && reader.number(axis, where, layer) !== 1) {
+        reader.failValue(axis, `${where}: only axis 1 is supported`, layer);
+      }
+      const transpose = reader.single(m, "transpose", where);
+      if (transpose && reader.bool(transpose, where, layer)) {
+        reader.failValue(transpose, `${where}: transpose: true is not supported`, layer);
+      }
+      const bias = reader.optBool(m, "bias_term", where, true, layer);
+      const [weightMultipliers, biasMultipliers] = multipliersOf(reader, ref, bias ? 2 : 1);
+      const weightField = reader.single(m, "weight_filler", where);
+      if (!weightField) {
+        notes.push(`${layer} (InnerProduct): no weight_filler, so the weights start at 0 as in Caffe`);
+      }
+      // Caffe flattens everything after the batch axis; the width follows from the shape flowing in.
+      const inFeatures = shape.slice(1).reduce((a, b) => a * b, 1);
+      return {
+        module: new Linear(inFeatures, outFeatures, {
+          bias,
+          weightFiller: fillerOf(reader, weightField, `${where}.weight_filler`, layer),
+          biasFiller: fillerOf(reader, reader.single(m, "bias_filler", where), `${where}.bias_filler`, layer),
+          weightMultipliers,
+          biasMultipliers: biasMultipliers ?? {},
+        }),
+        notes,
+      };
+    }
+    case "Pooling": {
+      const where = `layer "${layer}" pooling_param`;
+      const m = paramsOf(reader, ref, "pooling_param");
+      reader.checkFields(
+        m,
+        [
+          "pool",
+          "pad",
+          "pad_h",
+          "pad_w",
+          "kernel_size",
+          "kernel_h",
+          "kernel_w",
+          "stride",
+          "stride_h",
+          "stride_w",
+          "engine",
+          "global_pooling",
+          "round_mode",
+        ],
+        where,
+        layer,
+      );
+      multipliersOf(reader, ref, 0);
+      const poolField = reader.single(m, "pool", where);
+      const pool = poolField
+        ? reader.enumValue(poolField, ["MAX", "AVE", "STOCHASTIC"] as const, where, layer)
+        : "MAX";
+      if (pool === "STOCHASTIC") {
+        reader.failValue(
+          poolField!,
+          `${where}: STOCHASTIC pooling is not supported (MAX and AVE are)`,
+          layer,
+        );
+      }
+      const round = reader.single(m, "round_mode", where);
+      if (round && reader.enumValue(round, ["CEIL", "FLOOR"] as const, where, layer) === "FLOOR") {
+        reader.failValue(
+          round,
+          `${where}: round_mode FLOOR is not supported (Tandem pools with Caffe's CEIL)`,
+          layer,
+        );
+      }
+      let kernel: [number, number] | undefined, stride: [number, number], pad: [number, number];
+      if (reader.optBool(m, "global_pooling", where, false, layer)) {
+        // Caffe's global pooling: one window over the whole map, stride 1, no padding.
+        kernel = [shape[2], shape[3]];
+        stride = [1, 1];
+        pad = [0, 0];
+      } else {
+        kernel = spatial(reader, m, { ...KERNEL, repeated: false }, where, layer, undefined, 1);
+        if (!kernel) {
+          reader.fail(ref.field, `${where}: kernel_size (or kernel_h and kernel_w) is required`, layer);
+        }
+        stride = spatial(reader, m, { ...STRIDE, repeated: false }, where, layer, 1, 1)!;
+        pad = spatial(reader, m, { ...PAD, repeated: false }, where, layer, 0, 0)!;
+      }
+      const options = {
+        kernel: pairOf(kernel[0], kernel[1]),
+        stride: pairOf(stride[0], stride[1]),
+        ...(pad[0] || pad[1] ? { padding: pairOf(pad[0], pad[1]) } : {}),
+      };
+      return { module: pool === "MAX" ? new MaxPool2d(options) : new AvgPool2d(options), notes };
+    }
+    case "LRN": {
+      const where = `layer "${layer}" lrn_param`;
+      const m = paramsOf(reader, ref, "lrn_param");
+      reader.checkFields(m, ["local_size", "alpha", "beta", "norm_region", "k", "engine"], where, layer);
+      multipliersOf(reader, ref, 0);
+      const region = reader.single(m, "norm_region", where);
+      if (
+        region &&
+        reader.enumValue(region, ["ACROSS_CHANNELS", "WITHIN_CHANNEL"] as const, where, layer) ===
+          "WITHIN_CHANNEL"
+      ) {
+        reader.failValue(
+          region,
+          `${where}: norm_region WITHIN_CHANNEL is not supported (only ACROSS_CHANNELS)`,
+          layer,
+        );
+      }
+      const size = reader.optInteger(m, "local_size", where, 5, 1, layer);
+      if (size % 2 === 0) {
+        reader.fail(
+          reader.single(m, "local_size", where)!,
+          `${where}: local_size must be odd, got ${size}`,
+          layer,
+        );
+      }
+      return {
+        module: new LRN({
+          size,
+          alpha: reader.optNumber(m, "alpha", where, 1, layer),
+          beta: reader.optNumber(m, "beta", where, 0.75, layer),
+          k: reader.optNumber(m, "k", where, 1, layer),
+        }),
+        notes,
+      };
+    }
+    case "ReLU": {
+      const where = `layer "${layer}" relu_param`;
+      const m = paramsOf(reader, ref, "relu_param");
+      reader.checkFields(m, ["negative_slope", "engine"], where, layer);
+      multipliersOf(reader, ref, 0);
+      const slope = reader.single(m, "negative_slope", where);
+      if (slope && reader.number(slope, where, layer) !== 0) {
+        reader.failValue(slope, `${where}: leaky ReLU (negative_slope ≠ 0) is not supported`, layer);
+      }
+      return { module: new ReLU(), notes };
+    }
+    case "Dropout": {
+      const where = `layer "${layer}" dropout_param`;
+      const m = paramsOf(reader, ref, "dropout_param");
+      reader.checkFields(m, ["dropout_ratio", "scale_train"], where, layer);
+      multipliersOf(reader, ref, 0);
+      const ratio = reader.optNumber(m, "dropout_ratio", where, 0.5, layer);
+      if (!(ratio >= 0 && ratio < 1)) {
+        reader.fail(
+          reader.single(m, "dropout_ratio", where)!,
+          `${where}: dropout_ratio must be in [0, 1), got ${ratio}`,
+          layer,
+        );
+      }
+      const scale = reader.single(m, "scale_train", where);
+      if (scale && !reader.bool(scale, where, layer)) {
+        reader.failValue(
+          scale,
+          `${where}: scale_train: false is not supported (Tandem scales at training time)`,
+          layer,
+        );
+      }
+      return { module: new Dropout(ratio), notes };
+    }
+    case "Flatten": {
+      const where = `layer "${layer}" flatten_param`;
+      const m = paramsOf(reader, ref, "flatten_param");
+      reader.checkFields(m, ["axis", "end_axis"], where, layer);
+      multipliersOf(reader, ref, 0);
+      const axis = reader.optNumber(m, "axis", where, 1, layer),
+        end = reader.optNumber(m, "end_axis", where, -1, layer);
+      if (axis !== 1 || (end !== -1 && end !== shape.length - 1)) {
+        reader.fail(ref.field, `${where}: only axis 1 to the last axis is supported`, layer);
+      }
+      return { module: new Flatten(1), notes };
+    }
+  }
+  throw new TandemError(`unreachable: layer type ${ref.type}`);
+}
+
+/** What a data layer says about its blobs' shapes. */
+function dataBlobsOf(reader: Reader, ref: LayerRef, notes: string[]): Map<string, DataBlob> {
+  const tops = ref.message.all("top").map((t) => reader.string(t, `layer "${ref.name}"`, ref.name));
+  const blobs = new Map<string, DataBlob>();
+  const where = `layer "${ref.name}"`;
+  let shape: number[] | undefined;
+  let source = "";
+  if (ref.type === "Input") {
+    const shapes = paramsOf(reader, ref, "input_param").all("shape").map((f) =>
+      blobShape(reader, f, `${where} input_param`, ref.name)
+    );
+    tops.forEach((top, i) => {
+      const s = shapes.length === 1 ? shapes[0] : shapes[i];
+      blobs.set(top, { shape: s, source: `input_param shape`, layer: ref, isLabel: false });
+    });
+    notes.push(`${ref.name} (Input): input layer, not part of the network`);
+    return blobs;
+  }
+  if (ref.type === "MemoryData") {
+    const m = paramsOf(reader, ref, "memory_data_param");
+    const dims = ["channels", "height", "width"].map((n) =>
+      reader.optInteger(m, n, `${where} memory_data_param`, 0, 0, ref.name)
+    );
+    if (dims.every((d) => d > 0)) {
+      shape = dims;
+      source = "memory_data_param";
+    } else source = "memory_data_param without channels/height/width";
+  } else {
+    const transformField = reader.single(ref.message, "transform_param", where);
+    const transform = transformField ? reader.messageOf(transformField, where, ref.name) : undefined;
+    const crop = transform && reader.single(transform, "crop_size", `${where} transform_param`);
+    let channels = 3, channelSource = "";
+    if (transform && reader.optBool(transform, "force_gray", `${where} transform_param`, false, ref.name)) {
+      channels = 1;
+      channelSource = "force_gray";
+    } else if (
+      transform && reader.optBool(transform, "force_color", `${where} transform_param`, false, ref.name)
+    ) {
+      channelSource = "force_color";
+    } else if (ref.type === "ImageData") {
+      const m = paramsOf(reader, ref, "image_data_param");
+      channels = reader.optBool(m, "is_color", `${where} image_data_param`, true, ref.name) ? 3 : 1;
+      channelSource = "image_data_param.is_color";
+    }
+    const cropSize = crop ? reader.integer(crop, `${where} transform_param`, 0, ref.name) : 0;
+    if (cropSize > 0) {
+      shape = [channels, cropSize, cropSize];
+      source = `transform_param.crop_size ${cropSize}` +
+        (channelSource
+          ? ` and ${channelSource}`
+          : `, assuming 3 colour channels (a ${ref.type} layer does not say)`);
+    } else if (ref.type === "ImageData") {
+      const m = paramsOf(reader, ref, "image_data_param");
+      const h = reader.optInteger(m, "new_height", `${where} image_data_param`, 0, 0, ref.name);
+      const w = reader.optInteger(m, "new_width", `${where} image_data_param`, 0, 0, ref.name);
+      if (h > 0 && w > 0) {
+        shape = [channels, h, w];
+        source = `image_data_param.new_height/new_width and ${channelSource}`;
+      } else source = "no crop_size or new_height/new_width: the image files decide";
+    } else {
+      source = "no transform_param.crop_size: the database decides";
+    }
+  }
+  tops.forEach((top, i) => {
+    blobs.set(
+      top,
+      i === 0
+        ? { shape, source, layer: ref, isLabel: false }
+        : { shape: undefined, source: "labels", layer: ref, isLabel: true },
+    );
+  });
+  const preprocessing = ref.message.has("transform_param")
+    ? "; its preprocessing (transform_param) is up to the data pipeline"
+    : "";
+  notes.push(`${ref.name} (${ref.type}): data layer, not part of the network${preprocessing}`);
+  return blobs;
+}
+
+/** A `BlobShape { dim: N dim: C dim: H dim: W }` → `[C, H, W]`. */
+function blobShape(reader: Reader, field: PrototxtField, where: string, layer?: string): number[] {
+  const m = reader.messageOf(field, where, layer);
+  reader.checkFields(m, ["dim"], where, layer);
+  const dims = m.all("dim").map((d) => reader.integer(d, where, 1, layer));
+  if (dims.length !== 4) {
+    reader.fail(field, `${where}: expected 4 dims (N, C, H, W), got ${dims.length}`, layer);
+  }
+  return dims.slice(1);
+}
+
+/** A Caffe layer name as a module name: Tandem allows letters, digits, `_` and `-`. */
+function moduleName(name: string): string {
+  let out = name.replace(/[^A-Za-z0-9_\-]/g, "_");
+  // An integer-like key would jump to the front of the layer record (JS property order).
+  if (/^(?:0|[1-9][0-9]*)$/.test(out)) out = `layer_${out}`;
+  return out;
+}
+
+/**
+ * Builds a {@link Network} from a Caffe net definition (text or a tree from
+ * {@link parsePrototxt}). Keeps the layers of `phase`, follows the chain of blobs from the data
+ * layer to the loss, and maps Convolution, Pooling (MAX/AVE), LRN (ACROSS_CHANNELS), ReLU, Dropout,
+ * InnerProduct and Flatten to Tandem layers named as in Caffe, with the file's fillers and
+ * `param` multipliers (Caffe's default `lr_mult: 1 decay_mult: 1` where a block is missing).
+ * SoftmaxWithLoss is recorded as the loss; Accuracy, Softmax and data layers are left out with a
+ * note. Unknown layer types, bad values and branching graphs throw {@link CaffeImportError} with
+ * the file position; malformed text throws {@link PrototxtError}.
+ *
+ * @example
+ * ```ts
+ * import { importCaffeNet } from "./import.ts";
+ * const { network, loss, notes } = importCaffeNet(`
+ *   name: "tiny"
+ *   input: "data"
+ *   input_shape { dim: 1 dim: 1 dim: 8 dim: 8 }
+ *   layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+ *           inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
+ * `);
+ * console.log(network.inputShape, network.classes, loss); // [1, 8, 8] 10 undefined
+ * ```
+ */
+export function importCaffeNet(
+  source: string | PrototxtMessage,
+  options: CaffeImportOptions = {},
+): CaffeImport {
+  const root = typeof source === "string" ? parsePrototxt(source, options.fileName) : source;
+  const reader: Reader = new Reader(options.fileName ?? root.fileName);
+  const phase = options.phase ?? "TRAIN";
+  if (phase !== "TRAIN" && phase !== "TEST") {
+    throw new TandemError(`importCaffeNet: phase must be "TRAIN" or "TEST", got ${JSON.stringify(phase)}`);
+  }
+  const stages = options.stages ?? [], level = options.level ?? 0;
+  const notes: string[] = [];
+  reader.checkFields(
+    root,
+    ["name", "input", "input_shape", "input_dim", "force_backward", "state", "debug_info", "layer", "layers"],
+    "net",
+  );
+  const v1 = root.first("layers");
+  if (v1) {
+    reader.fail(
+      v1,
+      `V1 "layers" definitions are not supported; convert the file with Caffe's upgrade_net_proto_text`,
+    );
+  }
+
+  const dataBlobs = new Map<string, DataBlob>();
+  // Legacy deploy inputs: `input: "data"` with `input_shape { dim … }` or four `input_dim`s per input.
+  const inputs = root.all("input").map((f) => reader.string(f, "net input"));
+  const inputShapes = root.all("input_shape").map((f) => blobShape(reader, f, "net input_shape"));
+  const inputDims = root.all("input_dim").map((f) => reader.integer(f, "net input_dim", 1));
+  inputs.forEach((name, i) => {
+    const shape = inputShapes[i] ??
+      (inputDims.length >= 4 * (i + 1) ? inputDims.slice(4 * i + 1, 4 * i + 4) : undefined);
+    dataBlobs.set(name, { shape, source: "net input", layer: undefined, isLabel: false });
+  });
+
+  const layers: LayerRef[] = [];
+  const seen = new Map<string, LayerRef>();
+  for (const field of root.all("layer")) {
+    const message = reader.messageOf(field, "net");
+    for (const f of message.fields) {
+      if (!LAYER_FIELDS.has(f.name) && !f.name.endsWith("_param")) {
+        reader.fail(f, `layer: unknown field "${f.name}"`);
+      }
+    }
+    const nameField = reader.single(message, "name", "layer");
+    const typeField = reader.single(message, "type", "layer");
+    const name = nameField ? reader.string(nameField, "layer") : `layer${layers.length + 1}`;
+    if (!typeField) reader.fail(field, `layer "${name}" has no type`, name);
+    const type = reader.string(typeField, `layer "${name}"`, name);
+    const ref: LayerRef = { name, type, field, message };
+    // Caffe: included if any include rule holds (or there are none) and no exclude rule holds.
+    const includes = message.all("include").map((r) => reader.messageOf(r, `layer "${name}"`, name));
+    const excludes = message.all("exclude").map((r) => reader.messageOf(r, `layer "${name}"`, name));
+    if (includes.length && excludes.length) {
+      reader.fail(field, `layer "${name}": give include or exclude rules, not both`, name);
+    }
+    const included = includes.length
+      ? includes.some((r) => ruleMet(reader, r, phase, level, stages))
+      : !excludes.some((r) => ruleMet(reader, r, phase, level, stages));
+    if (!included) {
+      notes.push(
+        `${name} (${type}): left out in phase ${phase}${
+          stages.length ? ` with stages ${stages.join(", ")}` : ""
+        } (include/exclude rules)`,
+      );
+      continue;
+    }
+    if (!SUPPORTED.includes(type)) {
+      reader.fail(
+        field,
+        `layer "${name}" has unsupported type "${type}" (supported: ${SUPPORTED.join(", ")})`,
+        name,
+      );
+    }
+    const previous = seen.get(name);
+    if (previous) {
+      reader.fail(
+        field,
+        `layer name "${name}" is used twice (also at line ${previous.field.line}, column ${previous.field.column})`,
+        name,
+      );
+    }
+    seen.set(name, ref);
+    layers.push(ref);
+  }
+
+  const modules: Record<string, Module> = {};
+  const usedNames = new Set<string>();
+  let current: string | undefined; // the blob the chain has reached
+  let shape: number[] | undefined; // its shape, with a batch axis of 1
+  let loss: CaffeImport["loss"];
+  let finished: LayerRef | undefined; // the loss or softmax that ended the chain
+  let inputShape: number[] | undefined;
+  const produced = new Set(dataBlobs.keys());
+
+  for (const ref of layers) {
+    const where = `layer "${ref.name}" (${ref.type})`;
+    const bottoms = ref.message.all("bottom").map((f) => reader.string(f, where, ref.name));
+    const tops = ref.message.all("top").map((f) => reader.string(f, where, ref.name));
+    const bottomKnown = bottoms.length > 0 && produced.has(bottoms[0]);
+    for (const top of tops) produced.add(top);
+    if (DATA_TYPES.includes(ref.type)) {
+      for (const [blob, info] of dataBlobsOf(reader, ref, notes)) dataBlobs.set(blob, info);
+      continue;
+    }
+    if (ref.type === "Accuracy") {
+      notes.push(`${ref.name} (Accuracy): not part of the network; Tandem measures accuracy itself`);
+      continue;
+    }
+    if (finished) {
+      reader.fail(
+        ref.field,
+        `${where} comes after the chain ended at "${finished.name}" (${finished.type}); only sequential nets can be imported`,
+        ref.name,
+      );
+    }
+    const isLoss = ref.type === "SoftmaxWithLoss";
+    const expectedBottoms = isLoss ? 2 : 1;
+    if (bottoms.length !== expectedBottoms) {
+      reader.fail(
+        ref.field,
+        `${where} has ${bottoms.length} bottom blob(s); expected ${expectedBottoms}${
+          bottoms.length > expectedBottoms
+            ? " (a layer joining several blobs makes a non-sequential graph, which Tandem cannot import)"
+            : ""
+        }`,
+        ref.name,
+      );
+    }
+    if (!isLoss && tops.length !== 1) {
+      reader.fail(
+        ref.field,
+        `${where} has ${tops.length} top blobs; expected 1 (several tops make a non-sequential graph)`,
+        ref.name,
+      );
+    }
+    const bottom = bottoms[0];
+    if (current === undefined) {
+      const data = dataBlobs.get(bottom);
+      if (!data) {
+        reader.fail(
+          ref.field,
+          `${where} reads blob "${bottom}", which no data or input layer produces`,
+          ref.name,
+        );
+      }
+      if (data.isLabel) reader.fail(ref.field, `${where} reads the label blob "${bottom}"`, ref.name);
+      inputShape = resolveInputShape(reader, options, bottom, data, ref, notes);
+      current = bottom;
+      shape = [1, ...inputShape];
+    } else if (bottom !== current) {
+      reader.fail(
+        ref.field,
+        bottomKnown
+          ? `${where} reads blob "${bottom}" but the chain has reached "${current}": a branching (non-sequential) graph, which Tandem cannot import`
+          : `${where} reads blob "${bottom}", which no earlier layer produces`,
+        ref.name,
+      );
+    }
+    if (isLoss) {
+      const label = dataBlobs.get(bottoms[1]);
+      if (!label) {
+        reader.fail(
+          ref.field,
+          `${where}: second bottom "${bottoms[1]}" must be the labels from a data layer`,
+          ref.name,
+        );
+      }
+      const weight = ref.message.first("loss_weight");
+      if (weight && reader.number(weight, where, ref.name) !== 1) {
+        notes.push(
+          `${ref.name} (SoftmaxWithLoss): loss_weight ${reader.number(weight, where, ref.name)} ignored`,
+        );
+      }
+      if (ref.message.has("loss_param")) notes.push(`${ref.name} (SoftmaxWithLoss): loss_param ignored`);
+      loss = "SoftmaxWithLoss";
+      finished = ref;
+      continue;
+    }
+    if (ref.type === "Softmax") {
+      notes.push(
+        `${ref.name} (Softmax): left out; the network outputs logits (apply softmax to get probabilities)`,
+      );
+      finished = ref;
+      continue;
+    }
+    const weight = ref.message.first("loss_weight");
+    if (weight && reader.number(weight, where, ref.name) !== 0) {
+      reader.failValue(weight, `${where}: loss_weight is only supported on the loss layer`, ref.name);
+    }
+    if (ref.message.has("blobs")) {
+      reader.fail(
+        ref.message.first("blobs")!,
+        `${where}: embedded blobs (weights) are not supported`,
+        ref.name,
+      );
+    }
+    if (ref.message.has("propagate_down")) notes.push(`${ref.name} (${ref.type}): propagate_down ignored`);
+    let built: Built;
+    let outputShape: number[];
+    try {
+      built = buildModule(reader, ref, shape!);
+      outputShape = built.module.describe(shape!).outputShape;
+    } catch (error) {
+      if (error instanceof PrototxtError || !(error instanceof Error)) throw error;
+      return reader.fail(
+        ref.field,
+        `${where} does not fit its input [${shape!.slice(1).join(", ")}]: ${error.message}`,
+        ref.name,
+      );
+    }
+    notes.push(...built.notes);
+    const name = moduleName(ref.name);
+    if (name !== ref.name) notes.push(`${ref.name} (${ref.type}): named "${name}" in the network`);
+    if (usedNames.has(name)) {
+      reader.fail(ref.field, `${where}: module name "${name}" is already taken`, ref.name);
+    }
+    usedNames.add(name);
+    modules[name] = built.module;
+    shape = outputShape;
+    current = tops[0];
+  }
+
+  if (current === undefined || Object.keys(modules).length === 0) {
+    reader.fail(layers[0]?.field ?? root, `the net has no layers to import (after keeping phase ${phase})`);
+  }
+  const classes = shape!.slice(1).reduce((a, b) => a * b, 1);
+  const nameField = reader.single(root, "name", "net");
+  const netName = nameField ? reader.string(nameField, "net") : "caffe-net";
+  const network = new Network(netName, inputShape!, classes, modules).initialize(options.seed ?? 0);
+  return { network, notes, loss };
+}
+
+function resolveInputShape(
+  reader: Reader,
+  options: CaffeImportOptions,
+  blob: string,
+  data: DataBlob,
+  first: LayerRef,
+  notes: string[],
+): number[] {
+  const given = options.inputShape;
+  if (given) {
+    if (given.length !== 3 || !given.every((d) => Number.isInteger(d) && d > 0)) {
+      throw new TandemError(
+        `importCaffeNet: inputShape must be [channels, height, width] of positive integers, got [${
+          given.join(", ")
+        }]`,
+      );
+    }
+    if (data.shape && data.shape.join() !== given.join()) {
+      notes.push(
+        `input "${blob}": inputShape [${given.join(", ")}] overrides [${
+          data.shape.join(", ")
+        }] (${data.source})`,
+      );
+    } else notes.push(`input "${blob}": [${given.join(", ")}] from the inputShape option`);
+    return [...given];
+  }
+  if (!data.shape) {
+    const at = data.layer?.field ?? first.field;
+    reader.fail(
+      at,
+      `cannot tell the input shape of blob "${blob}" (${data.source}); pass the inputShape option, e.g. { inputShape: [3, 32, 32] }`,
+      data.layer?.name,
+    );
+  }
+  notes.push(`input "${blob}": [${data.shape.join(", ")}] from ${data.source}`);
+  return [...data.shape];
+}
+
+/**
+ * Reads a `.prototxt` file and imports it with {@link importCaffeNet}; messages name the file.
+ *
+ * @example
+ * ```ts
+ * import { loadCaffeNet } from "./import.ts";
+ * // const { network } = await loadCaffeNet("models/bvlc_alexnet/train_val.prototxt", { seed: 1 });
+ * ```
+ */
+export async function loadCaffeNet(
+  path: string | URL,
+  options: CaffeImportOptions = {},
+): Promise<CaffeImport> {
+  const text = await Deno.readTextFile(path);
+  const fileName = options.fileName ??
+    (path instanceof URL
+      ? (path.protocol === "file:" ? decodeURIComponent(path.pathname) : path.href)
+      : path);
+  return importCaffeNet(parsePrototxt(text, fileName), { ...options, fileName });
+}

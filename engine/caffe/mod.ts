@@ -1,0 +1,29 @@
+/**
+ * Caffe interoperability: a protobuf text-format parser and an importer that turns Caffe net
+ * definitions into Tandem networks.
+ *
+ * @example
+ * ```ts
+ * import { importCaffeNet } from "./mod.ts";
+ * const { network } = importCaffeNet('input: "data" input_dim: 1 input_dim: 1 input_dim: 4 input_dim: 4 ' +
+ *   'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 2 } }');
+ * ```
+ *
+ * @module
+ */
+
+export {
+  type CaffeImport,
+  CaffeImportError,
+  type CaffeImportOptions,
+  type CaffePhase,
+  importCaffeNet,
+  loadCaffeNet,
+} from "./import.ts";
+export {
+  parsePrototxt,
+  PrototxtError,
+  type PrototxtField,
+  PrototxtMessage,
+  type PrototxtScalar,
+} from "./prototxt.ts";
