@@ -53,8 +53,18 @@ async function init(message: InitMessage): Promise<void> {
     }
     const backend = getBackend();
     const view = (buffer: Float32Array) =>
-      fromStorage(backend, backend.wrap!(buffer.subarray(slot.offset, slot.offset + slot.size)), entry.tensor.shape);
-    return { entry, offset: slot.offset, size: slot.size, shared: view(parameters), gradient: view(gradients) };
+      fromStorage(
+        backend,
+        backend.wrap!(buffer.subarray(slot.offset, slot.offset + slot.size)),
+        entry.tensor.shape,
+      );
+    return {
+      entry,
+      offset: slot.offset,
+      size: slot.size,
+      shared: view(parameters),
+      gradient: view(gradients),
+    };
   });
   reply({ type: "ready", device });
 }
