@@ -76,6 +76,34 @@ export interface MatmulSpec {
   bBatchStride: number;
 }
 
+/** Hyper-parameters of one fused SGD step (Caffe's order: decay, then momentum with the rate inside). */
+export interface SgdStep {
+  /** Learning rate of this parameter (base rate × lr_mult). */
+  rate: number;
+  /** Momentum. */
+  momentum: number;
+  /** L2 weight decay of this parameter (weight_decay × decay_mult). */
+  decay: number;
+}
+
+/** Hyper-parameters of one fused Adam step (PyTorch's order of operations). */
+export interface AdamStep {
+  /** Learning rate of this parameter. */
+  rate: number;
+  /** First-moment decay. */
+  beta1: number;
+  /** Second-moment decay. */
+  beta2: number;
+  /** Denominator guard. */
+  eps: number;
+  /** L2 weight decay of this parameter. */
+  decay: number;
+  /** Bias corrections `1 − β1^t` and `1 − β2^t`. */
+  correction1: number;
+  /** See `correction1`. */
+  correction2: number;
+}
+
 /** Row layout for softmax-like kernels: `rows` independent rows of `cols` contiguous values. */
 export interface RowSpec {
   /** Number of rows. */
@@ -176,6 +204,16 @@ export interface Backend {
     shape: readonly number[],
     params: LrnParams,
   ): void;
+
+  /**
+   * Optional fused SGD update, in place on `param` and `history` (the one exception to fresh
+   * outputs: optimizers exist to mutate state). Must round like the composed elementwise ops:
+   * `diff = g + w·decay`, `history = history·momentum + diff·rate`, `w = w − history`, each product
+   * and sum rounded to float32. Without it optimizers fall back to those ops.
+   */
+  sgdUpdate?(param: Storage, grad: Storage, history: Storage, step: SgdStep): void;
+  /** Optional fused Adam update, in place on `param`, `m` and `v`; rounding as `sgdUpdate`. */
+  adamUpdate?(param: Storage, grad: Storage, m: Storage, v: Storage, step: AdamStep): void;
 
   /** Numerically stable softmax of each row. */
   softmax(x: Storage, out: Storage, rows: RowSpec): void;

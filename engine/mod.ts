@@ -100,6 +100,7 @@ export {
   type PoolLayerOptions,
   ReLU,
   Sequential,
+  type SequentialLayers,
   type WeightedLayerOptions,
 } from "./nn/layers.ts";
 export { Network } from "./nn/network.ts";

@@ -6,14 +6,26 @@
  * @module
  */
 
-import { type Network, TandemError } from "../engine/mod.ts";
+import {
+  type BuiltinModelName,
+  builtinModels,
+  type CaffeImportOptions,
+  importCaffeNet,
+  type Network,
+  TandemError,
+} from "../engine/mod.ts";
 
 /**
  * A model description that can cross a thread boundary:
- * - `module`: a factory exported by an ES module (`url`, `exportName`), called with `args`;
+ * - `builtin`: a model of the zoo by name (`alexnet-like`, `cifar-quick`, …) with its options;
+ * - `caffe`: a Caffe net definition (prototxt text) and import options;
+ * - `module`: a factory exported by an ES module (`url`, `exportName`), called with `args` —
  *   the way to bring your own network.
  */
-export type ModelSpec = { kind: "module"; url: string; exportName: string; args?: unknown[] };
+export type ModelSpec =
+  | { kind: "builtin"; name: BuiltinModelName; options?: { seed?: number; classes?: number } }
+  | { kind: "caffe"; text: string; options?: Omit<CaffeImportOptions, "phase"> }
+  | { kind: "module"; url: string; exportName: string; args?: unknown[] };
 
 /**
  * Builds the network a spec describes.
@@ -21,11 +33,24 @@ export type ModelSpec = { kind: "module"; url: string; exportName: string; args?
  * @example
  * ```ts
  * import { buildModel } from "./model_spec.ts";
- * // const net = await buildModel({ kind: "module", url: import.meta.resolve("./my_net.ts"), exportName: "myNet" });
+ * const net = await buildModel({ kind: "builtin", name: "cifar-quick", options: { seed: 1 } });
  * ```
  */
 export async function buildModel(spec: ModelSpec): Promise<Network> {
   switch (spec.kind) {
+    case "builtin": {
+      const entry = builtinModels[spec.name];
+      if (!entry) {
+        throw new TandemError(
+          `model spec: unknown built-in model "${spec.name}"; known: ${
+            Object.keys(builtinModels).join(", ")
+          }`,
+        );
+      }
+      return entry.create(spec.options);
+    }
+    case "caffe":
+      return importCaffeNet(spec.text, { ...spec.options, phase: "TRAIN" }).network;
     case "module": {
       const module = await import(spec.url);
       const factory = module[spec.exportName];

@@ -6,6 +6,7 @@
  */
 
 import type {
+  AdamStep,
   Backend,
   BinaryOp,
   Conv2dGeometry,
@@ -16,6 +17,7 @@ import type {
   Pool2dGeometry,
   ReduceOp,
   RowSpec,
+  SgdStep,
   Storage,
   StridedView,
   UnaryOp,
@@ -23,6 +25,7 @@ import type {
 import { conv2dBackwardFilter, conv2dBackwardInput, conv2dForward } from "./conv.ts";
 import { binaryKernel, copyStridedKernel, reduceKernel, unaryKernel } from "./elementwise.ts";
 import { gemm } from "./gemm.ts";
+import { adamUpdateKernel, sgdUpdateKernel } from "./optimizers.ts";
 import { lrnBackward, lrnForward } from "./lrn.ts";
 import { avgPool2dBackward, avgPool2dForward, maxPool2dBackward, maxPool2dForward } from "./pool.ts";
 import {
@@ -190,6 +193,14 @@ export class CpuBackend implements Backend {
     params: LrnParams,
   ): void {
     lrnBackward(f32(x), f32(y), f32(scale), f32(dy), f32(dx), shape, params);
+  }
+
+  sgdUpdate(param: Storage, grad: Storage, history: Storage, step: SgdStep): void {
+    sgdUpdateKernel(f32(param), f32(grad), f32(history), step);
+  }
+
+  adamUpdate(param: Storage, grad: Storage, m: Storage, v: Storage, step: AdamStep): void {
+    adamUpdateKernel(f32(param), f32(grad), f32(m), f32(v), step);
   }
 
   softmax(x: Storage, out: Storage, rows: RowSpec): void {

@@ -402,6 +402,26 @@ export class Flatten extends Module {
 }
 
 /**
+ * Layers for a {@link Sequential}: an object of named layers, `[name, layer]` pairs or a `Map` (which
+ * keep any order, numeric-looking names included), or a plain array (named `0`, `1`, …).
+ */
+export type SequentialLayers =
+  | Record<string, Module>
+  | ReadonlyMap<string, Module>
+  | readonly (readonly [string, Module])[]
+  | readonly Module[];
+
+function namedLayers(layers: SequentialLayers): (readonly [string, Module])[] {
+  if (layers instanceof Map) return [...layers];
+  if (Array.isArray(layers)) {
+    return (layers as readonly (Module | readonly [string, Module])[]).map((item, i) =>
+      item instanceof Module ? [String(i), item] as const : item
+    );
+  }
+  return Object.entries(layers as Record<string, Module>);
+}
+
+/**
  * Layers applied in order. Named layers (an object) give dotted parameter names like
  * `conv2.weight`; an array names them `0`, `1`, ….
  *
@@ -414,13 +434,10 @@ export class Flatten extends Module {
 export class Sequential extends Module {
   /** Layer type. */
   readonly kind: string = "Sequential";
-  /** Creates the layer; parameters stay zero until `initialize(seed)`. */
-  constructor(layers: Record<string, Module> | readonly Module[]) {
+  /** Creates the layers' container; names come from the object keys, the pairs, or positions. */
+  constructor(layers: SequentialLayers) {
     super();
-    const entries = Array.isArray(layers)
-      ? layers.map((m, i) => [String(i), m] as const)
-      : Object.entries(layers);
-    for (const [name, layer] of entries) this.addModule(name, layer);
+    for (const [name, layer] of namedLayers(layers)) this.addModule(name, layer);
   }
 
   /** The layers in order. */

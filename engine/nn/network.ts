@@ -5,8 +5,7 @@
  * @module
  */
 
-import { Sequential } from "./layers.ts";
-import type { Module } from "./module.ts";
+import { Sequential, type SequentialLayers } from "./layers.ts";
 
 /**
  * A complete classification network.
@@ -29,7 +28,7 @@ export class Network extends Sequential {
     readonly inputShape: readonly number[],
     /** Number of output classes. */
     readonly classes: number,
-    layers: Record<string, Module> | readonly Module[],
+    layers: SequentialLayers,
   ) {
     super(layers);
   }

@@ -101,6 +101,20 @@ export class Adam extends Optimizer<AdamHyper> {
     c: UpdateContext,
   ): void {
     const { beta1, beta2, eps } = this.settings;
+    const fused = param.backend.adamUpdate;
+    if (fused) {
+      // Same arithmetic in one pass (the backend rounds exactly like the ops below).
+      fused.call(param.backend, param.storage, grad.storage, slots.m.storage, slots.v.storage, {
+        rate: c.rate,
+        beta1,
+        beta2,
+        eps,
+        decay: c.decay,
+        correction1: 1 - Math.pow(beta1, c.count),
+        correction2: 1 - Math.pow(beta2, c.count),
+      });
+      return;
+    }
     const g = c.decay !== 0 ? add(grad, mul(param, c.decay)) : grad;
     const m = add(mul(slots.m, beta1), mul(g, 1 - beta1));
     const v = add(mul(slots.v, beta2), mul(mul(g, g), 1 - beta2));

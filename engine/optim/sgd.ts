@@ -91,6 +91,16 @@ export class SGD extends Optimizer<SgdHyper> {
     slots: Readonly<Record<string, Tensor>>,
     c: UpdateContext,
   ): void {
+    const fused = param.backend.sgdUpdate;
+    if (fused) {
+      // Same arithmetic in one pass (the backend rounds exactly like the ops below).
+      fused.call(param.backend, param.storage, grad.storage, slots.history.storage, {
+        rate: c.rate,
+        momentum: this.settings.momentum,
+        decay: c.decay,
+      });
+      return;
+    }
     const diff = c.decay !== 0 ? add(grad, mul(param, c.decay)) : grad;
     const history = add(mul(slots.history, this.settings.momentum), mul(diff, c.rate));
     slots.history.assign(history);
