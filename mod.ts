@@ -25,6 +25,7 @@ import { registerBackend } from "./engine/runtime.ts";
 export * from "./engine/mod.ts";
 export * from "./schedule/mod.ts";
 export type {
+  AdamStep,
   Backend,
   BinaryOp,
   Conv2dGeometry,
@@ -35,6 +36,7 @@ export type {
   Pool2dGeometry,
   ReduceOp,
   RowSpec,
+  SgdStep,
   Storage,
   StridedView,
   UnaryOp,
