@@ -46,11 +46,13 @@ export { checkPlan, type PlanReport, type ValidateOptions, validatePlan } from "
 export { bucketed, type BuiltinName, builtinSchedule, overlap, sequential } from "./builtins.ts";
 export { explain, type ExplainOptions } from "./explain.ts";
 export {
+  calibrateProfile,
   checkProfile,
   type GroupTotal,
   groupTotals,
   type LayerProfile,
   type Profile,
+  type ProfileTargets,
   regroupProfile,
 } from "./profile.ts";
 export {

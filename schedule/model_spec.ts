@@ -11,6 +11,7 @@ import {
   builtinModels,
   type CaffeImportOptions,
   importCaffeNet,
+  type Module,
   type Network,
   TandemError,
 } from "../engine/mod.ts";
@@ -23,9 +24,18 @@ import {
  *   the way to bring your own network.
  */
 export type ModelSpec =
-  | { kind: "builtin"; name: BuiltinModelName; options?: { seed?: number; classes?: number } }
-  | { kind: "caffe"; text: string; options?: Omit<CaffeImportOptions, "phase"> }
-  | { kind: "module"; url: string; exportName: string; args?: unknown[] };
+  & (
+    | { kind: "builtin"; name: BuiltinModelName; options?: { seed?: number; classes?: number } }
+    | { kind: "caffe"; text: string; options?: Omit<CaffeImportOptions, "phase"> }
+    | { kind: "module"; url: string; exportName: string; args?: unknown[] }
+  )
+  & {
+    /**
+     * Parameter group of each named layer, overriding the model's own (`conv`/`fc`): how an
+     * automatic schedule's split (`AutoPlan.assignment`) reaches every replica.
+     */
+    groups?: Readonly<Record<string, string>>;
+  };
 
 /**
  * Builds the network a spec describes.
@@ -37,6 +47,28 @@ export type ModelSpec =
  * ```
  */
 export async function buildModel(spec: ModelSpec): Promise<Network> {
+  const network = await buildUngrouped(spec);
+  if (spec.groups) {
+    const layers = new Map(leafLayers(network).map((layer) => [layer.path, layer]));
+    for (const [name, group] of Object.entries(spec.groups)) {
+      const layer = layers.get(name);
+      if (!layer) {
+        throw new TandemError(
+          `model spec: group assignment names layer "${name}", which ${network.name} does not have`,
+        );
+      }
+      layer.setGroup(group);
+    }
+  }
+  return network;
+}
+
+function leafLayers(module: Module): Module[] {
+  const children = module.children();
+  return children.length === 0 ? [module] : children.flatMap(([, child]) => leafLayers(child));
+}
+
+async function buildUngrouped(spec: ModelSpec): Promise<Network> {
   switch (spec.kind) {
     case "builtin": {
       const entry = builtinModels[spec.name];

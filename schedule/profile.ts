@@ -197,3 +197,47 @@ export function regroupProfile(profile: Profile, assignment: Readonly<Record<str
   checkProfile(regrouped);
   return regrouped;
 }
+
+/** Measured totals a profile is scaled to: forward seconds, and backward seconds per group. */
+export interface ProfileTargets {
+  /** Σ forward seconds the devices actually took. */
+  readonly forwardSeconds: number;
+  /** Backward seconds per group the devices actually took. */
+  readonly backwardSeconds: Readonly<Record<string, number>>;
+}
+
+/**
+ * Scales a per-layer profile so its forward total and each group's backward total equal what the
+ * devices measured while training side by side (sharing cores and memory bandwidth), keeping the
+ * per-layer proportions. Layer-by-layer timing on an idle machine is optimistic; this calibration is
+ * what makes the simulator's step times match measured ones.
+ *
+ * @example
+ * ```ts
+ * import { calibrateProfile } from "./profile.ts";
+ * const p = calibrateProfile({
+ *   batchSize: 1,
+ *   layers: [{ name: "a", group: "x", forwardSeconds: 1, backwardSeconds: 2, parameterBytes: 4 }],
+ * }, { forwardSeconds: 1.5, backwardSeconds: { x: 3 } });
+ * console.log(p.layers[0].backwardSeconds); // 3
+ * ```
+ */
+export function calibrateProfile(profile: Profile, targets: ProfileTargets): Profile {
+  checkProfile(profile);
+  const forward = profile.layers.reduce((s, l) => s + l.forwardSeconds, 0);
+  const backward = new Map<string, number>();
+  for (const l of profile.layers) backward.set(l.group, (backward.get(l.group) ?? 0) + l.backwardSeconds);
+  const scale = (measured: number | undefined, modelled: number) =>
+    measured === undefined || modelled === 0 ? 1 : measured / modelled;
+  const forwardScale = scale(targets.forwardSeconds, forward);
+  const calibrated = {
+    ...profile,
+    layers: profile.layers.map((l) => ({
+      ...l,
+      forwardSeconds: l.forwardSeconds * forwardScale,
+      backwardSeconds: l.backwardSeconds * scale(targets.backwardSeconds[l.group], backward.get(l.group)!),
+    })),
+  };
+  checkProfile(calibrated);
+  return calibrated;
+}

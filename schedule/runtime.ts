@@ -40,6 +40,7 @@ import { type LinkSpec, transfer, waitUntil } from "./link.ts";
 import { buildModel, type ModelSpec } from "./model_spec.ts";
 import { dependenciesOf, type Plan, type ReductionMode } from "./plan.ts";
 import type { ComputeSpan } from "./protocol.ts";
+import type { TraceRecorder } from "./trace.ts";
 
 /** One recorded span of work on a lane, in `performance.now()` milliseconds. */
 export interface LaneEvent {
@@ -77,8 +78,10 @@ export interface DataParallelOptions {
   timeoutSeconds?: number;
   /** After every step, check that all replicas hold bit-identical parameters (default false). */
   verifyReplicas?: boolean;
-  /** Receives every lane event (for traces). */
+  /** Receives every lane event. */
   onEvent?: (event: LaneEvent) => void;
+  /** Records every lane event for a Chrome trace (`trace.writeChromeTrace(path)`). */
+  trace?: TraceRecorder;
 }
 
 /** A global batch as host arrays. */
@@ -107,6 +110,8 @@ export interface DataParallelStepResult {
   commMs: number;
   /** Milliseconds of communication that overlapped with some device's compute. */
   hiddenCommMs: number;
+  /** `hiddenCommMs / commMs`: the fraction of communication hidden behind compute (0 without any). */
+  hiddenFraction: number;
 }
 
 /**
@@ -291,7 +296,9 @@ export class DataParallelTrainer {
     const computeSpans: Interval[] = [];
     const record = (device: number, lane: "compute" | "comm", name: string, start: number, end: number) => {
       (lane === "comm" ? commSpans : computeSpans).push({ start, end });
-      this.#options.onEvent?.({ device, lane, name, step: iteration, start, end });
+      const event = { device, lane, name, step: iteration, start, end };
+      this.#options.onEvent?.(event);
+      this.#options.trace?.record(event);
     };
 
     // Per device and group, a promise that resolves when that group's gradients are final.
@@ -349,14 +356,16 @@ export class DataParallelTrainer {
         }
       }
       const hidden = overlapLength(commSpans, computeSpans);
+      const commMs = measure(commSpans);
       return {
         iteration,
         loss: results.reduce((s, r) => s + r.loss, 0) / n,
         correct: results.reduce((s, r) => s + r.correct, 0),
         count: results.reduce((s, r) => s + r.count, 0),
         seconds: (performance.now() - started) / 1000,
-        commMs: measure(commSpans),
+        commMs,
         hiddenCommMs: hidden,
+        hiddenFraction: commMs > 0 ? hidden / commMs : 0,
       };
     } catch (error) {
       await Promise.allSettled(computes);

@@ -1,6 +1,9 @@
 import assert from "node:assert/strict";
 import { type ParameterEntry, randn, SGD, uniformValues } from "../mod.ts";
+import { autoSchedule } from "../schedule/auto.ts";
 import { overlap, sequential } from "../schedule/builtins.ts";
+import { measureProfile } from "../schedule/measure.ts";
+import { tinyAlexNet } from "./fixtures/networks.ts";
 import { DeviceError } from "../schedule/device.ts";
 import { parseLink } from "../schedule/link.ts";
 import type { Plan } from "../schedule/plan.ts";
@@ -165,4 +168,39 @@ Deno.test("bad configurations are refused with clear errors", async () => {
   } finally {
     await trainer.close();
   }
+});
+
+Deno.test("an automatic schedule's split reaches every replica and stays lossless", async () => {
+  const reference = tinyAlexNet(1);
+  const profile = measureProfile(reference, 6, { repeats: 1 });
+  reference.dispose();
+  const auto = autoSchedule(profile, parseLink("100MB/s"), 2);
+  assert.match(auto.judgement.reason, /parameter bytes/);
+  const grouped = { ...model, groups: auto.assignment };
+  const run = async (plan: Plan) => {
+    const trainer = await DataParallelTrainer.create({
+      model: grouped,
+      devices: 2,
+      plan,
+      optimizer: (p) => new SGD(p, { lr: 0.01, momentum: 0.9 }),
+      verifyReplicas: true,
+    });
+    try {
+      for (let step = 0; step < 2; step++) await trainer.step(batch(step, 12));
+      return trainer.masterParameters();
+    } finally {
+      await trainer.close();
+    }
+  };
+  const automatic = await run(auto);
+  const baseline = await run(sequential(auto.groups));
+  assert.deepEqual(bits(automatic), bits(baseline));
+  await assert.rejects(
+    DataParallelTrainer.create({
+      model: { ...model, groups: { nosuchlayer: "head" } },
+      plan: auto,
+      optimizer: (p) => new SGD(p, { lr: 0.01 }),
+    }),
+    /names layer "nosuchlayer", which tiny-alexnet does not have/,
+  );
 });
