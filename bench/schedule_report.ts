@@ -105,8 +105,10 @@ async function run(
     link,
     optimizer: (p) => new SGD(p, { lr: 0.001, momentum: 0.9, weightDecay: 5e-4 }),
     onEvent: (e) => {
-      if (e.lane === "comm" && e.device === 0 && / fc$/.test(e.name) && e.step === step) {
-        fcSpans.push(e.end - e.start);
+      if (e.step !== step) return;
+      if (e.lane === "comm" && e.device === 0 && / fc$/.test(e.name)) fcSpans.push(e.end - e.start);
+      if (e.lane === "compute" && step >= WARMUP) {
+        (computeTimes[e.name] ??= []).push((e.end - e.start) / 1000);
       }
     },
   });
@@ -205,11 +207,6 @@ for (const { label, spec } of models) {
         (1 / costs.updateSecondsPerByte / 1e9).toFixed(2)
       } GB/s.`,
   );
-  say();
-  say(
-    "| link | sequential | overlap | ratio | FC comm (seq) | hidden: (T_seq − T_ovl) / T_fc_comm | hidden (trace, overlap) | simulated seq / ovl | sim. error seq / ovl |",
-  );
-  say("|---|---|---|---|---|---|---|---|---|");
   const runs = [];
   for (const link of links) {
     runs.push({

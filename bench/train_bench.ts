@@ -1,0 +1,55 @@
+/**
+ * Training throughput on one CPU device: one SGD step (forward, backward, update) of cifar10_quick
+ * and of the AlexNet-like default at batch 64. Prints images/s; `deno bench` reports the step time.
+ *
+ * For scale: TensorFlow.js's pure-JS CPU backend needs about 200 s for one cifar10_quick batch-64
+ * step on this machine (shared/reference/facts.md).
+ *
+ * @module
+ */
+
+import {
+  alexnetLike,
+  cifarQuick,
+  type Network,
+  randn,
+  SGD,
+  tensor,
+  trainStep,
+  uniformValues,
+} from "../mod.ts";
+
+const BATCH = 64;
+
+function setup(model: Network) {
+  const images = randn([BATCH, ...model.inputShape], { seed: 1 });
+  const labels = tensor(
+    Int32Array.from(uniformValues(BATCH, { seed: 2 }), (u) => Math.floor(u * model.classes)),
+    {
+      dtype: "int32",
+    },
+  );
+  const optimizer = new SGD(model.namedParameters(), { lr: 0.001, momentum: 0.9, weightDecay: 5e-4 });
+  return () => trainStep(model, optimizer, { images, labels });
+}
+
+const cases = [
+  { name: "cifar10_quick training step, batch 64", step: setup(cifarQuick()) },
+  { name: "AlexNet-like default training step, batch 64", step: setup(alexnetLike()) },
+];
+
+for (const { name, step } of cases) {
+  Deno.bench({ name, group: "train", n: 5, warmup: 1 }, async () => {
+    await step();
+  });
+}
+
+if (import.meta.main || Deno.args.includes("--report")) {
+  for (const { name, step } of cases) {
+    await step();
+    const t0 = performance.now();
+    for (let i = 0; i < 3; i++) await step();
+    const seconds = (performance.now() - t0) / 3000;
+    console.log(`${name}: ${(seconds * 1000).toFixed(0)} ms, ${(BATCH / seconds).toFixed(0)} images/s`);
+  }
+}
