@@ -12,7 +12,9 @@ import type { ComputeSpan, InitMessage, StepMessage, WorkerReply } from "./proto
 
 interface Pending {
   iteration: number;
-  onGradients: (group: string, span: ComputeSpan) => void;
+  groups: string[];
+  reported: Set<string>;
+  onGradients: (group: string) => void;
   resolve: (result: ComputeResult) => void;
   reject: (error: Error) => void;
   timer: ReturnType<typeof setTimeout>;
@@ -31,6 +33,8 @@ export class CpuDevice implements Device {
   readonly kind = "cpu-worker";
   readonly parameters: Float32Array;
   readonly gradients: Float32Array;
+  readonly #signals: Int32Array;
+  readonly #groups: string[];
   #worker: Worker;
   #pending: Pending | undefined;
   #failure: DeviceError | undefined;
@@ -39,6 +43,8 @@ export class CpuDevice implements Device {
   private constructor(readonly index: number, layout: ParameterLayout, timeoutSeconds: number) {
     this.parameters = new Float32Array(new SharedArrayBuffer(layout.total * 4));
     this.gradients = new Float32Array(new SharedArrayBuffer(layout.total * 4));
+    this.#groups = layout.groups.map((g) => g.name);
+    this.#signals = new Int32Array(new SharedArrayBuffer(4 * this.#groups.length));
     this.#timeoutMs = timeoutSeconds * 1000;
     this.#worker = new Worker(new URL("./cpu_worker.ts", import.meta.url), { type: "module" });
     this.#worker.onerror = (event) => {
@@ -76,6 +82,8 @@ export class CpuDevice implements Device {
         model,
         parameters: device.parameters.buffer as SharedArrayBuffer,
         gradients: device.gradients.buffer as SharedArrayBuffer,
+        signals: device.#signals.buffer as SharedArrayBuffer,
+        groups: device.#groups,
         slots: layout.slots.map(({ name, group, offset, size }) => ({ name, group, offset, size })),
       };
       device.#worker.postMessage(init);
@@ -88,7 +96,7 @@ export class CpuDevice implements Device {
 
   compute(
     command: ComputeCommand,
-    onGradients: (group: string, span: ComputeSpan) => void,
+    onGradients: (group: string) => void,
   ): Promise<ComputeResult> {
     if (this.#failure) return Promise.reject(this.#failure);
     if (this.#pending) return Promise.reject(new DeviceError(this.index, "an iteration is already running"));
@@ -101,10 +109,43 @@ export class CpuDevice implements Device {
           ),
         );
       }, this.#timeoutMs);
-      this.#pending = { iteration: command.iteration, onGradients, resolve, reject, timer };
+      this.#pending = {
+        iteration: command.iteration,
+        groups: command.backwardGroups,
+        reported: new Set(),
+        onGradients,
+        resolve,
+        reject,
+        timer,
+      };
       const message: StepMessage = { type: "step", ...command };
       this.#worker.postMessage(message);
+      for (const group of command.backwardGroups) this.#watch(group, command.iteration);
     });
+  }
+
+  /** Tells the runtime, once per iteration, that a group's gradients are final. */
+  #report(pending: Pending, group: string): void {
+    if (pending.reported.has(group)) return;
+    pending.reported.add(group);
+    pending.onGradients(group);
+  }
+
+  /** Calls `onGradients(group)` once the worker signals that group final for `iteration`. */
+  async #watch(group: string, iteration: number): Promise<void> {
+    const slot = this.#groups.indexOf(group);
+    for (;;) {
+      const pending = this.#pending;
+      if (!pending || pending.iteration !== iteration) return; // failed or finished without it
+      const value = Atomics.load(this.#signals, slot);
+      if (value > iteration) {
+        this.#report(pending, group);
+        return;
+      }
+      // Wake at least every 100 ms, so a failed device's watchers end.
+      const wait = Atomics.waitAsync(this.#signals, slot, value, 100);
+      if (wait.async) await wait.value;
+    }
   }
 
   #receive(reply: WorkerReply): void {
@@ -119,9 +160,9 @@ export class CpuDevice implements Device {
       start: span.start - performance.timeOrigin,
       end: span.end - performance.timeOrigin,
     });
-    if (reply.type === "gradients") {
-      pending.onGradients(reply.group, toLocal(reply.span));
-    } else if (reply.type === "done") {
+    if (reply.type === "done") {
+      // Every group is final once the iteration is done, even if a watcher has not woken yet.
+      for (const group of pending.groups) this.#report(pending, group);
       clearTimeout(pending.timer);
       this.#pending = undefined;
       pending.resolve({

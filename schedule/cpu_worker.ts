@@ -28,6 +28,8 @@ let device = -1;
 let model: Network;
 let parameters: Float32Array;
 let gradients: Float32Array;
+let signals: Int32Array;
+let groupSlots: Map<string, number>;
 /** Each parameter with zero-copy views of its slices of the shared parameter and gradient buffers. */
 let entries: { entry: ParameterEntry; offset: number; size: number; shared: Tensor; gradient: Tensor }[] = [];
 
@@ -42,6 +44,8 @@ async function init(message: InitMessage): Promise<void> {
   model = await buildModel(message.model);
   parameters = new Float32Array(message.parameters);
   gradients = new Float32Array(message.gradients);
+  signals = new Int32Array(message.signals);
+  groupSlots = new Map(message.groups.map((g, i) => [g, i]));
   const byName = new Map(model.namedParameters().map((p) => [p.name, p]));
   if (byName.size !== message.slots.length) {
     throw new Error(`replica has ${byName.size} parameters, the runtime's layout ${message.slots.length}`);
@@ -105,9 +109,10 @@ function step(message: StepMessage): void {
         gradients.fill(0, offset, offset + size);
       }
     }
-    const span = { name: `backward ${group}`, group, start, end: now() };
-    spans.push(span);
-    reply({ type: "gradients", device, iteration: message.iteration, group, span });
+    spans.push({ name: `backward ${group}`, group, start, end: now() });
+    const slot = groupSlots.get(group)!;
+    Atomics.store(signals, slot, message.iteration + 1);
+    Atomics.notify(signals, slot);
   }
   tidy(() => pass.runToEnd());
   const lossValue = loss.dataSync()[0];

@@ -88,7 +88,7 @@ export interface Device {
    */
   compute(
     command: ComputeCommand,
-    onGradients: (group: string, span: ComputeSpan) => void,
+    onGradients: (group: string) => void,
   ): Promise<ComputeResult>;
   /** Stops the device. */
   close(): Promise<void>;

@@ -1,7 +1,9 @@
 /**
  * Messages between the runtime (main thread) and a CPU device's Worker. Parameters and gradients
  * never travel in messages: they live in `SharedArrayBuffer`s both sides map, laid out by
- * `layout.ts`; messages only say what to do and when something is ready.
+ * `layout.ts`. Messages say what to do and report results; the latency-critical "this group's
+ * gradients are final" travels through a shared signal word with `Atomics.store`/`notify`, which
+ * the runtime awaits with `Atomics.waitAsync`, so no message queue sits in the overlap path.
  *
  * @module
  */
@@ -17,6 +19,13 @@ export interface InitMessage {
   parameters: SharedArrayBuffer;
   /** float32 × layout.total: this device's gradients (written by the worker, group by group). */
   gradients: SharedArrayBuffer;
+  /**
+   * int32 × groups: slot i holds 1 + the last iteration whose gradients of group `groups[i]` are
+   * final in `gradients`. The worker stores and notifies with `Atomics`; the runtime waits on it.
+   */
+  signals: SharedArrayBuffer;
+  /** Group of each `signals` slot. */
+  groups: string[];
   /** Name, group and offset of every parameter, so the worker can check it built the same model. */
   slots: { name: string; group: string; offset: number; size: number }[];
 }
@@ -56,7 +65,6 @@ export interface ComputeSpan {
 /** Worker → main. */
 export type WorkerReply =
   | { type: "ready"; device: number }
-  | { type: "gradients"; device: number; iteration: number; group: string; span: ComputeSpan }
   | {
     type: "done";
     device: number;
