@@ -7,7 +7,7 @@
  * @module
  */
 
-import { alexnetLike, DataLoader, evaluate, fit, loadMnistDigitsSplit, SGD } from "../mod.ts";
+import { alexnetLike, DataLoader, fit, loadMnistDigitsSplit, SGD } from "../mod.ts";
 
 const epochs = Number(Deno.args[0] ?? 3);
 const { train, test } = await loadMnistDigitsSplit();
