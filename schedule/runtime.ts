@@ -82,6 +82,17 @@ export interface DataParallelOptions {
   onEvent?: (event: LaneEvent) => void;
   /** Records every lane event for a Chrome trace (`trace.writeChromeTrace(path)`). */
   trace?: TraceRecorder;
+  /**
+   * Starts device `index` holding a replica of `model` laid out as `layout` (default: a CPU
+   * Worker). Other device kinds (WebGPU, another process) plug in here; the runtime only uses the
+   * {@link Device} contract.
+   */
+  startDevice?: (
+    index: number,
+    model: ModelSpec,
+    layout: ParameterLayout,
+    timeoutSeconds: number,
+  ) => Promise<Device>;
 }
 
 /** A global batch as host arrays. */
@@ -191,7 +202,11 @@ export class DataParallelTrainer {
     const devices: Device[] = [];
     try {
       for (let d = 0; d < count; d++) {
-        devices.push(await CpuDevice.start(d, options.model, layout, { timeoutSeconds }));
+        devices.push(
+          options.startDevice
+            ? await options.startDevice(d, options.model, layout, timeoutSeconds)
+            : await CpuDevice.start(d, options.model, layout, { timeoutSeconds }),
+        );
       }
     } catch (error) {
       await Promise.all(devices.map((d) => d.close()));

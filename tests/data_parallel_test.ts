@@ -4,7 +4,8 @@ import { autoSchedule } from "../schedule/auto.ts";
 import { overlap, sequential } from "../schedule/builtins.ts";
 import { measureProfile } from "../schedule/measure.ts";
 import { tinyAlexNet } from "./fixtures/networks.ts";
-import { DeviceError } from "../schedule/device.ts";
+import { CpuDevice } from "../schedule/cpu_device.ts";
+import { type Device, DeviceError } from "../schedule/device.ts";
 import { parseLink } from "../schedule/link.ts";
 import type { Plan } from "../schedule/plan.ts";
 import type { ReductionMode } from "../schedule/plan.ts";
@@ -203,4 +204,41 @@ Deno.test("an automatic schedule's split reaches every replica and stays lossles
     }),
     /names layer "nosuchlayer", which tiny-alexnet does not have/,
   );
+});
+
+Deno.test("other device kinds plug in through startDevice and the Device contract alone", async () => {
+  const started: number[] = [];
+  const seen: string[] = [];
+  const trainer = await DataParallelTrainer.create({
+    model,
+    devices: 2,
+    plan: overlap(groups),
+    optimizer: (p) => new SGD(p, { lr: 0.01 }),
+    startDevice: async (index, spec, layout, timeoutSeconds) => {
+      started.push(index);
+      const inner = await CpuDevice.start(index, spec, layout, { timeoutSeconds });
+      // A device of another kind only has to honour the contract; this one logs what it reports.
+      const device: Device = {
+        index,
+        kind: "logging-cpu",
+        parameters: inner.parameters,
+        gradients: inner.gradients,
+        compute: (command, onGradients) =>
+          inner.compute(command, (group) => {
+            seen.push(`${index}:${group}`);
+            onGradients(group);
+          }),
+        close: () => inner.close(),
+      };
+      return device;
+    },
+  });
+  try {
+    await trainer.step(batch(0, 12));
+    assert.deepEqual(started, [0, 1]);
+    assert.deepEqual(seen.filter((s) => s.startsWith("0:")), ["0:fc", "0:conv"]);
+    assert.equal(trainer.devices[1].kind, "logging-cpu");
+  } finally {
+    await trainer.close();
+  }
 });
