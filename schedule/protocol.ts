@@ -8,6 +8,7 @@
  * @module
  */
 
+import type { ComputeCommand } from "./device.ts";
 import type { ModelSpec } from "./model_spec.ts";
 
 /** Main → worker: build the replica over shared parameter and gradient buffers. */
@@ -30,25 +31,8 @@ export interface InitMessage {
   slots: { name: string; group: string; offset: number; size: number }[];
 }
 
-/** Main → worker: run one iteration's compute lane on a shard. */
-export interface StepMessage {
-  type: "step";
-  iteration: number;
-  /** float32 NCHW shard. */
-  images: Float32Array;
-  /** int32 labels of the shard. */
-  labels: Int32Array;
-  /** Shape of `images`. */
-  shape: number[];
-  /** Global position of the shard's first sample in the global batch (keys dropout masks). */
-  sampleOffset: number;
-  /** Run seed (keys dropout masks). */
-  seed: number;
-  /** The compute-lane steps after forward: the groups to backward, in order. */
-  backwardGroups: string[];
-  /** Testing hook: throw while computing this group's backward (fault-handling tests). */
-  failInGroup?: string;
-}
+/** Main → worker: run one iteration's compute lane on a shard (see `ComputeCommand`). */
+export type StepMessage = { type: "step" } & ComputeCommand;
 
 /** A span of work on the worker's compute lane, in epoch milliseconds. */
 export interface ComputeSpan {

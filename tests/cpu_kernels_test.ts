@@ -14,21 +14,10 @@ import {
 } from "../backends/cpu/pool.ts";
 import { checkLrn, conv2dGeometry, type LrnParams, type Pair, pool2dGeometry } from "../backends/geometry.ts";
 import * as ref from "./reference/float64.ts";
+import { mulberry32 as rng } from "./reference/random.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-/** mulberry32: tiny deterministic PRNG so failures reproduce exactly. */
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function uniform(n: number, rand: () => number, scale = 1): Float32Array {
   const a = new Float32Array(n);

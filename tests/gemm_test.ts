@@ -6,18 +6,7 @@
 
 import assert from "node:assert/strict";
 import { gemm, type GemmArgs } from "../backends/cpu/gemm.ts";
-
-/** Deterministic PRNG so failures reproduce. */
-function mulberry32(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 } from "./reference/random.ts";
 
 const rand = mulberry32(0x7a4d3);
 

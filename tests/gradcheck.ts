@@ -13,23 +13,15 @@
 import assert from "node:assert/strict";
 import { memory, ops, type Tensor, tensor, tidy, valueAndGrad } from "../mod.ts";
 import type { RefTensor } from "./reference/float64.ts";
+import { mulberry32 } from "./reference/random.ts";
 
 export type { RefTensor };
 
 // ---------------------------------------------------------------------------------------------
 // Seeded inputs
 
-/** mulberry32: tiny deterministic PRNG so failures reproduce exactly. */
-export function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** The seeded PRNG the gradient checks draw inputs from. */
+export const rng: (seed: number) => () => number = mulberry32;
 
 /** Number of elements of a shape. */
 export function prod(shape: readonly number[]): number {

@@ -57,6 +57,14 @@ function parameterOptions(
 const WEIGHT_DEFAULTS = { lrMult: 1, decayMult: 1 };
 const BIAS_DEFAULTS = { lrMult: 2, decayMult: 0 };
 
+/** Description of a shape-preserving layer costing `flopsPerElement` per element of a sample. */
+function elementwise(inputShape: readonly number[], flopsPerElement: number): LayerDescription {
+  return {
+    outputShape: [...inputShape],
+    flops: flopsPerElement * inputShape.slice(1).reduce((a, b) => a * b, 1),
+  };
+}
+
 function pairOf(value: Pair): [number, number] {
   return typeof value === "number" ? [value, value] : [value[0], value[1]];
 }
@@ -228,7 +236,7 @@ export interface PoolLayerOptions {
 
 /** Shared shape and cost description of the pooling layers. */
 export abstract class Pool2dLayer extends Module {
-  /** Creates the layer; parameters stay zero until `initialize(seed)`. */
+  /** A pooling layer with the given window. */
   constructor(readonly options: PoolLayerOptions) {
     super();
   }
@@ -293,7 +301,7 @@ export class LRN extends Module {
   readonly kind = "LRN";
   /** Window size, alpha, beta and k (Caffe defaults 5, 1, 0.75, 1 where omitted). */
   readonly params: { size: number; alpha: number; beta: number; k: number };
-  /** Creates the layer; parameters stay zero until `initialize(seed)`. */
+  /** An LRN layer; omitted parameters take Caffe's defaults. */
   constructor(params: { size?: number; alpha?: number; beta?: number; k?: number } = {}) {
     super();
     this.params = {
@@ -309,9 +317,8 @@ export class LRN extends Module {
   }
   /** Output shape and per-sample forward FLOPs for an input shape. */
   describe(inputShape: readonly number[]): LayerDescription {
-    const perSample = inputShape.slice(1).reduce((a, b) => a * b, 1);
     // Running window sum of squares, scale, power and product per element.
-    return { outputShape: [...inputShape], flops: perSample * 6 };
+    return elementwise(inputShape, 6);
   }
 }
 
@@ -333,7 +340,7 @@ export class ReLU extends Module {
   }
   /** Output shape and per-sample forward FLOPs for an input shape. */
   describe(inputShape: readonly number[]): LayerDescription {
-    return { outputShape: [...inputShape], flops: inputShape.slice(1).reduce((a, b) => a * b, 1) };
+    return elementwise(inputShape, 1);
   }
 }
 
@@ -351,7 +358,7 @@ export class ReLU extends Module {
 export class Dropout extends Module {
   /** Layer type. */
   readonly kind = "Dropout";
-  /** Creates the layer; parameters stay zero until `initialize(seed)`. */
+  /** A dropout layer zeroing each element with probability `p`. */
   constructor(readonly p = 0.5) {
     super();
   }
@@ -369,7 +376,7 @@ export class Dropout extends Module {
   }
   /** Output shape and per-sample forward FLOPs for an input shape. */
   describe(inputShape: readonly number[]): LayerDescription {
-    return { outputShape: [...inputShape], flops: inputShape.slice(1).reduce((a, b) => a * b, 1) };
+    return elementwise(inputShape, 1);
   }
 }
 
@@ -385,7 +392,7 @@ export class Dropout extends Module {
 export class Flatten extends Module {
   /** Layer type. */
   readonly kind = "Flatten";
-  /** Creates the layer; parameters stay zero until `initialize(seed)`. */
+  /** A layer flattening every axis from `startAxis` on. */
   constructor(readonly startAxis = 1) {
     super();
   }
