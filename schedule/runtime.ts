@@ -146,7 +146,6 @@ export class DataParallelTrainer {
   readonly #options: DataParallelOptions;
   /** Receive buffers on the master for each device's gradients (index 0 unused). */
   readonly #received: Float32Array[];
-  #iteration = 0;
   #failed: Error | undefined;
   #closed = false;
 
@@ -233,9 +232,34 @@ export class DataParallelTrainer {
     return new DataParallelTrainer(devices, layout, optimizers, reduced, options);
   }
 
-  /** Completed iterations. */
+  /**
+   * Completed iterations: the master optimizer's count, so a state loaded from a checkpoint moves
+   * training (and the dropout masks keyed by it) to where it left off.
+   */
   get iteration(): number {
-    return this.#iteration;
+    return this.#optimizers[0].iteration;
+  }
+
+  /**
+   * Device 0's parameters as named entries over its shared memory (the optimizer's view): what to
+   * checkpoint, and where to load one. Call {@link DataParallelTrainer.broadcastParameters} after
+   * writing them.
+   */
+  get parameterEntries(): readonly ParameterEntry[] {
+    return this.#optimizers[0].parameters;
+  }
+
+  /**
+   * Copies device 0's parameters to every other device, and in allreduce mode device 0's optimizer
+   * state to the other optimizers, so all replicas agree again (after loading a checkpoint).
+   */
+  broadcastParameters(): void {
+    const master = this.#devices[0].parameters;
+    for (const device of this.#devices.slice(1)) device.parameters.set(master);
+    if (this.#optimizers.length > 1) {
+      const state = this.#optimizers[0].state();
+      for (const optimizer of this.#optimizers.slice(1)) optimizer.loadState(state);
+    }
   }
 
   /** The parameter layout shared by all devices. */
@@ -304,7 +328,7 @@ export class DataParallelTrainer {
       );
     }
     const shardSize = batchSize / n, sampleSize = sample.reduce((a, b) => a * b, 1);
-    const iteration = this.#iteration;
+    const iteration = this.iteration;
     const started = performance.now();
     const snapshot = this.#snapshot();
     const commSpans: Interval[] = [];
@@ -363,7 +387,6 @@ export class DataParallelTrainer {
       const results = await Promise.all(computes);
       for (const optimizer of this.#optimizers) optimizer.finishIteration();
       results.forEach((r, d) => r.spans.forEach((s) => record(d, "compute", s.name, s.start, s.end)));
-      this.#iteration++;
       if (this.#options.verifyReplicas) {
         const divergent = this.divergentReplicas();
         if (divergent.length) {

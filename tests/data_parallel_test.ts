@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { type ParameterEntry, randn, SGD, uniformValues } from "../mod.ts";
+import { loadCheckpoint, type ParameterEntry, randn, saveCheckpoint, SGD, uniformValues } from "../mod.ts";
 import { autoSchedule } from "../schedule/auto.ts";
 import { overlap, sequential } from "../schedule/builtins.ts";
 import { measureProfile } from "../schedule/measure.ts";
@@ -241,5 +241,56 @@ Deno.test("other device kinds plug in through startDevice and the Device contrac
     assert.equal(trainer.devices[1].kind, "logging-cpu");
   } finally {
     await trainer.close();
+  }
+});
+
+Deno.test("data-parallel training resumes from a checkpoint bit for bit", async () => {
+  const create = (mode: ReductionMode) =>
+    DataParallelTrainer.create({
+      model,
+      devices: 2,
+      mode,
+      plan: overlap(groups),
+      optimizer: (p) => new SGD(p, { lr: 0.01, momentum: 0.9, weightDecay: 5e-4 }),
+      verifyReplicas: true,
+    });
+  const dir = await Deno.makeTempDir();
+  try {
+    for (const mode of ["master", "allreduce"] as const) {
+      const straight = await create(mode);
+      let expected: Float32Array;
+      try {
+        for (let step = 0; step < 4; step++) {
+          await straight.step(batch(step, 12));
+          if (step === 1) {
+            await saveCheckpoint(`${dir}/${mode}.safetensors`, {
+              parameters: straight.parameterEntries,
+              optimizer: straight.optimizer,
+              step: straight.iteration,
+              modelName: "tiny-alexnet",
+            });
+          }
+        }
+        expected = straight.masterParameters();
+      } finally {
+        await straight.close();
+      }
+      const resumed = await create(mode);
+      try {
+        const loaded = await loadCheckpoint(`${dir}/${mode}.safetensors`, {
+          parameters: resumed.parameterEntries,
+          optimizer: resumed.optimizer,
+          modelName: "tiny-alexnet",
+        });
+        resumed.broadcastParameters();
+        assert.equal(resumed.iteration, loaded.step);
+        for (let step = loaded.step; step < 4; step++) await resumed.step(batch(step, 12));
+        assert.deepEqual(bits(resumed.masterParameters()), bits(expected), mode);
+      } finally {
+        await resumed.close();
+      }
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
   }
 });
