@@ -1,0 +1,94 @@
+/**
+ * Errors of the command line and how they reach the user: every problem a user can cause ends as one
+ * clear message on stderr and a non-zero exit, never a stack trace.
+ *
+ * @module
+ */
+
+import { TandemError } from "../mod.ts";
+
+/** Exit status of a bad command line (as getopt-style tools use). */
+export const EXIT_USAGE = 2;
+/** Exit status of a run that failed (bad data, bad checkpoint, diverged training…). */
+export const EXIT_FAILURE = 1;
+/** Exit status after Ctrl-C, as shells report a SIGINT death (128 + 2). */
+export const EXIT_INTERRUPTED = 130;
+
+/**
+ * A problem with what the user asked for, reported without a stack trace.
+ *
+ * @example
+ * ```ts
+ * import { CliError } from "./errors.ts";
+ * throw new CliError("--devices must be at least 1, got 0");
+ * ```
+ */
+export class CliError extends Error {
+  /** Process exit status to use. */
+  readonly exitCode: number;
+
+  /** An error whose message is shown as is; `exitCode` defaults to {@link EXIT_USAGE}. */
+  constructor(message: string, exitCode = EXIT_USAGE) {
+    super(message);
+    this.name = "CliError";
+    this.exitCode = exitCode;
+  }
+}
+
+/**
+ * The message and exit status for an error the user caused, or `undefined` for a bug (whose stack
+ * is worth printing).
+ *
+ * @example
+ * ```ts
+ * import { CliError, describeError } from "./errors.ts";
+ * describeError(new CliError("bad")); // { message: "bad", exitCode: 2 }
+ * ```
+ */
+export function describeError(error: unknown): { message: string; exitCode: number } | undefined {
+  if (error instanceof CliError) return { message: error.message, exitCode: error.exitCode };
+  if (error instanceof TandemError) return { message: error.message, exitCode: EXIT_FAILURE };
+  // File-system errors already name the operation and path, which is all a user needs.
+  if (
+    error instanceof Deno.errors.NotFound || error instanceof Deno.errors.PermissionDenied ||
+    error instanceof Deno.errors.IsADirectory || error instanceof Deno.errors.NotADirectory
+  ) {
+    return { message: error.message, exitCode: EXIT_FAILURE };
+  }
+  return undefined;
+}
+
+/**
+ * Suggests the closest of `candidates` to `word` (edit distance at most a third of its length, at
+ * least 2), for "did you mean" hints.
+ *
+ * @example
+ * ```ts
+ * import { closest } from "./errors.ts";
+ * closest("--epoch", ["--epochs", "--steps"]); // "--epochs"
+ * ```
+ */
+export function closest(word: string, candidates: readonly string[]): string | undefined {
+  let best: string | undefined, bestDistance = Infinity;
+  for (const candidate of candidates) {
+    const d = editDistance(word, candidate);
+    if (d < bestDistance) [best, bestDistance] = [candidate, d];
+  }
+  return bestDistance <= Math.max(2, Math.floor(word.length / 3)) ? best : undefined;
+}
+
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) {
+      current[j] = Math.min(
+        previous[j] + 1,
+        current[j - 1] + 1,
+        previous[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1),
+      );
+    }
+    previous = current;
+  }
+  return previous[b.length];
+}

@@ -1,0 +1,97 @@
+/**
+ * Turning `--model` into a {@link ModelSpec} every device can build: a built-in name, or a Caffe
+ * `.prototxt` whose text travels in the spec.
+ *
+ * @module
+ */
+
+import {
+  buildModel,
+  type BuiltinModelName,
+  builtinModels,
+  type ModelSpec,
+  type Network,
+  TandemError,
+} from "../mod.ts";
+import { CliError, closest } from "./errors.ts";
+
+/** Returned by {@link chooseModel} for a Caffe net whose input shape only its data can tell. */
+export const NEEDS_INPUT_SHAPE: unique symbol = Symbol("needs input shape");
+
+/** A chosen model before the data fixes its class count. */
+export interface ModelChoice {
+  /** Spec for `classes` output classes (built-ins adapt; a Caffe net has its own). */
+  spec(classes?: number): ModelSpec;
+  /** Per-sample input `[C, H, W]`. */
+  inputShape: readonly number[];
+  /** Classes the model predicts by default. */
+  classes: number;
+  /** Name for messages and checkpoints. */
+  name: string;
+}
+
+/**
+ * Resolves `--model`: a built-in name, or a path to a Caffe net definition (any existing file or a
+ * name ending in `.prototxt`). An unknown name lists the built-ins and suggests the closest.
+ *
+ * @example
+ * ```ts ignore
+ * import { chooseModel } from "./model.ts";
+ * const model = await chooseModel("lenet", 1);
+ * console.log(model.inputShape); // [1, 28, 28]
+ * ```
+ */
+export async function chooseModel(
+  text: string,
+  seed: number,
+  inputShape?: readonly number[],
+): Promise<ModelChoice | typeof NEEDS_INPUT_SHAPE> {
+  const builtin = builtinModels[text as BuiltinModelName];
+  if (builtin) {
+    return {
+      spec: (classes?: number) => ({
+        kind: "builtin",
+        name: text as BuiltinModelName,
+        options: { seed, classes },
+      }),
+      inputShape: builtin.inputShape,
+      classes: builtin.classes,
+      name: text,
+    };
+  }
+  let prototxt: string | undefined;
+  try {
+    if ((await Deno.stat(text)).isFile) prototxt = await Deno.readTextFile(text);
+  } catch (error) {
+    if (!(error instanceof Deno.errors.NotFound)) throw error;
+  }
+  if (prototxt === undefined) {
+    const names = Object.keys(builtinModels);
+    if (text.endsWith(".prototxt")) throw new CliError(`--model ${text}: no such file`);
+    const hint = closest(text, names);
+    throw new CliError(
+      `--model: unknown model "${text}"${hint ? `; did you mean ${hint}?` : ""} ` +
+        `(built-ins: ${names.join(", ")}; or give a path to a Caffe .prototxt)`,
+    );
+  }
+  const spec: ModelSpec = { kind: "caffe", text: prototxt, options: { seed, fileName: text, inputShape } };
+  // Built once here to learn the input and class count the prototxt declares.
+  let network: Network;
+  try {
+    network = await buildModel(spec);
+  } catch (error) {
+    // A Data layer reading a database leaves the shape to the database: the images will tell.
+    if (!inputShape && error instanceof TandemError && /cannot tell the input shape/.test(error.message)) {
+      return NEEDS_INPUT_SHAPE;
+    }
+    throw error;
+  }
+  const built = { inputShape: network.inputShape, classes: network.classes, name: network.name };
+  network.dispose();
+  return { spec: () => spec, ...built };
+}
+
+/** Builds the network of `spec` on this thread (for summaries, profiles and evaluation). */
+export function buildLocal(spec: ModelSpec): Promise<Network> {
+  return buildModel(spec);
+}

@@ -1,0 +1,480 @@
+/**
+ * `deno task train`: data-parallel training from the command line. Without options it trains the
+ * AlexNet-like default on the embedded MNIST digits on two CPU device handles under the `overlap`
+ * schedule and reports held-out accuracy; `--help` lists everything else.
+ *
+ * Every problem a user can cause (bad flags, data that does not fit the model, a checkpoint of
+ * another model, a malformed schedule file, diverging training) ends as a clear message on stderr
+ * and a non-zero exit status, never a stack trace.
+ *
+ * @module
+ */
+
+import {
+  autoSchedule,
+  builtinSchedule,
+  DataLoader,
+  DataParallelTrainer,
+  DEFAULT_LINK,
+  DeviceError,
+  evaluate,
+  formatSummary,
+  layoutOf,
+  type LinkSpec,
+  loadCheckpoint,
+  loadSchedule,
+  measureProfile,
+  type ModelSpec,
+  type Network,
+  parseLink,
+  type Plan,
+  saveCheckpoint,
+  SGD,
+  summarize,
+  tensor,
+  TraceRecorder,
+  validatePlan,
+  writeFileAtomic,
+} from "../mod.ts";
+import { DEFAULTS, helpText, parseTrainArgs, type TrainArgs } from "./args.ts";
+import { fitToModel, type LoadedImages, loadImages } from "./data.ts";
+import { CliError, closest, describeError, EXIT_FAILURE, EXIT_INTERRUPTED } from "./errors.ts";
+import { buildLocal, chooseModel, NEEDS_INPUT_SHAPE } from "./model.ts";
+import { formatDuration, Progress } from "./progress.ts";
+import { type StepPoint, writeReport } from "./report.ts";
+
+/** Where Ctrl-C saves when no `--checkpoint` was given. */
+export const INTERRUPTED_CHECKPOINT = "tandem-interrupted.safetensors";
+
+/** Steps of the trace drawn in the report (the last few: past warm-up). */
+const REPORT_TRACE_STEPS = 3;
+
+/**
+ * SHA-256 (hex) of every parameter's float32 bytes, parameters in name order: a fingerprint that
+ * two runs trained bit-identically share.
+ *
+ * @example
+ * ```ts
+ * import { parametersSha256 } from "./train.ts";
+ * const layout = { total: 2, groups: [], slots: [{ name: "w", shape: [2], group: "fc", offset: 0, size: 2, lrMult: 1, decayMult: 1 }] };
+ * console.log(await parametersSha256(layout, new Float32Array([1, 2])));
+ * ```
+ */
+export async function parametersSha256(
+  layout: { slots: readonly { name: string; offset: number; size: number }[]; total: number },
+  flat: Float32Array,
+): Promise<string> {
+  const bytes = new Uint8Array(layout.total * 4);
+  const out = new Float32Array(bytes.buffer);
+  let at = 0;
+  for (const slot of [...layout.slots].sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0)) {
+    out.set(flat.subarray(slot.offset, slot.offset + slot.size), at);
+    at += slot.size;
+  }
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+const SCHEDULE_NAMES = ["overlap", "sequential", "bucketed", "auto"];
+
+async function choosePlan(
+  args: TrainArgs,
+  local: Network,
+  spec: ModelSpec,
+  link: LinkSpec | undefined,
+  say: (line: string) => void,
+): Promise<{ plan: Plan; spec: ModelSpec }> {
+  const groups = layoutOf(local.namedParameters()).groups.map((g) => g.name);
+  const name = args.schedule;
+  if (name === "overlap" || name === "sequential" || name === "bucketed") {
+    return { plan: builtinSchedule(name, groups), spec };
+  }
+  if (name === "auto") {
+    const perDevice = args.batch / args.devices;
+    const profile = measureProfile(local, perDevice, { description: `${local.name}, batch ${perDevice}` });
+    const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices);
+    say(
+      `auto schedule: ${plan.name} over groups ${plan.groups.join(", ")} (priced at ${
+        link ? link.label : "12 GB/s, 10 µs (PCIe 3 x16, assumed)"
+      })`,
+    );
+    say(`  why: ${plan.judgement.reason}`);
+    return { plan, spec: { ...spec, groups: plan.assignment } };
+  }
+  let isFile = false;
+  try {
+    isFile = (await Deno.stat(name)).isFile;
+  } catch (error) {
+    if (!(error instanceof Deno.errors.NotFound)) throw error;
+  }
+  if (!isFile) {
+    const hint = closest(name, SCHEDULE_NAMES);
+    throw new CliError(
+      `--schedule must be ${SCHEDULE_NAMES.join(", ")} or a schedule file; "${name}" is none of them${
+        hint ? `; did you mean ${hint}?` : ""
+      }`,
+    );
+  }
+  return { plan: await loadSchedule(name, { groups, mode: args.reduce }), spec };
+}
+
+/** Copies the master's flat parameters into `model` by name, for evaluation on this thread. */
+function copyMasterInto(model: Network, trainer: DataParallelTrainer): void {
+  const flat = trainer.masterParameters();
+  const slots = new Map(trainer.layout.slots.map((s) => [s.name, s]));
+  for (const entry of model.namedParameters()) {
+    const slot = slots.get(entry.name);
+    if (!slot) throw new Error(`parameter ${entry.name} is not in the trainer's layout`);
+    const source = tensor(flat.slice(slot.offset, slot.offset + slot.size), { shape: slot.shape });
+    entry.tensor.assign(source);
+    source.dispose();
+  }
+}
+
+async function writeTrace(path: string, trace: TraceRecorder, link: LinkSpec | undefined): Promise<void> {
+  // The link label travels in the file so nobody mistakes an emulated timeline for a real one.
+  const json = {
+    ...trace.toChromeTrace(),
+    otherData: { link: link ? link.label : "shared memory (no emulation)" },
+  };
+  await writeFileAtomic(path, [new TextEncoder().encode(JSON.stringify(json))]);
+}
+
+/**
+ * Runs the command line `argv` and returns the exit status. Errors a user can cause are thrown as
+ * `CliError`/`TandemError` for the caller to print.
+ *
+ * @example
+ * ```ts ignore
+ * import { runTrain } from "./train.ts";
+ * Deno.exit(await runTrain(["--data", "synthetic", "--model", "lenet", "--steps", "4", "--batch", "8"]));
+ * ```
+ */
+export async function runTrain(argv: readonly string[]): Promise<number> {
+  const args = parseTrainArgs(argv);
+  if (args.help) {
+    console.log(helpText());
+    return 0;
+  }
+  if (args.backend === "webgpu") {
+    throw new CliError(
+      "--backend webgpu: WebGPU devices are not available in the data-parallel runtime yet (its devices are " +
+        "CPU Workers); use --backend cpu",
+      EXIT_FAILURE,
+    );
+  }
+  // With --json, stdout carries exactly one JSON object; everything for people goes to stderr.
+  const say = args.json ? (line: string) => console.error(line) : (line: string) => console.log(line);
+  const link = args.link ? parseLink(args.link) : undefined;
+  let chosen = await chooseModel(args.model, args.seed);
+  let images: LoadedImages | undefined;
+  if (chosen === NEEDS_INPUT_SHAPE) {
+    images = await loadImages(args.data, undefined, args.seed);
+    const { channels, height, width } = images.train;
+    chosen = await chooseModel(args.model, args.seed, [channels, height, width]);
+    if (chosen === NEEDS_INPUT_SHAPE) throw new Error("input shape still unknown");
+  }
+  const choice = chosen;
+
+  if (args.steps === 0) {
+    const network = await buildLocal(choice.spec());
+    const summary = summarize(network, network.inputShape);
+    say(`${choice.name}: input ${network.inputShape.join("×")}, ${network.classes} classes`);
+    say(formatSummary(summary));
+    if (args.json) {
+      console.log(JSON.stringify({
+        model: choice.name,
+        parameters: summary.parameters,
+        flops: summary.flops,
+        groups: summary.groups,
+        step: 0,
+      }));
+    }
+    network.dispose();
+    return 0;
+  }
+
+  const data = fitToModel(images ?? await loadImages(args.data, choice, args.seed), args.data, choice);
+  const baseSpec = choice.spec(data.train.classes);
+  const local = await buildLocal(baseSpec);
+  const { plan, spec } = await choosePlan(args, local, baseSpec, link, say);
+  validatePlan(plan, { mode: args.reduce });
+
+  const preprocess = { scale: data.scale, meanValue: data.meanValue, cropSize: data.cropSize };
+  const trainLoader = new DataLoader(data.train, {
+    ...preprocess,
+    batchSize: args.batch,
+    seed: args.seed,
+    deviceCount: args.devices,
+    // A short last batch might not split over the devices; Caffe's solvers also see full batches only.
+    dropLast: true,
+  });
+  const perEpoch = trainLoader.numBatches;
+  if (perEpoch === 0) {
+    throw new CliError(`--batch ${args.batch} is larger than the ${data.train.count} training images`);
+  }
+  const testLoader = new DataLoader(data.test, { ...preprocess, batchSize: 100, mode: "eval" });
+  const epochLimit = args.epochs ?? (args.steps !== undefined ? Infinity : DEFAULTS.epochs);
+  const target = Math.min(epochLimit * perEpoch, args.steps ?? Infinity);
+  const trace = args.trace || args.report ? new TraceRecorder() : undefined;
+
+  const trainer = await DataParallelTrainer.create({
+    model: spec,
+    devices: args.devices,
+    mode: args.reduce,
+    plan,
+    link,
+    seed: args.seed,
+    trace,
+    optimizer: (parameters) =>
+      new SGD(parameters, {
+        // Halved every epoch, as examples/mnist.ts; momentum and weight decay as Caffe's reference solvers.
+        lr: { policy: "step", baseLr: args.lr, gamma: 0.5, stepSize: perEpoch },
+        momentum: 0.9,
+        weightDecay: 5e-4,
+      }),
+  });
+  try {
+    if (args.resume) {
+      const loaded = await loadCheckpoint(args.resume, {
+        parameters: trainer.parameterEntries,
+        optimizer: trainer.optimizer,
+        modelName: local.name,
+      });
+      trainer.broadcastParameters();
+      say(`resumed from ${args.resume} at step ${loaded.step}`);
+    }
+    const first = trainer.iteration;
+    const parameterCount = trainer.layout.total;
+    say(
+      `training ${choice.name} (${parameterCount.toLocaleString("en-US")} parameters) on ${data.description}`,
+    );
+    say(
+      `  ${args.devices} CPU device${args.devices === 1 ? "" : "s"}, schedule ${plan.name}, ${args.reduce} ` +
+        `reduction, link ${link ? link.label : "shared memory"}; batch ${args.batch} ` +
+        `(${args.batch / args.devices} per device), lr ${args.lr} halved every epoch (${perEpoch} steps)`,
+    );
+    if (first >= target) say(`already at step ${first}, which reaches the target of ${target} steps`);
+
+    let interrupted = false;
+    const progress = new Progress({
+      first,
+      target,
+      epochs: Math.ceil(target / perEpoch),
+      live: Deno.stderr.isTerminal(),
+    });
+    const onInterrupt = () => {
+      if (interrupted) Deno.exit(EXIT_INTERRUPTED); // a second Ctrl-C does not wait
+      interrupted = true;
+      progress.log(
+        "interrupted: finishing the current step, then saving a checkpoint (Ctrl-C again to quit now)",
+      );
+    };
+    Deno.addSignalListener("SIGINT", onInterrupt);
+
+    const points: StepPoint[] = [];
+    const heldOut: { step: number; accuracy: number }[] = [];
+    let images = 0, stepSeconds = 0, commMs = 0, hiddenMs = 0, timedSteps = 0, lastLoss = NaN;
+    let failedAt: number | undefined, failure = "";
+    const started = performance.now();
+    try {
+      while (trainer.iteration < target && !interrupted) {
+        const i = trainer.iteration;
+        const epoch = Math.floor(i / perEpoch);
+        const batch = trainLoader.batch(epoch, i % perEpoch);
+        let result;
+        try {
+          const pixels = await batch.images.data() as Float32Array;
+          result = await trainer.step({
+            images: pixels,
+            labels: batch.labelValues,
+            shape: batch.images.shape,
+          });
+        } catch (error) {
+          if (error instanceof DeviceError && /nan|non-finite|not finite/i.test(error.message)) {
+            failedAt = i + 1;
+            failure = error.message;
+            break;
+          }
+          throw error;
+        } finally {
+          batch.dispose();
+        }
+        images += result.count;
+        lastLoss = result.loss;
+        // The first step pays for JIT warm-up and would skew the split of a short run.
+        if (i > first || target - first === 1) {
+          stepSeconds += result.seconds;
+          commMs += result.commMs;
+          hiddenMs += result.hiddenCommMs;
+          timedSteps++;
+        }
+        points.push({ step: i + 1, loss: result.loss, accuracy: result.correct / result.count });
+        progress.update({
+          step: i + 1,
+          epoch,
+          loss: result.loss,
+          imagesPerSecond: images / ((performance.now() - started) / 1000),
+        });
+        if (args.report && (i + 1) % perEpoch === 0 && i + 1 < target) {
+          copyMasterInto(local, trainer);
+          const { accuracy } = await evaluate(local, testLoader);
+          heldOut.push({ step: i + 1, accuracy });
+          progress.log(`epoch ${epoch + 1}: held-out accuracy ${(accuracy * 100).toFixed(2)}%`);
+        }
+      }
+    } finally {
+      Deno.removeSignalListener("SIGINT", onInterrupt);
+      progress.done();
+    }
+    const seconds = (performance.now() - started) / 1000;
+    const step = trainer.iteration;
+    const extra = { data: args.data, batch: args.batch, devices: args.devices, schedule: plan.name };
+    const save = (path: string) =>
+      saveCheckpoint(path, {
+        parameters: trainer.parameterEntries,
+        optimizer: trainer.optimizer,
+        step,
+        modelName: local.name,
+        extra,
+      });
+
+    if (failedAt !== undefined) {
+      let kept = "";
+      if (args.checkpoint) {
+        await save(args.checkpoint);
+        kept = `; the last good parameters (step ${step}) are saved in ${args.checkpoint}`;
+      }
+      throw new CliError(
+        `training diverged: the loss became non-finite at step ${failedAt} (try a smaller --lr than ${args.lr})` +
+          `${kept}\n  ${failure.split("\n")[0]}`,
+        EXIT_FAILURE,
+      );
+    }
+    if (interrupted) {
+      const path = args.checkpoint ?? INTERRUPTED_CHECKPOINT;
+      await save(path);
+      if (args.trace && trace) await writeTrace(args.trace, trace, link);
+      say(`interrupted at step ${step}; checkpoint saved to ${path} (continue with --resume ${path})`);
+      if (args.json) console.log(JSON.stringify({ interrupted: true, step, checkpoint: path }));
+      return EXIT_INTERRUPTED;
+    }
+
+    copyMasterInto(local, trainer);
+    const test = await evaluate(local, testLoader);
+    heldOut.push({ step, accuracy: test.accuracy });
+    const sha = await parametersSha256(trainer.layout, trainer.masterParameters());
+    const files: Record<string, string> = {};
+    if (args.checkpoint) {
+      await save(args.checkpoint);
+      files.checkpoint = args.checkpoint;
+    }
+    if (args.trace && trace) {
+      await writeTrace(args.trace, trace, link);
+      files.trace = args.trace;
+    }
+    const stepMs = timedSteps ? stepSeconds * 1000 / timedSteps : 0;
+    const commPerStep = timedSteps ? commMs / timedSteps : 0;
+    const hiddenPerStep = timedSteps ? hiddenMs / timedSteps : 0;
+    const exposed = commPerStep - hiddenPerStep;
+    const imagesPerSecond = seconds > 0 ? images / seconds : 0;
+    const linkText = link ? link.label : "shared memory";
+    if (args.report) {
+      const lastSteps = new Set(Array.from({ length: REPORT_TRACE_STEPS }, (_, k) => step - 1 - k));
+      await writeReport(args.report, {
+        title: `${choice.name} on ${args.data}: ${(test.accuracy * 100).toFixed(2)}% held out`,
+        facts: [
+          ["model", `${choice.name} (${parameterCount.toLocaleString("en-US")} parameters)`],
+          ["data", data.description],
+          ["devices", `${args.devices} CPU Workers`],
+          ["schedule", `${plan.name}, ${args.reduce} reduction`],
+          ["link", linkText],
+          ["batch / lr", `${args.batch} / ${args.lr} halved every epoch`],
+          ["steps", `${first} → ${step}`],
+          ["held-out accuracy", `${(test.accuracy * 100).toFixed(2)}% (loss ${test.loss.toFixed(4)})`],
+          ["throughput", `${imagesPerSecond.toFixed(0)} images/s`],
+          [
+            "step time",
+            `${stepMs.toFixed(1)} ms: communication ${commPerStep.toFixed(1)} ms, ${
+              hiddenPerStep.toFixed(1)
+            } ms of it hidden behind compute (${linkText})`,
+          ],
+        ],
+        steps: points,
+        heldOut,
+        spans: trace!.spans.filter((s) => lastSteps.has(s.step)),
+      });
+      files.report = args.report;
+    }
+
+    const summary = [
+      `held-out accuracy ${(test.accuracy * 100).toFixed(2)}% (loss ${
+        test.loss.toFixed(4)
+      }) on ${test.count} ` +
+      `images after step ${step} (${(step / perEpoch).toFixed(2)} epochs)`,
+      `throughput ${imagesPerSecond.toFixed(0)} images/s; ${step - first} steps in ${
+        formatDuration(seconds)
+      }`,
+      `step time ${stepMs.toFixed(1)} ms: compute ${
+        (stepMs - exposed).toFixed(1)
+      } ms + exposed communication ${exposed.toFixed(1)} ms; communication ${
+        commPerStep.toFixed(1)
+      } ms per step, ${hiddenPerStep.toFixed(1)} ms hidden (${
+        commPerStep > 0 ? (100 * hiddenPerStep / commPerStep).toFixed(0) : 0
+      }%)${link ? ` over an emulated link (${link.label})` : ""}`,
+      `parameters sha256 ${sha}`,
+      Object.keys(files).length
+        ? `files: ${Object.entries(files).map(([k, v]) => `${k} ${v}`).join(", ")}`
+        : "files: none written (see --checkpoint, --trace, --report)",
+    ];
+    for (const line of summary) say(line);
+    if (args.json) {
+      console.log(JSON.stringify({
+        loss: test.loss,
+        accuracy: test.accuracy,
+        trainLoss: lastLoss,
+        parameters: parameterCount,
+        step,
+        epochs: step / perEpoch,
+        imagesPerSecond,
+        seconds,
+        paramsSha256: sha,
+        model: choice.name,
+        data: args.data,
+        devices: args.devices,
+        schedule: plan.name,
+        reduce: args.reduce,
+        link: link ? { label: link.label, emulated: true } : null,
+        stepMs: {
+          total: stepMs,
+          compute: stepMs - exposed,
+          communication: commPerStep,
+          hiddenCommunication: hiddenPerStep,
+        },
+        files,
+      }));
+    }
+    return 0;
+  } finally {
+    await trainer.close();
+    local.dispose();
+  }
+}
+
+if (import.meta.main) {
+  let code: number;
+  try {
+    code = await runTrain(Deno.args);
+  } catch (error) {
+    const known = describeError(error);
+    if (known) {
+      console.error(`tandem train: ${known.message}`);
+      code = known.exitCode;
+    } else {
+      console.error("tandem train: unexpected error (a bug; please report it):", error);
+      code = EXIT_FAILURE;
+    }
+  }
+  // Exit explicitly: device Workers or a pending timer must not keep a finished run alive.
+  Deno.exit(code);
+}

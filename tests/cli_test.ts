@@ -1,0 +1,149 @@
+/**
+ * End-to-end tests of `deno task train` (cli/train.ts), run as a subprocess with small, fast settings:
+ * LeNet on synthetic 28×28 images, a few steps of batch 8 on 2 devices.
+ */
+
+import assert from "node:assert/strict";
+
+const FAST = ["--data", "synthetic", "--model", "lenet", "--batch", "8", "--devices", "2", "--seed", "3"];
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+async function train(...args: string[]): Promise<Run> {
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "cli/train.ts", ...args],
+    stdout: "piped",
+    stderr: "piped",
+    stdin: "null",
+  }).output();
+  const decoder = new TextDecoder();
+  return { code: output.code, stdout: decoder.decode(output.stdout), stderr: decoder.decode(output.stderr) };
+}
+
+interface Result {
+  loss: number;
+  accuracy: number;
+  parameters: number;
+  step: number;
+  imagesPerSecond: number;
+  paramsSha256: string;
+  files: Record<string, string>;
+}
+
+/** Runs to completion with --json and returns the one JSON object stdout must hold. */
+async function trainJson(...args: string[]): Promise<Result> {
+  const run = await train(...FAST, "--json", ...args);
+  assert.equal(run.code, 0, run.stderr);
+  const lines = run.stdout.trim().split("\n");
+  assert.equal(lines.length, 1, `stdout must be exactly one JSON line, got:\n${run.stdout}`);
+  return JSON.parse(lines[0]);
+}
+
+/** A failing run: non-zero exit, the expected words on stderr, nothing like a stack trace. */
+function assertCleanFailure(run: Run, ...expected: (string | RegExp)[]): void {
+  assert.notEqual(run.code, 0, `expected failure, got success:\n${run.stdout}`);
+  for (const e of expected) {
+    if (typeof e === "string") assert.ok(run.stderr.includes(e), `stderr lacks "${e}":\n${run.stderr}`);
+    else assert.match(run.stderr, e);
+  }
+  assert.doesNotMatch(run.stderr, /^\s+at .*:\d+:\d+\)?$/m, `stack trace on stderr:\n${run.stderr}`);
+  assert.doesNotMatch(run.stderr, /unexpected error/);
+}
+
+const dir = await Deno.makeTempDir({ prefix: "tandem_cli_test_" });
+
+Deno.test("cli: --json prints one object with the run's figures; --trace and --report write files", async () => {
+  const trace = `${dir}/trace.json`, report = `${dir}/report.html`;
+  const result = await trainJson(
+    "--steps",
+    "4",
+    "--schedule",
+    "overlap",
+    "--trace",
+    trace,
+    "--report",
+    report,
+  );
+  assert.equal(result.step, 4);
+  assert.equal(result.parameters, 431_080);
+  assert.ok(Number.isFinite(result.loss) && result.loss > 0);
+  assert.ok(result.accuracy >= 0 && result.accuracy <= 1);
+  assert.ok(result.imagesPerSecond > 0);
+  assert.match(result.paramsSha256, /^[0-9a-f]{64}$/);
+  assert.deepEqual(result.files, { trace, report });
+  const chrome = JSON.parse(await Deno.readTextFile(trace));
+  assert.ok(chrome.traceEvents.some((e: { name: string }) => e.name === "backward conv"));
+  const html = await Deno.readTextFile(report);
+  assert.match(html, /Training loss[\s\S]*<svg[\s\S]*device 1 communication/);
+  assert.doesNotMatch(html, /<script|src="http/);
+
+  // The lossless promise, end to end: the schedule changes timing, never a bit of the parameters.
+  const sequential = await trainJson("--steps", "4", "--schedule", "sequential");
+  assert.equal(sequential.paramsSha256, result.paramsSha256);
+});
+
+Deno.test("cli: --steps 0 builds the model and prints its summary", async () => {
+  const run = await train("--model", "lenet", "--steps", "0");
+  assert.equal(run.code, 0, run.stderr);
+  assert.match(run.stdout, /total: 431,080 parameters/);
+  assert.match(run.stdout, /conv1/);
+});
+
+Deno.test("cli: resuming at step 4 and going on to 6 equals a straight run to 6", async () => {
+  const checkpoint = `${dir}/four.safetensors`;
+  const four = await trainJson("--steps", "4", "--checkpoint", checkpoint);
+  assert.equal(four.step, 4);
+  const [resumed, straight] = await Promise.all([
+    trainJson("--steps", "6", "--resume", checkpoint),
+    trainJson("--steps", "6"),
+  ]);
+  assert.equal(resumed.step, 6);
+  assert.equal(resumed.paramsSha256, straight.paramsSha256);
+  assert.notEqual(resumed.paramsSha256, four.paramsSha256);
+});
+
+Deno.test("cli: bad inputs fail with a clear message and no stack trace", async () => {
+  const schedule = `${dir}/broken.sched`;
+  await Deno.writeTextFile(
+    schedule,
+    "# fc first\nforward\nbackward fc; reduce fc; update fc\nbackward conv\nreduce conv\nupdat conv\nbroadcast all\n",
+  );
+  const lenetCheckpoint = `${dir}/lenet.safetensors`;
+  const saved = await train(...FAST, "--steps", "1", "--checkpoint", lenetCheckpoint);
+  assert.equal(saved.code, 0, saved.stderr);
+
+  const cases: [string[], (string | RegExp)[]][] = [
+    [["--epoch", "2"], ["unknown option --epoch", "did you mean --epochs?"]],
+    [["--devices", "0"], ["--devices must be at least 1, got 0"]],
+    [["--batch", "9", "--devices", "2"], ["--batch 9 does not split evenly over 2 devices"]],
+    [["--model", "lenett"], ['unknown model "lenett"', "did you mean lenet?"]],
+    [["--backend", "webgpu"], ["webgpu", "not available in the data-parallel runtime"]],
+    [["--model", "cifar-quick", "--data", "mnist"], ["1×28×28", "3×32×32"]],
+    [[...FAST, "--steps", "2", "--schedule", schedule], ["line 6", "updat conv", "^"]],
+    [
+      [
+        "--data",
+        "synthetic",
+        "--model",
+        "alexnet-like",
+        "--batch",
+        "8",
+        "--steps",
+        "2",
+        "--resume",
+        lenetCheckpoint,
+      ],
+      ["checkpoint does not fit", "wrong model name"],
+    ],
+  ];
+  const runs = await Promise.all(cases.map(([args]) => train(...args)));
+  runs.forEach((run, i) => assertCleanFailure(run, ...cases[i][1]));
+});
+
+Deno.test("cli: cleanup", async () => {
+  await Deno.remove(dir, { recursive: true });
+});
