@@ -28,7 +28,7 @@ export interface TrainArgs {
   model: string;
   /** `mnist`, `fashion-mnist`, `cifar10:<dir>`, `mnist-idx:<dir>` or `synthetic`. */
   data: string;
-  /** Only `cpu` runs; `webgpu` is rejected with a reason. */
+  /** Device kind: CPU Workers, or one WebGPU device (GPUDevice) per handle. */
   backend: "cpu" | "webgpu";
   /** Device handles (Workers). */
   devices: number;
@@ -112,7 +112,7 @@ ${models.join("\n")}
                         (default ${DEFAULTS.data}; synthetic is shaped for the model's input)
 
 Parallelism
-  --backend cpu|webgpu  device kind (default cpu; webgpu is not in the data-parallel runtime yet)
+  --backend cpu|webgpu  device kind (default cpu: Workers; webgpu: one GPUDevice per device handle)
   --devices N           device handles, N >= 1 (default ${DEFAULTS.devices})
   --schedule S          overlap | sequential | auto | <schedule file> (default ${DEFAULTS.schedule})
   --reduce MODE         master | allreduce (default ${DEFAULTS.reduce})

@@ -34,6 +34,7 @@ import {
   tensor,
   TraceRecorder,
   validatePlan,
+  WebGpuDevice,
   writeFileAtomic,
 } from "../mod.ts";
 import { DEFAULTS, helpText, parseTrainArgs, type TrainArgs } from "./args.ts";
@@ -156,13 +157,6 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     console.log(helpText());
     return 0;
   }
-  if (args.backend === "webgpu") {
-    throw new CliError(
-      "--backend webgpu: WebGPU devices are not available in the data-parallel runtime yet (its devices are " +
-        "CPU Workers); use --backend cpu",
-      EXIT_FAILURE,
-    );
-  }
   // With --json, stdout carries exactly one JSON object; everything for people goes to stderr.
   const say = args.json ? (line: string) => console.error(line) : (line: string) => console.log(line);
   const link = args.link ? parseLink(args.link) : undefined;
@@ -226,6 +220,10 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     link,
     seed: args.seed,
     trace,
+    // WebGPU devices each get a GPUDevice of their own; CPU devices are Workers (the default).
+    startDevice: args.backend === "webgpu"
+      ? (index, model, layout) => WebGpuDevice.start(index, model, layout)
+      : undefined,
     optimizer: (parameters) =>
       new SGD(parameters, {
         // Halved every epoch, as examples/mnist.ts; momentum and weight decay as Caffe's reference solvers.

@@ -101,6 +101,7 @@ export {
 } from "./runtime.ts";
 export { type ComputeCommand, type ComputeResult, type Device, DeviceError } from "./device.ts";
 export { CpuDevice } from "./cpu_device.ts";
+export { WebGpuDevice } from "./webgpu_device.ts";
 export { type LinkSpec, parseLink, transfer, type TransferTiming, waitUntil } from "./link.ts";
 export { buildModel, type ModelSpec } from "./model_spec.ts";
 export {

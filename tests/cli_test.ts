@@ -121,7 +121,6 @@ Deno.test("cli: bad inputs fail with a clear message and no stack trace", async 
     [["--devices", "0"], ["--devices must be at least 1, got 0"]],
     [["--batch", "9", "--devices", "2"], ["--batch 9 does not split evenly over 2 devices"]],
     [["--model", "lenett"], ['unknown model "lenett"', "did you mean lenet?"]],
-    [["--backend", "webgpu"], ["webgpu", "not available in the data-parallel runtime"]],
     [["--model", "cifar-quick", "--data", "mnist"], ["1×28×28", "3×32×32"]],
     [[...FAST, "--steps", "2", "--schedule", schedule], ["line 6", "updat conv", "^"]],
     [
@@ -142,6 +141,22 @@ Deno.test("cli: bad inputs fail with a clear message and no stack trace", async 
   ];
   const runs = await Promise.all(cases.map(([args]) => train(...args)));
   runs.forEach((run, i) => assertCleanFailure(run, ...cases[i][1]));
+});
+
+const adapter = await navigator.gpu?.requestAdapter().catch(() => null);
+if (!adapter) console.log("cli: no WebGPU adapter, skipping the --backend webgpu run");
+
+Deno.test({
+  name: "cli: --backend webgpu trains on two GPU devices and agrees with the CPU devices",
+  ignore: !adapter,
+  fn: async () => {
+    const [gpu, cpu] = await Promise.all([
+      trainJson("--steps", "3", "--backend", "webgpu"),
+      trainJson("--steps", "3"),
+    ]);
+    assert.equal(gpu.step, 3);
+    assert.ok(Math.abs(gpu.loss - cpu.loss) <= 1e-4 * Math.abs(cpu.loss), `loss ${gpu.loss} vs ${cpu.loss}`);
+  },
 });
 
 Deno.test("cli: cleanup", async () => {

@@ -69,6 +69,8 @@ export interface WebGpuBackendOptions {
   debug?: boolean;
   /** Kernels recorded before an automatic submit (default 64). */
   maxKernelsPerSubmit?: number;
+  /** Name to register the backend under (default `webgpu`); one per GPUDevice when there are several. */
+  name?: string;
 }
 
 /** A WebGPU storage: a pooled buffer (its size class may exceed `length · 4` bytes). */
@@ -123,7 +125,7 @@ function fmt(shape: readonly number[]): string {
  * ```
  */
 export class WebGpuBackend implements Backend {
-  readonly name = "webgpu";
+  readonly name: string;
 
   private readonly pool = new Map<number, GPUBuffer[]>();
   private readonly stagingPool = new Map<number, GPUBuffer[]>();
@@ -145,6 +147,7 @@ export class WebGpuBackend implements Backend {
 
   /** Wraps an already-created device; prefer {@link createWebGpuBackend}. */
   constructor(readonly device: GPUDevice, options: WebGpuBackendOptions = {}) {
+    this.name = options.name ?? "webgpu";
     this.debug = options.debug ?? false;
     this.maxKernelsPerSubmit = this.debug ? 1 : Math.max(1, options.maxKernelsPerSubmit ?? 64);
     const align = device.limits.minStorageBufferOffsetAlignment;
