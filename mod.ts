@@ -43,6 +43,6 @@ export type {
 } from "./backends/backend.ts";
 export type { Pair } from "./backends/geometry.ts";
 export { CpuBackend };
-export { createWebGpuBackend, type WebGpuBackendOptions, WebGpuBackend } from "./backends/webgpu/backend.ts";
+export { createWebGpuBackend, WebGpuBackend, type WebGpuBackendOptions } from "./backends/webgpu/backend.ts";
 
 registerBackend(new CpuBackend());

@@ -14,6 +14,8 @@
  * @module
  */
 
+/// <reference types="@webgpu/types" />
+
 import type {
   AdamStep,
   Backend,

@@ -41,9 +41,11 @@ const binaryExpr: Record<BinaryOp, string> = {
 const powReal = `
 fn powReal(a: f32, b: f32) -> f32 {
   if (b == 0.0) { return 1.0; }
-  if (a == 0.0) { return select(bitcast<f32>(0x7f800000u), 0.0, b > 0.0); }
+  var infBits = 0x7f800000u;
+  var nanBits = 0x7fc00000u;
+  if (a == 0.0) { return select(bitcast<f32>(infBits), 0.0, b > 0.0); }
   if (a > 0.0) { return pow(a, b); }
-  if (floor(b) != b) { return bitcast<f32>(0x7fc00000u); }
+  if (floor(b) != b) { return bitcast<f32>(nanBits); }
   let m = pow(-a, b);
   return select(m, -m, (abs(b) % 2.0) == 1.0);
 }

@@ -48,7 +48,7 @@ export function header(bindings: readonly BindingSpec[]): string {
     "fn pf(i: u32) -> f32 { return bitcast<f32>(P[i]); }",
     "fn pi(i: u32) -> i32 { return bitcast<i32>(P[i]); }",
     // A literal -inf is a const-evaluation overflow in WGSL; the bit pattern is not.
-    "fn negInf() -> f32 { return bitcast<f32>(0xff800000u); }",
+    "fn negInf() -> f32 { var bits = 0xff800000u; return bitcast<f32>(bits); }",
   );
   return lines.join("\n") + "\n";
 }

@@ -1,0 +1,383 @@
+/**
+ * Side-by-side report: Tandem's CPU kernels and training step against the peers a user would pick
+ * instead (TensorFlow.js 4.22.0 on its pure-JS CPU backend and on its WebAssembly backend, SIMD, one
+ * thread), all measured in this one run, plus the data-parallel schedule figures from
+ * `bench/SCHEDULE.md` and `bench/ALEXNET_SCALING.md` (read, not rerun). Prints the tables and writes
+ * `bench/RESULTS.md` atomically.
+ *
+ * Run: `npx deno task bench:report` (a few minutes, most of it tfjs-cpu's one cifar10_quick step).
+ * `--skip-slow` leaves out the tfjs-cpu training step.
+ *
+ * @module
+ */
+
+import { gemm, type GemmArgs } from "../backends/cpu/gemm.ts";
+import { cifarQuick, randn, SGD, tensor, trainStep, uniformValues, writeFileAtomic } from "../mod.ts";
+import { checkConvRewrite, cifarQuickStep, tf, TFJS_VERSION, timeTf, useBackend } from "./peers/tfjs.ts";
+
+const started = performance.now();
+const skipSlow = Deno.args.includes("--skip-slow");
+/** tfjs-cpu GEMMs predicted (from its 1024³ rate) to take longer than this are skipped. */
+const TFJS_CPU_GEMM_LIMIT_S = 20;
+/** A tfjs-cpu training step slower than this is timed once. */
+const TFJS_CPU_STEP_LIMIT_S = 60;
+const BATCH = 64;
+
+// ---------------------------------------------------------------- machine
+
+function cpuModel(): string {
+  try {
+    const info = Deno.readTextFileSync("/proc/cpuinfo");
+    return info.match(/^model name\s*:\s*(.+)$/m)?.[1].trim() ?? "unknown";
+  } catch {
+    return "unknown (/proc/cpuinfo not readable)";
+  }
+}
+
+const machine = {
+  cores: navigator.hardwareConcurrency,
+  cpu: cpuModel(),
+  deno: Deno.version.deno,
+  v8: Deno.version.v8,
+  os: `${Deno.build.os} ${Deno.build.arch}`,
+  date: new Date().toISOString().replace(/\.\d+Z$/, "Z"),
+};
+
+// ---------------------------------------------------------------- GEMM
+
+interface Shape {
+  name: string;
+  m: number;
+  n: number;
+  k: number;
+  transA: boolean;
+  transB: boolean;
+}
+
+const SHAPES: Shape[] = [
+  { name: "256³ NN", m: 256, n: 256, k: 256, transA: false, transB: false },
+  { name: "512³ NN", m: 512, n: 512, k: 512, transA: false, transB: false },
+  { name: "1024³ NN", m: 1024, n: 1024, k: 1024, transA: false, transB: false },
+  { name: "FC forward X·Wᵀ 64×9216·(4096×9216)ᵀ", m: 64, n: 4096, k: 9216, transA: false, transB: true },
+  { name: "FC input grad dY·W 64×4096·4096×9216", m: 64, n: 9216, k: 4096, transA: false, transB: false },
+  { name: "FC weight grad dYᵀ·X (64×4096)ᵀ·64×9216", m: 4096, n: 9216, k: 64, transA: true, transB: false },
+];
+
+const flops = (s: Shape) => 2 * s.m * s.n * s.k;
+
+function filled(len: number, seed: number): Float32Array {
+  const out = new Float32Array(len);
+  let x = seed >>> 0;
+  for (let i = 0; i < len; i++) {
+    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
+    out[i] = x / 2147483648 - 1;
+  }
+  return out;
+}
+
+/** Timed calls after one warm-up: more for small shapes, two for the ~5 GFLOP ones. */
+const repsFor = (s: Shape) => (flops(s) > 1e9 ? 2 : 5);
+
+function bestOf(reps: number, fn: () => number): number {
+  let best = Infinity;
+  for (let r = 0; r < reps; r++) best = Math.min(best, fn());
+  return best;
+}
+
+function tandemGemm(s: Shape): number {
+  const args: GemmArgs = {
+    m: s.m,
+    n: s.n,
+    k: s.k,
+    a: filled(s.m * s.k, 1),
+    aOffset: 0,
+    transA: s.transA,
+    b: filled(s.k * s.n, 2),
+    bOffset: 0,
+    transB: s.transB,
+    c: new Float32Array(s.m * s.n),
+    cOffset: 0,
+    accumulate: false,
+  };
+  gemm(args);
+  return bestOf(repsFor(s), () => {
+    const t0 = performance.now();
+    gemm(args);
+    return (performance.now() - t0) / 1000;
+  });
+}
+
+function tfOperands(s: Shape): [tf.Tensor2D, tf.Tensor2D] {
+  const a = tf.tensor2d(filled(s.m * s.k, 1), s.transA ? [s.k, s.m] : [s.m, s.k]);
+  const b = tf.tensor2d(filled(s.k * s.n, 2), s.transB ? [s.n, s.k] : [s.k, s.n]);
+  return [a, b];
+}
+
+function tfGemm(s: Shape, reps: number, warmup: boolean): number {
+  const [a, b] = tfOperands(s);
+  const call = () => timeTf(() => tf.matMul(a, b, s.transA, s.transB));
+  if (warmup) call();
+  const best = bestOf(reps, call);
+  a.dispose();
+  b.dispose();
+  return best;
+}
+
+interface GemmRow {
+  shape: Shape;
+  tandem: number;
+  cpu: number | null;
+  cpuNote: string;
+  wasm: number;
+}
+
+const gemmRows: GemmRow[] = [];
+console.log("GEMM: Tandem CPU (single thread) …");
+const tandemSeconds = SHAPES.map(tandemGemm);
+console.log("GEMM: tfjs-wasm (XNNPACK, SIMD, 1 thread) …");
+await useBackend("wasm");
+const wasmSimd = tf.env().getBool("WASM_HAS_SIMD_SUPPORT");
+const wasmSeconds = SHAPES.map((s) => tfGemm(s, repsFor(s), true));
+console.log("GEMM: tfjs-cpu (pure JS) …");
+await useBackend("cpu");
+let cpuRate = 0; // GFLOP/s measured at the largest square shape, for predictions
+SHAPES.forEach((s, i) => {
+  let cpu: number | null = null, cpuNote = "";
+  const square = s.m === s.n && s.n === s.k;
+  const predicted = cpuRate > 0 ? flops(s) / (cpuRate * 1e9) : 0;
+  if (!square && predicted > TFJS_CPU_GEMM_LIMIT_S) {
+    cpuNote = `skipped: one call predicted ≈ ${predicted.toFixed(0)} s from its 1024³ rate`;
+  } else {
+    const small = flops(s) < 1e8;
+    cpu = tfGemm(s, small ? 3 : 1, small);
+    cpuNote = small ? "best of 3 after warm-up" : "one call, no warm-up";
+    if (square) cpuRate = flops(s) / cpu / 1e9;
+  }
+  gemmRows.push({ shape: s, tandem: tandemSeconds[i], cpu, cpuNote, wasm: wasmSeconds[i] });
+});
+
+const gf = (s: Shape, seconds: number) => flops(s) / seconds / 1e9;
+const fmtG = (x: number) => (x >= 10 ? x.toFixed(1) : x.toFixed(2));
+const fmtRatio = (x: number) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2)) + "×";
+
+const gemmTable = [
+  "| product (M×N×K) | GFLOP | Tandem CPU GFLOP/s | tfjs-wasm GFLOP/s | tfjs-cpu GFLOP/s | Tandem / wasm | Tandem / cpu | tfjs-cpu note |",
+  "|---|---:|---:|---:|---:|---:|---:|---|",
+  ...gemmRows.map((r) => {
+    const t = gf(r.shape, r.tandem), w = gf(r.shape, r.wasm), c = r.cpu === null ? null : gf(r.shape, r.cpu);
+    return `| ${r.shape.name} (${r.shape.m}×${r.shape.n}×${r.shape.k}) | ${
+      (flops(r.shape) / 1e9).toFixed(2)
+    } | ${fmtG(t)} | ${fmtG(w)} | ${c === null ? "—" : fmtG(c)} | ${fmtRatio(t / w)} | ${
+      c === null ? "—" : fmtRatio(t / c)
+    } | ${r.cpuNote} |`;
+  }),
+].join("\n");
+console.log("\n" + gemmTable + "\n");
+
+// ---------------------------------------------------------------- training step
+
+console.log("cifar10_quick step: Tandem …");
+const model = cifarQuick();
+const images = randn([BATCH, ...model.inputShape], { seed: 1 });
+const labels = tensor(
+  Int32Array.from(uniformValues(BATCH, { seed: 2 }), (u) => Math.floor(u * model.classes)),
+  { dtype: "int32" },
+);
+const optimizer = new SGD(model.namedParameters(), { lr: 0.001, momentum: 0.9, weightDecay: 5e-4 });
+const tandemStep = async () => {
+  const t0 = performance.now();
+  await trainStep(model, optimizer, { images, labels });
+  return (performance.now() - t0) / 1000;
+};
+await tandemStep();
+const tandemSteps: number[] = [];
+for (let i = 0; i < 5; i++) tandemSteps.push(await tandemStep());
+
+console.log("cifar10_quick step: tfjs-wasm with conv gradients rewritten as forward convs …");
+const rewriteError = checkConvRewrite(); // on tfjs-cpu, against tfjs's own conv gradients
+await useBackend("wasm");
+const wasmNet = cifarQuickStep(BATCH, { rewriteConvGrads: true });
+const timeStep = (step: () => number) => {
+  const t0 = performance.now();
+  step();
+  return (performance.now() - t0) / 1000;
+};
+timeStep(wasmNet.step);
+const wasmSteps = [0, 1, 2, 3, 4].map(() => timeStep(wasmNet.step));
+wasmNet.dispose();
+let wasmAsShipped = "";
+try {
+  const shipped = cifarQuickStep(BATCH, { rewriteConvGrads: false });
+  try {
+    shipped.step();
+    wasmAsShipped = "trains as shipped";
+  } finally {
+    shipped.dispose();
+  }
+} catch (error) {
+  wasmAsShipped = `fails as shipped: ${(error as Error).message}`;
+}
+
+let cpuSteps: number[] = [];
+let cpuNote = "";
+if (skipSlow) {
+  cpuNote = "not run (--skip-slow)";
+} else {
+  console.log("cifar10_quick step: tfjs-cpu (expect minutes) …");
+  await useBackend("cpu");
+  const cpuNet = cifarQuickStep(BATCH, { rewriteConvGrads: false });
+  cpuSteps = [timeStep(cpuNet.step)];
+  if (cpuSteps[0] > TFJS_CPU_STEP_LIMIT_S) {
+    cpuNote = `one step timed (cold, it took more than ${TFJS_CPU_STEP_LIMIT_S} s)`;
+  } else {
+    cpuSteps = [0, 1, 2].map(() => timeStep(cpuNet.step));
+    cpuNote = "best of 3 after the first step";
+  }
+  cpuNet.dispose();
+}
+
+const best = (xs: number[]) => Math.min(...xs);
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const tT = best(tandemSteps), tW = best(wasmSteps);
+const fmtS = (s: number) => (s >= 10 ? `${s.toFixed(1)} s` : `${(s * 1000).toFixed(0)} ms`);
+const trainTable = [
+  "| implementation | step time (best) | median | images/s | peer time / Tandem time | how timed |",
+  "|---|---:|---:|---:|---:|---|",
+  `| Tandem, CPU backend, 1 device (\`trainStep\`, SGD momentum 0.9, wd 5e-4) | ${fmtS(tT)} | ${
+    fmtS(median(tandemSteps))
+  } | ${(BATCH / tT).toFixed(0)} | 1× | best of 5 after 1 warm-up |`,
+  `| tfjs-wasm ${TFJS_VERSION}, SIMD ${
+    wasmSimd ? "on" : "off"
+  }, 1 thread, **conv gradients rewritten as forward convs** (tf.customGrad), momentum SGD | ${fmtS(tW)} | ${
+    fmtS(median(wasmSteps))
+  } | ${(BATCH / tW).toFixed(0)} | ${fmtRatio(tW / tT)} | best of 5 after 1 warm-up |`,
+  cpuSteps.length
+    ? `| tfjs-cpu ${TFJS_VERSION} (pure JS, tfjs's own autograd), momentum SGD | ${fmtS(best(cpuSteps))} | ${
+      fmtS(median(cpuSteps))
+    } | ${(BATCH / best(cpuSteps)).toFixed(2)} | ${fmtRatio(best(cpuSteps) / tT)} | ${cpuNote} |`
+    : `| tfjs-cpu ${TFJS_VERSION} | — | — | — | — | ${cpuNote} |`,
+].join("\n");
+const trainNotes = [
+  `tfjs-wasm ${
+    wasmAsShipped.replace(/\s+/g, " ")
+  }. The rewrite computes the weight gradient as a forward conv of the ` +
+  "input with dy (batch and channels swapped) and the input gradient as a forward conv of dy with the flipped, " +
+  "channel-swapped weights; on tfjs-cpu it matches tfjs's own conv gradients within " +
+  `${rewriteError.toExponential(1)} relative (checked in this run).`,
+  'Both peers run the same architecture in tfjs ops (NHWC; pools with "same" padding give Caffe\'s ceil-mode ' +
+  "sizes 16, 8, 4; ip1 reads Caffe's C×H×W order), softmax cross-entropy, batch 64 of synthetic data.",
+].join("\n\n");
+console.log("\n" + trainTable + "\n\n" + trainNotes + "\n");
+
+// ---------------------------------------------------------------- schedule figures (read, not rerun)
+
+async function readOrNull(name: string): Promise<{ text: string; mtime: Date | null } | null> {
+  const path = new URL(`./${name}`, import.meta.url);
+  try {
+    const [text, stat] = await Promise.all([Deno.readTextFile(path), Deno.stat(path)]);
+    return { text, mtime: stat.mtime };
+  } catch {
+    return null;
+  }
+}
+
+/** Demotes Markdown headings by `levels` so an included file nests under this report's sections. */
+const demote = (text: string, levels: number) =>
+  text.replace(/^(#+) /gm, (_, hashes: string) => "#".repeat(Math.min(6, hashes.length + levels)) + " ");
+
+const schedule = await readOrNull("SCHEDULE.md");
+const scheduleSection = schedule
+  ? [
+    `Included from \`bench/SCHEDULE.md\` (file written ${
+      schedule.mtime?.toISOString().slice(0, 16).replace("T", " ") ?? "at an unknown time"
+    } UTC by \`deno task bench:schedule\`, about ten minutes; not rerun by this report, so its figures ` +
+    "come from that run, not this one).",
+    "",
+    demote(schedule.text.trim(), 2),
+  ].join("\n")
+  : "`bench/SCHEDULE.md` not found: run `npx deno task bench:schedule` (about ten minutes).";
+
+const scaling = await readOrNull("ALEXNET_SCALING.md");
+let scalingSection: string;
+if (scaling) {
+  const lines = scaling.text.split("\n");
+  const tableStart = lines.findIndex((l) => l.startsWith("|"));
+  const intro = lines.slice(1, tableStart).join("\n").trim();
+  const table = lines.slice(tableStart).filter((l) => l.startsWith("|"));
+  const shown = table.slice(0, 2 + 14); // header, rule and the first link's master and allreduce rows
+  scalingSection = [
+    `First ${shown.length - 2} of ${table.length - 2} rows of \`bench/ALEXNET_SCALING.md\` (file written ${
+      scaling.mtime?.toISOString().slice(0, 16).replace("T", " ") ?? "at an unknown time"
+    } UTC by \`deno task bench:alexnet\`; not rerun here). Simulator predictions, not measurements.`,
+    "",
+    intro,
+    "",
+    ...shown,
+  ].join("\n");
+} else {
+  scalingSection = "`bench/ALEXNET_SCALING.md` not found: run `npx deno task bench:alexnet`.";
+}
+
+// ---------------------------------------------------------------- write
+
+const elapsed = (performance.now() - started) / 1000;
+const machineLine =
+  `${machine.cores} cores, ${machine.cpu}, ${machine.os}, Deno ${machine.deno} (V8 ${machine.v8}), ` +
+  `TensorFlow.js ${TFJS_VERSION}; measured ${machine.date}; this report took ${elapsed.toFixed(0)} s.`;
+const markdown = [
+  "# Tandem against its peers, measured side by side",
+  "",
+  `Machine: ${machineLine} Written by \`npx deno task bench:report\` (\`bench/report.ts\`); every figure in ` +
+  "sections 1 and 2 comes from this one run. fp32 throughout.",
+  "",
+  "## 1. GEMM, single thread",
+  "",
+  "Tandem's CPU GEMM (`backends/cpu/gemm.ts`, the kernel behind `ops.matmul`, transposes read in place) " +
+  "against `tf.matMul` with `transposeA`/`transposeB` on tfjs-wasm (XNNPACK, SIMD " +
+  `${wasmSimd ? "on" : "off"}, one thread: tfjs-wasm in Deno has no threads) and tfjs-cpu (pure JS). ` +
+  "Best of 5 calls (2 for the ~5 GFLOP products) after one warm-up; tfjs-cpu as noted. The FC rows are the " +
+  "three products of a 9216→4096 fully connected layer at batch 64.",
+  "",
+  gemmTable,
+  "",
+  "## 2. cifar10_quick training step, batch 64, one CPU core",
+  "",
+  trainTable,
+  "",
+  trainNotes,
+  "",
+  "## 3. Data-parallel schedules: overlap vs sequential on 2 devices",
+  "",
+  scheduleSection,
+  "",
+  "## 4. AlexNet on 2–8 GPUs (simulator)",
+  "",
+  scalingSection,
+  "",
+].join("\n");
+console.log(`Machine: ${machineLine}`);
+/** Runs the text through `deno fmt` (the repository's settings) so `deno fmt --check` passes on the file. */
+async function formatMarkdown(text: string): Promise<string> {
+  try {
+    const child = new Deno.Command(Deno.execPath(), {
+      args: ["fmt", "--ext=md", "-"],
+      cwd: new URL("..", import.meta.url).pathname,
+      stdin: "piped",
+      stdout: "piped",
+      stderr: "null",
+    }).spawn();
+    const writer = child.stdin.getWriter();
+    await writer.write(new TextEncoder().encode(text));
+    await writer.close();
+    const { success, stdout } = await child.output();
+    return success ? new TextDecoder().decode(stdout) : text;
+  } catch {
+    return text;
+  }
+}
+
+const formatted = await formatMarkdown(markdown);
+await writeFileAtomic(new URL("./RESULTS.md", import.meta.url).pathname, [
+  new TextEncoder().encode(formatted),
+]);
+console.log("wrote bench/RESULTS.md");
