@@ -159,6 +159,51 @@ Deno.test({
   },
 });
 
+Deno.test("cli: Ctrl-C finishes the step, saves a checkpoint that resumes, and exits 130", async () => {
+  const checkpoint = `${dir}/interrupted.safetensors`;
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      "cli/train.ts",
+      ...FAST,
+      "--lr",
+      "0.001",
+      "--steps",
+      "100000",
+      "--checkpoint",
+      checkpoint,
+    ],
+    stdout: "piped",
+    stderr: "piped",
+    stdin: "null",
+  }).spawn();
+  // Interrupt once training is under way: progress lines go to stderr when it is not a terminal.
+  const decoder = new TextDecoder();
+  let progress = "";
+  const reader = child.stderr.getReader();
+  while (!/step \d+\//.test(progress)) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    progress += decoder.decode(value);
+  }
+  child.kill("SIGINT");
+  const drain = (async () => {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      progress += decoder.decode(value);
+    }
+  })();
+  const [status, stdout] = await Promise.all([child.status, new Response(child.stdout).text(), drain]);
+  assert.equal(status.code, 130, `${stdout}\n${progress}`);
+  assert.match(stdout, /interrupted at step (\d+); checkpoint saved to .*interrupted\.safetensors/);
+  const step = Number(/interrupted at step (\d+)/.exec(stdout)![1]);
+  // The saved run continues from where it stopped.
+  const resumed = await trainJson("--lr", "0.001", "--resume", checkpoint, "--steps", String(step + 2));
+  assert.equal(resumed.step, step + 2);
+});
+
 Deno.test("cli: cleanup", async () => {
   await Deno.remove(dir, { recursive: true });
 });
