@@ -145,11 +145,14 @@ export class WebGpuBackend implements Backend {
   private lastKernel = "(none)";
   private readonly pendingScopes = new Set<Promise<void>>();
   private readonly debug: boolean;
+  /** Largest storage-buffer binding the device accepts, in bytes. */
+  private readonly maxBinding: number;
   private readonly maxKernelsPerSubmit: number;
 
   /** Wraps an already-created device; prefer {@link createWebGpuBackend}. */
   constructor(readonly device: GPUDevice, options: WebGpuBackendOptions = {}) {
     this.name = options.name ?? "webgpu";
+    this.maxBinding = device.limits.maxStorageBufferBindingSize;
     this.debug = options.debug ?? false;
     this.maxKernelsPerSubmit = this.debug ? 1 : Math.max(1, options.maxKernelsPerSubmit ?? 64);
     const align = device.limits.minStorageBufferOffsetAlignment;
@@ -810,7 +813,12 @@ export class WebGpuBackend implements Backend {
       layout: pipeline.getBindGroupLayout(0),
       entries: [
         { binding: 0, resource: { buffer: this.arena, offset, size: this.slotBytes } },
-        ...buffers.map((buffer, i) => ({ binding: i + 1, resource: { buffer } })),
+        // Pooled buffers are rounded up to a size class, which may pass the binding limit although
+        // the data inside fits: bind no more than the device allows.
+        ...buffers.map((buffer, i) => ({
+          binding: i + 1,
+          resource: { buffer, size: Math.min(buffer.size, this.maxBinding) },
+        })),
       ],
     });
     const pass = this.commandEncoder().beginComputePass();
@@ -859,7 +867,17 @@ export class WebGpuBackend implements Backend {
 
   /** A pooled buffer for `length` elements of `dtype`. */
   private acquire(length: number, dtype: DType): WebGpuStorage {
-    const size = sizeClass(length * 4);
+    const bytes = length * 4;
+    if (bytes > this.maxBinding) {
+      // Kernels bind whole storages; a larger one could only be half-processed, silently.
+      throw new Error(
+        `webgpu backend: a ${dtype} storage of ${length} elements (${bytes} bytes) exceeds this device's ` +
+          `maxStorageBufferBindingSize of ${this.maxBinding} bytes`,
+      );
+    }
+    // Size classes keep the pool small, but never push a buffer past what may be bound.
+    const rounded = sizeClass(bytes);
+    const size = rounded <= this.maxBinding ? rounded : Math.max(16, Math.ceil(bytes / 16) * 16);
     const buffer = this.pool.get(size)?.pop() ?? this.device.createBuffer({
       size,
       usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
@@ -996,6 +1014,13 @@ export async function createWebGpuBackend(options: WebGpuBackendOptions = {}): P
   // Some runtimes expose navigator.gpu but reject instead of resolving null without a driver.
   const adapter = await gpu.requestAdapter({ powerPreference: options.powerPreference }).catch(() => null);
   if (!adapter) return null;
-  const device = await adapter.requestDevice();
+  // The default 128 MiB binding limit is below AlexNet's fc6 weights (151 MB): ask for what the
+  // adapter supports.
+  const device = await adapter.requestDevice({
+    requiredLimits: {
+      maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+      maxBufferSize: adapter.limits.maxBufferSize,
+    },
+  });
   return new WebGpuBackend(device, options);
 }
