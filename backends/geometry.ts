@@ -316,3 +316,39 @@ export function checkLrn(shape: readonly number[], p: LrnParams): void {
     geometryError(op, `k must be positive and alpha non-negative, got k=${p.k}, alpha=${p.alpha}`);
   }
 }
+
+/**
+ * True when a strided view of `shape` reads its elements in dense row-major order (size-1 axes may
+ * have any stride), so a kernel can use a flat loop or one copy.
+ *
+ * @example
+ * ```ts
+ * import { isDenseView } from "./geometry.ts";
+ * isDenseView({ offset: 0, strides: [3, 1] }, [2, 3]); // true
+ * ```
+ */
+export function isDenseView(
+  view: { readonly strides: readonly number[] },
+  shape: readonly number[],
+): boolean {
+  let expected = 1;
+  for (let d = shape.length - 1; d >= 0; d--) {
+    if (shape[d] !== 1 && view.strides[d] !== expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+
+/**
+ * True for a 1×1, stride-1, unpadded convolution, whose input already is its column matrix.
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry, isPointwise } from "./geometry.ts";
+ * isPointwise(conv2dGeometry([1, 8, 5, 5], [4, 8, 1, 1])); // true
+ * ```
+ */
+export function isPointwise(g: Conv2dGeometry): boolean {
+  return g.kernelH === 1 && g.kernelW === 1 && g.strideH === 1 && g.strideW === 1 && g.padH === 0 &&
+    g.padW === 0;
+}

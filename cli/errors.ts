@@ -5,7 +5,7 @@
  * @module
  */
 
-import { TandemError } from "../mod.ts";
+import { editDistance, TandemError } from "../mod.ts";
 
 /** Exit status of a bad command line (as getopt-style tools use). */
 export const EXIT_USAGE = 2;
@@ -75,20 +75,4 @@ export function closest(word: string, candidates: readonly string[]): string | u
     if (d < bestDistance) [best, bestDistance] = [candidate, d];
   }
   return bestDistance <= Math.max(2, Math.floor(word.length / 3)) ? best : undefined;
-}
-
-function editDistance(a: string, b: string): number {
-  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const current = [i];
-    for (let j = 1; j <= b.length; j++) {
-      current[j] = Math.min(
-        previous[j] + 1,
-        current[j - 1] + 1,
-        previous[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1),
-      );
-    }
-    previous = current;
-  }
-  return previous[b.length];
 }

@@ -95,3 +95,28 @@ export class DisposedError extends TandemError {}
 export function formatShape(shape: readonly number[]): string {
   return `[${shape.join(", ")}]`;
 }
+
+/**
+ * Levenshtein distance between two strings, for "did you mean" hints in messages.
+ *
+ * @example
+ * ```ts
+ * import { editDistance } from "./errors.ts";
+ * editDistance("updat", "update"); // 1
+ * ```
+ */
+export function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) {
+      current[j] = Math.min(
+        previous[j] + 1,
+        current[j - 1] + 1,
+        previous[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1),
+      );
+    }
+    previous = current;
+  }
+  return previous[b.length];
+}

@@ -43,7 +43,14 @@ export {
   setBackend,
   tidy,
 } from "./runtime.ts";
-export { DisposedError, NonFiniteError, ShapeError, TandemError, ValueError } from "./errors.ts";
+export {
+  DisposedError,
+  editDistance,
+  NonFiniteError,
+  ShapeError,
+  TandemError,
+  ValueError,
+} from "./errors.ts";
 export * as ops from "./ops/mod.ts";
 export {
   Adam,

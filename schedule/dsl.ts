@@ -32,7 +32,7 @@
  * @module
  */
 
-import { ValueError } from "../engine/errors.ts";
+import { editDistance, ValueError } from "../engine/errors.ts";
 import { ScheduleError } from "./errors.ts";
 import {
   laneOf,
@@ -107,29 +107,12 @@ function tokenize(
   return tokens;
 }
 
-/** Levenshtein distance, for "did you mean" hints on misspelt keywords and groups. */
-function distance(a: string, b: string): number {
-  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const current = [i];
-    for (let j = 1; j <= b.length; j++) {
-      current[j] = Math.min(
-        previous[j] + 1,
-        current[j - 1] + 1,
-        previous[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1),
-      );
-    }
-    previous = current;
-  }
-  return previous[b.length];
-}
-
 function suggestion(word: string, candidates: readonly string[]): string {
   let best: string | undefined;
   // Allow one edit per three letters (at least one), and never replace the whole word.
   let bestDistance = Math.min(Math.max(1, Math.floor(word.length / 3)), word.length - 1) + 1;
   for (const candidate of candidates) {
-    const d = distance(word.toLowerCase(), candidate.toLowerCase());
+    const d = editDistance(word.toLowerCase(), candidate.toLowerCase());
     if (d < bestDistance) [best, bestDistance] = [candidate, d];
   }
   return best === undefined ? "" : ` (did you mean ${JSON.stringify(best)}?)`;

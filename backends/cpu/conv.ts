@@ -16,7 +16,7 @@
  * @module
  */
 
-import type { Conv2dGeometry } from "../geometry.ts";
+import { type Conv2dGeometry, isPointwise } from "../geometry.ts";
 import { gemm } from "./gemm.ts";
 
 /**
@@ -35,12 +35,6 @@ function checkLength(name: string, a: ArrayLike<number>, expected: number): void
   if (a.length !== expected) {
     throw new Error(`conv2d: ${name} has ${a.length} elements, geometry expects ${expected}`);
   }
-}
-
-/** 1×1, stride 1, no padding: the input image already is its own column matrix. */
-function isPointwise(g: Conv2dGeometry): boolean {
-  return g.kernelH === 1 && g.kernelW === 1 && g.strideH === 1 && g.strideW === 1 &&
-    g.padH === 0 && g.padW === 0;
 }
 
 /**

@@ -9,6 +9,7 @@
  */
 
 import type { BinaryOp, HostArray, ReduceOp, StridedView, UnaryOp } from "../backend.ts";
+import { isDenseView } from "../geometry.ts";
 
 type Unary = (x: number) => number;
 type Binary = (a: number, b: number) => number;
@@ -41,15 +42,6 @@ export function unaryKernel(op: UnaryOp, x: Float32Array, out: Float32Array): vo
   for (let i = 0; i < x.length; i++) out[i] = f(x[i]);
 }
 
-function isDense(view: StridedView, shape: readonly number[]): boolean {
-  let expected = 1;
-  for (let d = shape.length - 1; d >= 0; d--) {
-    if (shape[d] !== 1 && view.strides[d] !== expected) return false;
-    expected *= shape[d];
-  }
-  return true;
-}
-
 function isScalar(view: StridedView): boolean {
   return view.strides.every((s) => s === 0);
 }
@@ -66,8 +58,8 @@ export function binaryKernel(
 ): void {
   const f = binaryFunctions[op];
   const n = out.length;
-  const aDense = isDense(aView, shape);
-  const bDense = isDense(bView, shape);
+  const aDense = isDenseView(aView, shape);
+  const bDense = isDenseView(bView, shape);
   if (aDense && bDense) {
     const ao = aView.offset, bo = bView.offset;
     for (let i = 0; i < n; i++) out[i] = f(a[ao + i], b[bo + i]);
@@ -117,7 +109,7 @@ export function copyStridedKernel(
   let n = 1;
   for (const d of shape) n *= d;
   if (n === 0) return;
-  if (isDense(srcView, shape) && isDense(dstView, shape)) {
+  if (isDenseView(srcView, shape) && isDenseView(dstView, shape)) {
     dst.set(src.subarray(srcView.offset, srcView.offset + n), dstView.offset);
     return;
   }

@@ -33,7 +33,7 @@ import type {
   StridedView,
   UnaryOp,
 } from "../backend.ts";
-import { checkLrn } from "../geometry.ts";
+import { checkLrn, isDenseView, isPointwise } from "../geometry.ts";
 import {
   adamShader,
   avgPoolBackwardShader,
@@ -295,7 +295,7 @@ export class WebGpuBackend implements Backend {
     const n = prod(shape);
     if (n === 0) return;
     if (shape.length > 8) throw new Error(`webgpu backend: copyStrided supports rank ≤ 8, got ${fmt(shape)}`);
-    if (s.buffer !== d.buffer && isDense(srcView, shape) && isDense(dstView, shape)) {
+    if (s.buffer !== d.buffer && isDenseView(srcView, shape) && isDenseView(dstView, shape)) {
       this.commandEncoder().copyBufferToBuffer(
         s.buffer,
         srcView.offset * 4,
@@ -937,20 +937,6 @@ function coalesce(
     }
   }
   return { shape: dims, views: views.map((v, i) => ({ offset: v.offset, strides: strides[i] })) };
-}
-
-function isDense(v: StridedView, shape: readonly number[]): boolean {
-  let expected = 1;
-  for (let d = shape.length - 1; d >= 0; d--) {
-    if (shape[d] !== 1 && v.strides[d] !== expected) return false;
-    expected *= shape[d];
-  }
-  return true;
-}
-
-function isPointwise(g: Conv2dGeometry): boolean {
-  return g.kernelH === 1 && g.kernelW === 1 && g.strideH === 1 && g.strideW === 1 &&
-    g.padH === 0 && g.padW === 0;
 }
 
 function convSizes(g: Conv2dGeometry) {
