@@ -183,7 +183,9 @@ export function fitToModel(images: LoadedImages, source: string, model: ModelInp
   return {
     train,
     test,
-    scale: colour ? 1 : 1 / 256,
+    // Mean-subtracted colour pixels scaled to about unit range, so one default learning rate suits
+    // every built-in model (Caffe's cifar10 solvers use scale 1 with a 20× smaller rate instead).
+    scale: colour ? 1 / 64 : 1 / 256,
     meanValue: colour ? channelMean(train) : undefined,
     cropSize,
     description,
