@@ -9,32 +9,16 @@
  */
 
 import { gemm, type GemmArgs } from "../backends/cpu/gemm.ts";
+import { FC_SHAPES, gemmFlops, type GemmShape, squareShape } from "./gemm_shapes.ts";
 
-interface Shape {
-  name: string;
-  m: number;
-  n: number;
-  k: number;
-  transA: boolean;
-  transB: boolean;
-}
-
-const SHAPES: Shape[] = [
-  { name: "GEMM 256³ NN", m: 256, n: 256, k: 256, transA: false, transB: false },
-  { name: "GEMM 512³ NN", m: 512, n: 512, k: 512, transA: false, transB: false },
-  { name: "GEMM 512³ TN", m: 512, n: 512, k: 512, transA: true, transB: false },
-  { name: "GEMM 512³ NT", m: 512, n: 512, k: 512, transA: false, transB: true },
-  { name: "GEMM 512³ TT", m: 512, n: 512, k: 512, transA: true, transB: true },
-  { name: "GEMM 1024³ NN", m: 1024, n: 1024, k: 1024, transA: false, transB: false },
-  // FC 9216→4096, batch 64: Y = X·Wᵀ, dX = dY·W, dW = dYᵀ·X.
-  { name: "FC forward X·Wᵀ (64×4096×9216, NT)", m: 64, n: 4096, k: 9216, transA: false, transB: true },
-  { name: "FC input grad dY·W (64×9216×4096, NN)", m: 64, n: 9216, k: 4096, transA: false, transB: false },
-  { name: "FC weight grad dYᵀ·X (4096×9216×64, TN)", m: 4096, n: 9216, k: 64, transA: true, transB: false },
-];
-
-function flops(s: Shape): number {
-  return 2 * s.m * s.n * s.k;
-}
+const SHAPES: GemmShape[] = [
+  ...[256, 512].map((n) => squareShape(n)),
+  squareShape(512, true, false),
+  squareShape(512, false, true),
+  squareShape(512, true, true),
+  squareShape(1024),
+  ...FC_SHAPES,
+].map((s) => (s.name.startsWith("FC") ? s : { ...s, name: `GEMM ${s.name}` }));
 
 /** Seeded uniform [-1, 1) data, so runs are comparable. */
 function filled(len: number, seed: number): Float32Array {
@@ -47,7 +31,7 @@ function filled(len: number, seed: number): Float32Array {
   return out;
 }
 
-function makeArgs(s: Shape): GemmArgs {
+function makeArgs(s: GemmShape): GemmArgs {
   return {
     m: s.m,
     n: s.n,
@@ -65,7 +49,7 @@ function makeArgs(s: Shape): GemmArgs {
 }
 
 /** Best-of timing: one warm-up, then at least 2 calls and about 0.3 s per case. */
-function measureGflops(s: Shape): number {
+function measureGflops(s: GemmShape): number {
   const args = makeArgs(s);
   gemm(args);
   let best = Infinity;
@@ -77,13 +61,13 @@ function measureGflops(s: Shape): number {
     best = Math.min(best, dt);
     total += dt;
   }
-  return flops(s) / (best * 1e6);
+  return gemmFlops(s) / (best * 1e6);
 }
 
 if (Deno.mainModule === import.meta.url) {
   const rows = SHAPES.map((s) => ({
     case: s.name,
-    "GFLOP/call": Number((flops(s) / 1e9).toFixed(3)),
+    "GFLOP/call": Number((gemmFlops(s) / 1e9).toFixed(3)),
     "GFLOP/s": Number(measureGflops(s).toFixed(2)),
   }));
   console.log("CPU GEMM, single thread (best of several calls):");
@@ -92,7 +76,7 @@ if (Deno.mainModule === import.meta.url) {
 
 for (const s of SHAPES) {
   const args = makeArgs(s);
-  const big = flops(s) > 1e9;
+  const big = gemmFlops(s) > 1e9;
   Deno.bench({
     name: s.name,
     group: s.name.startsWith("FC") ? "fc" : s.m === 512 ? "512" : "square",

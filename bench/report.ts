@@ -14,6 +14,7 @@
 import { gemm, type GemmArgs } from "../backends/cpu/gemm.ts";
 import { cifarQuick, randn, SGD, tensor, trainStep, uniformValues, writeFileAtomic } from "../mod.ts";
 import { checkConvRewrite, cifarQuickStep, tf, TFJS_VERSION, timeTf, useBackend } from "./peers/tfjs.ts";
+import { FC_SHAPES, gemmFlops, type GemmShape, squareShape } from "./gemm_shapes.ts";
 
 const started = performance.now();
 const skipSlow = Deno.args.includes("--skip-slow");
@@ -45,25 +46,9 @@ const machine = {
 
 // ---------------------------------------------------------------- GEMM
 
-interface Shape {
-  name: string;
-  m: number;
-  n: number;
-  k: number;
-  transA: boolean;
-  transB: boolean;
-}
+const SHAPES: GemmShape[] = [squareShape(256), squareShape(512), squareShape(1024), ...FC_SHAPES];
 
-const SHAPES: Shape[] = [
-  { name: "256³ NN", m: 256, n: 256, k: 256, transA: false, transB: false },
-  { name: "512³ NN", m: 512, n: 512, k: 512, transA: false, transB: false },
-  { name: "1024³ NN", m: 1024, n: 1024, k: 1024, transA: false, transB: false },
-  { name: "FC forward X·Wᵀ 64×9216·(4096×9216)ᵀ", m: 64, n: 4096, k: 9216, transA: false, transB: true },
-  { name: "FC input grad dY·W 64×4096·4096×9216", m: 64, n: 9216, k: 4096, transA: false, transB: false },
-  { name: "FC weight grad dYᵀ·X (64×4096)ᵀ·64×9216", m: 4096, n: 9216, k: 64, transA: true, transB: false },
-];
-
-const flops = (s: Shape) => 2 * s.m * s.n * s.k;
+const flops = gemmFlops;
 
 function filled(len: number, seed: number): Float32Array {
   const out = new Float32Array(len);
@@ -76,7 +61,7 @@ function filled(len: number, seed: number): Float32Array {
 }
 
 /** Timed calls after one warm-up: more for small shapes, two for the ~5 GFLOP ones. */
-const repsFor = (s: Shape) => (flops(s) > 1e9 ? 2 : 5);
+const repsFor = (s: GemmShape) => (flops(s) > 1e9 ? 2 : 5);
 
 function bestOf(reps: number, fn: () => number): number {
   let best = Infinity;
@@ -84,7 +69,7 @@ function bestOf(reps: number, fn: () => number): number {
   return best;
 }
 
-function tandemGemm(s: Shape): number {
+function tandemGemm(s: GemmShape): number {
   const args: GemmArgs = {
     m: s.m,
     n: s.n,
@@ -107,13 +92,13 @@ function tandemGemm(s: Shape): number {
   });
 }
 
-function tfOperands(s: Shape): [tf.Tensor2D, tf.Tensor2D] {
+function tfOperands(s: GemmShape): [tf.Tensor2D, tf.Tensor2D] {
   const a = tf.tensor2d(filled(s.m * s.k, 1), s.transA ? [s.k, s.m] : [s.m, s.k]);
   const b = tf.tensor2d(filled(s.k * s.n, 2), s.transB ? [s.n, s.k] : [s.k, s.n]);
   return [a, b];
 }
 
-function tfGemm(s: Shape, reps: number, warmup: boolean): number {
+function tfGemm(s: GemmShape, reps: number, warmup: boolean): number {
   const [a, b] = tfOperands(s);
   const call = () => timeTf(() => tf.matMul(a, b, s.transA, s.transB));
   if (warmup) call();
@@ -124,7 +109,7 @@ function tfGemm(s: Shape, reps: number, warmup: boolean): number {
 }
 
 interface GemmRow {
-  shape: Shape;
+  shape: GemmShape;
   tandem: number;
   cpu: number | null;
   cpuNote: string;
@@ -156,7 +141,7 @@ SHAPES.forEach((s, i) => {
   gemmRows.push({ shape: s, tandem: tandemSeconds[i], cpu, cpuNote, wasm: wasmSeconds[i] });
 });
 
-const gf = (s: Shape, seconds: number) => flops(s) / seconds / 1e9;
+const gf = (s: GemmShape, seconds: number) => flops(s) / seconds / 1e9;
 const fmtG = (x: number) => (x >= 10 ? x.toFixed(1) : x.toFixed(2));
 const fmtRatio = (x: number) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2)) + "×";
 
