@@ -43,6 +43,12 @@ export type {
 } from "./backends/backend.ts";
 export type { Pair } from "./backends/geometry.ts";
 export { CpuBackend };
-export { createWebGpuBackend, WebGpuBackend, type WebGpuBackendOptions } from "./backends/webgpu/backend.ts";
+export {
+  createWebGpuBackend,
+  type StagedValues,
+  type TransferEvent,
+  WebGpuBackend,
+  type WebGpuBackendOptions,
+} from "./backends/webgpu/backend.ts";
 
 registerBackend(new CpuBackend());

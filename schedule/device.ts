@@ -1,13 +1,18 @@
 /**
  * The device contract: what the runtime needs from a device handle, whatever runs behind it (a CPU
- * Worker here; a WebGPU device or another process later). A device owns one full replica, exposes
- * its parameters and gradients as host-visible flat buffers laid out by `layout.ts`, and runs the
- * compute lane of an iteration, announcing each group's gradients as soon as they are final.
+ * Worker, a WebGPU device, another process). A device owns one full replica, exposes its parameters
+ * and gradients as host-visible flat buffers laid out by `layout.ts`, and runs the compute lane of an
+ * iteration, announcing each group's gradients as soon as they are final.
+ *
+ * A device whose memory the host cannot address (a GPU) may also offer a {@link ResidentReplica}:
+ * when every device of a run does, the runtime leaves parameters, gradients and optimizer state on
+ * the devices — averaging, the optimizer and the broadcast run there, and only gradients and
+ * parameters travel between devices, each group through one staged copy.
  *
  * @module
  */
 
-import { TandemError } from "../engine/mod.ts";
+import { type ParameterEntry, TandemError } from "../engine/mod.ts";
 import type { ComputeSpan } from "./protocol.ts";
 
 /**
@@ -62,6 +67,73 @@ export interface ComputeResult {
   spans: ComputeSpan[];
 }
 
+/** How the runtime uses a device's {@link ResidentReplica}; see {@link ResidentReplica.activate}. */
+export interface ResidentRole {
+  /** Devices in the run. */
+  readonly devices: number;
+  /**
+   * Peers receive this device's gradients: copy each group's gradients off the device as soon as its
+   * backward is queued, so the copy is not queued behind the rest of the backward.
+   */
+  readonly sendsGradients: boolean;
+  /**
+   * This device averages gradients and runs an optimizer over its own parameters (device 0 in
+   * `master` mode, every device in `allreduce` mode).
+   */
+  readonly updates: boolean;
+}
+
+/**
+ * Optional capability of a {@link Device}: its replica stays resident in the device's own memory.
+ * The runtime uses it when every device of a run provides it: optimizers are created over
+ * {@link ResidentReplica.parameterEntries}, so updates run as the backend's kernels on the device, and
+ * gradients and parameters move between devices group by group through `stage…` / `receive…` pairs
+ * (for WebGPU: copy to a reused mappable staging buffer, map, `writeBuffer` on the destination).
+ * Once activated, `Device.compute` neither reads `Device.parameters` nor fills `Device.gradients`;
+ * those host arrays are only mirrors, the parameters one filled when the runtime syncs them.
+ *
+ * @example
+ * ```ts
+ * import type { Device } from "./device.ts";
+ * // What the master does for "reduce fc" with two devices:
+ * async function reduce(master: Device, peer: Device) {
+ *   await peer.resident!.stageGradients("fc", (values) => master.resident!.receiveGradients(1, "fc", values));
+ *   master.resident!.averageGradients("fc");
+ * }
+ * ```
+ */
+export interface ResidentReplica {
+  /**
+   * Switches the device to resident operation, called once before the first step: the host
+   * `Device.parameters` (the initial values the runtime wrote) become the replica's parameters, and
+   * the buffers `role` needs are allocated.
+   */
+  activate(role: ResidentRole): void;
+  /**
+   * The replica's parameters in layout order, as tensors on the device's own backend sharing storage
+   * with the replica (an update is what the next forward reads). Each `.grad` is the averaged
+   * gradient {@link ResidentReplica.averageGradients} writes (`null` unless the role `updates`).
+   */
+  readonly parameterEntries: readonly ParameterEntry[];
+  /**
+   * Lends `use` a host view of this device's own gradients of `group` from the last compute (layout
+   * order within the group's range), staged off the device; the view is invalid once `use` settles.
+   */
+  stageGradients(group: string, use: (values: Float32Array) => void | Promise<void>): Promise<void>;
+  /** Stores device `from`'s gradients of `group` (as lent by its `stageGradients`) on this device. */
+  receiveGradients(from: number, group: string, values: Float32Array): void;
+  /**
+   * Averages `group`'s gradients of every device into the `.grad` of its parameter entries, on the
+   * device: exactly `(g0 + g1 + … + g(N−1)) · fround(1/N)` in float32, added in device-index order,
+   * with this device's own gradients in its place and every other one received.
+   */
+  averageGradients(group: string): void;
+  /** As {@link ResidentReplica.stageGradients}, for the current parameters of `group`. */
+  stageParameters(group: string, use: (values: Float32Array) => void | Promise<void>): Promise<void>;
+  /** Overwrites `group`'s parameters with `values` (as lent by a peer's `stageParameters`). */
+  receiveParameters(group: string, values: Float32Array): void;
+}
+
 /**
  * A device handle.
  *
@@ -78,10 +150,18 @@ export interface Device {
   readonly index: number;
   /** What kind of device, e.g. `cpu-worker`. */
   readonly kind: string;
-  /** Host-visible flat parameters; the runtime writes them between iterations. */
+  /**
+   * Host-visible flat parameters; the runtime writes them between iterations (with a
+   * {@link ResidentReplica} in use: a mirror the runtime fills on request).
+   */
   readonly parameters: Float32Array;
-  /** Host-visible flat gradients; valid for a group once `onGradients` reported it. */
+  /**
+   * Host-visible flat gradients; valid for a group once `onGradients` reported it (with a
+   * {@link ResidentReplica} in use: not filled, the gradients stay on the device).
+   */
   readonly gradients: Float32Array;
+  /** Present when the replica can stay in the device's own memory; see {@link ResidentReplica}. */
+  readonly resident?: ResidentReplica;
   /**
    * Runs forward and the backward groups; calls `onGradients(group)` as each group's gradients land
    * in `gradients`. Rejects with a `DeviceError` on failure.

@@ -99,7 +99,14 @@ export {
   type HostBatch,
   type LaneEvent,
 } from "./runtime.ts";
-export { type ComputeCommand, type ComputeResult, type Device, DeviceError } from "./device.ts";
+export {
+  type ComputeCommand,
+  type ComputeResult,
+  type Device,
+  DeviceError,
+  type ResidentReplica,
+  type ResidentRole,
+} from "./device.ts";
 export { CpuDevice } from "./cpu_device.ts";
 export { WebGpuDevice } from "./webgpu_device.ts";
 export { type LinkSpec, parseLink, transfer, type TransferTiming, waitUntil } from "./link.ts";

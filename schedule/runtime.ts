@@ -18,6 +18,19 @@
  * - replicas start from device 0's parameters and receive them (master mode) or apply identical
  *   updates to identical inputs (allreduce mode).
  *
+ * Where the values live depends on the devices:
+ * - CPU devices (Workers) share host memory with this thread: the communication lane averages the
+ *   devices' gradient buffers here and runs the optimizer on the CPU backend over zero-copy tensors
+ *   of device 0's parameters (every device's in allreduce mode); a broadcast is a memory copy.
+ * - When every device offers a `ResidentReplica` (`device.ts`; WebGPU devices), nothing is averaged or
+ *   updated here. The optimizers are created over the devices' own parameter tensors, so SGD and
+ *   Adam run as the backend's fused kernels on the GPU; `reduce` moves each peer's gradients of the
+ *   group to the averaging device through the staging path and averages them there, in device order,
+ *   with the same float32 arithmetic; `broadcast` stages device 0's new parameters of the group to
+ *   every peer. Parameters and optimizer state never pass through this thread during a step; they
+ *   reach the host only when asked for ({@link DataParallelTrainer.syncParameters}, `verifyReplicas`).
+ *   The rollback snapshot is a copy on the device too.
+ *
  * @module
  */
 
@@ -36,7 +49,7 @@ import { CpuDevice } from "./cpu_device.ts";
 import { type ComputeResult, type Device, DeviceError } from "./device.ts";
 import { type Interval, measure, overlapLength } from "./intervals.ts";
 import { groupRange, layoutOf, type ParameterLayout } from "./layout.ts";
-import { type LinkSpec, transfer, waitUntil } from "./link.ts";
+import { type LinkSpec, transfer, type TransferTiming, waitUntil } from "./link.ts";
 import { buildModel, type ModelSpec } from "./model_spec.ts";
 import { dependenciesOf, type Plan, type ReductionMode } from "./plan.ts";
 import type { ComputeSpan } from "./protocol.ts";
@@ -146,6 +159,12 @@ export class DataParallelTrainer {
   readonly #options: DataParallelOptions;
   /** Receive buffers on the master for each device's gradients (index 0 unused). */
   readonly #received: Float32Array[];
+  /** Every device keeps its replica resident (on a GPU): see the module notes. */
+  readonly #resident: boolean;
+  /** Whether the devices' host `parameters` mirrors hold the resident parameters (resident mode). */
+  #mirrorsCurrent = true;
+  /** A resident broadcast started by `broadcastParameters`, which the next step waits for. */
+  #pendingBroadcast: Promise<void> | undefined;
   #failed: Error | undefined;
   #closed = false;
 
@@ -155,6 +174,7 @@ export class DataParallelTrainer {
     optimizers: Optimizer[],
     reduced: Float32Array[],
     options: DataParallelOptions,
+    resident: boolean,
   ) {
     this.#devices = devices;
     this.#layout = layout;
@@ -163,7 +183,11 @@ export class DataParallelTrainer {
     this.#optimizers = optimizers;
     this.#reduced = reduced;
     this.#options = options;
-    this.#received = devices.map((d) => d.index === 0 ? new Float32Array(0) : new Float32Array(layout.total));
+    this.#resident = resident;
+    // Resident devices receive gradients in their own memory; no host buffer is needed.
+    this.#received = devices.map((d) =>
+      d.index === 0 || resident ? new Float32Array(0) : new Float32Array(layout.total)
+    );
   }
 
   /**
@@ -212,6 +236,14 @@ export class DataParallelTrainer {
       throw error;
     }
     for (const device of devices) device.parameters.set(initial);
+    if (devices.every((device) => device.resident)) {
+      try {
+        return DataParallelTrainer.#createResident(devices, layout, options);
+      } catch (error) {
+        await Promise.all(devices.map((d) => d.close()));
+        throw error;
+      }
+    }
     // The update side works on the devices' shared memory directly through zero-copy tensors.
     const backend = getBackend();
     if (!backend.wrap) {
@@ -229,7 +261,30 @@ export class DataParallelTrainer {
       });
       return options.optimizer(parameters);
     });
-    return new DataParallelTrainer(devices, layout, optimizers, reduced, options);
+    return new DataParallelTrainer(devices, layout, optimizers, reduced, options, false);
+  }
+
+  /**
+   * Activates every device's resident replica (the initial parameters are in their `parameters`) and
+   * creates the optimizers over the updating devices' own parameter tensors.
+   */
+  static #createResident(
+    devices: Device[],
+    layout: ParameterLayout,
+    options: DataParallelOptions,
+  ): DataParallelTrainer {
+    const mode = options.mode ?? "master";
+    const count = devices.length;
+    for (const device of devices) {
+      device.resident!.activate({
+        devices: count,
+        sendsGradients: count > 1 && (mode === "allreduce" || device.index > 0),
+        updates: mode === "allreduce" || device.index === 0,
+      });
+    }
+    const updating = mode === "master" ? [devices[0]] : devices;
+    const optimizers = updating.map((device) => options.optimizer([...device.resident!.parameterEntries]));
+    return new DataParallelTrainer(devices, layout, optimizers, [], options, true);
   }
 
   /**
@@ -241,8 +296,10 @@ export class DataParallelTrainer {
   }
 
   /**
-   * Device 0's parameters as named entries over its shared memory (the optimizer's view): what to
-   * checkpoint, and where to load one. Call {@link DataParallelTrainer.broadcastParameters} after
+   * Device 0's parameters as named entries (the optimizer's view): what to checkpoint, and where to
+   * load one. With CPU devices the tensors are over device 0's shared memory; with resident devices
+   * (WebGPU) they are device 0's own tensors on its backend, which `saveCheckpoint` reads and
+   * `loadCheckpoint` writes as any tensor. Call {@link DataParallelTrainer.broadcastParameters} after
    * writing them.
    */
   get parameterEntries(): readonly ParameterEntry[] {
@@ -252,14 +309,122 @@ export class DataParallelTrainer {
   /**
    * Copies device 0's parameters to every other device, and in allreduce mode device 0's optimizer
    * state to the other optimizers, so all replicas agree again (after loading a checkpoint).
+   *
+   * With CPU devices the copy is done when this returns. With resident devices (WebGPU) it goes
+   * through the staging path and completes with the returned promise; the next step waits for it
+   * anyway, so callers that do not await it still train on the broadcast parameters.
+   *
+   * @example
+   * ```ts
+   * import { loadCheckpoint } from "../mod.ts";
+   * import type { DataParallelTrainer } from "./runtime.ts";
+   * async function resume(trainer: DataParallelTrainer, path: string) {
+   *   await loadCheckpoint(path, { parameters: trainer.parameterEntries, optimizer: trainer.optimizer });
+   *   await trainer.broadcastParameters();
+   * }
+   * ```
    */
-  broadcastParameters(): void {
+  broadcastParameters(): Promise<void> {
+    if (this.#resident) {
+      this.#mirrorsCurrent = false;
+      const previous = this.#pendingBroadcast ?? Promise.resolve();
+      const broadcast = previous.then(() => this.#broadcastResident());
+      // Handled here so a caller that does not await it cannot crash the process; step rethrows.
+      broadcast.catch(() => {});
+      this.#pendingBroadcast = broadcast;
+      return broadcast;
+    }
     const master = this.#devices[0].parameters;
     for (const device of this.#devices.slice(1)) device.parameters.set(master);
     if (this.#optimizers.length > 1) {
       const state = this.#optimizers[0].state();
       for (const optimizer of this.#optimizers.slice(1)) optimizer.loadState(state);
     }
+    return Promise.resolve();
+  }
+
+  /** Resident broadcast: parameters group by group, then (allreduce) the optimizer state. */
+  async #broadcastResident(): Promise<void> {
+    const [master, ...peers] = this.#devices;
+    for (const range of this.#layout.groups) {
+      await master.resident!.stageParameters(range.name, (values) => {
+        for (const peer of peers) peer.resident!.receiveParameters(range.name, values);
+      });
+    }
+    if (this.#optimizers.length === 1) return;
+    // The state tensors live on device 0; each peer's optimizer needs its own on its own backend.
+    const state = this.#optimizers[0].state();
+    const values = new Map<string, Record<string, Float32Array>>();
+    for (const [name, slots] of state.perParameter) {
+      const host: Record<string, Float32Array> = {};
+      for (const [key, t] of Object.entries(slots)) host[key] = (await t.data()) as Float32Array;
+      values.set(name, host);
+    }
+    for (const optimizer of this.#optimizers.slice(1)) {
+      const perParameter = new Map<string, Record<string, Tensor>>();
+      for (const p of optimizer.parameters) {
+        const backend = p.tensor.backend;
+        perParameter.set(
+          p.name,
+          Object.fromEntries(
+            Object.entries(values.get(p.name)!).map((
+              [key, v],
+            ) => [key, fromStorage(backend, backend.upload(v), p.tensor.shape)]),
+          ),
+        );
+      }
+      try {
+        optimizer.loadState({ ...state, perParameter });
+      } finally {
+        for (const slots of perParameter.values()) for (const t of Object.values(slots)) t.dispose();
+      }
+    }
+  }
+
+  /** Waits for a resident broadcast started by `broadcastParameters`, rethrowing its failure. */
+  async #settleBroadcast(): Promise<void> {
+    const pending = this.#pendingBroadcast;
+    this.#pendingBroadcast = undefined;
+    await pending;
+  }
+
+  /**
+   * Brings every device's parameters into its host `parameters` mirror, where
+   * {@link DataParallelTrainer.masterParameters} and {@link DataParallelTrainer.divergentReplicas}
+   * read them. Needed only with resident devices (WebGPU), whose parameters live on the GPUs; with
+   * CPU devices the mirrors are the parameters and this does nothing. Not to be called while a step
+   * runs.
+   *
+   * @example
+   * ```ts
+   * import type { DataParallelTrainer } from "./runtime.ts";
+   * async function finalParameters(trainer: DataParallelTrainer): Promise<Float32Array> {
+   *   await trainer.syncParameters();
+   *   return trainer.masterParameters();
+   * }
+   * ```
+   */
+  async syncParameters(): Promise<void> {
+    if (!this.#resident || this.#mirrorsCurrent) return;
+    await this.#settleBroadcast();
+    await settleAll(this.#devices.map(async (device) => {
+      for (const range of this.#layout.groups) {
+        await device.resident!.stageParameters(
+          range.name,
+          (values) => device.parameters.set(values, range.offset),
+        );
+      }
+    }));
+    this.#mirrorsCurrent = true;
+  }
+
+  /** Throws unless the host mirrors hold the parameters (resident mode needs a sync first). */
+  #requireMirrors(what: string): void {
+    if (this.#mirrorsCurrent) return;
+    throw new TandemError(
+      `DataParallelTrainer.${what}: the parameters live on the ${this.#devices[0].kind} devices and have ` +
+        `changed since they were last copied to the host; await trainer.syncParameters() first`,
+    );
   }
 
   /** The parameter layout shared by all devices. */
@@ -277,13 +442,21 @@ export class DataParallelTrainer {
     return this.#optimizers[0];
   }
 
-  /** Device 0's parameters as a flat copy (layout order). */
+  /**
+   * Device 0's parameters as a flat copy (layout order). With resident devices (WebGPU), call
+   * {@link DataParallelTrainer.syncParameters} after the last step first; a stale copy is refused.
+   */
   masterParameters(): Float32Array {
+    this.#requireMirrors("masterParameters");
     return this.#devices[0].parameters.slice();
   }
 
-  /** Indices of devices whose parameters differ from device 0's in any bit. */
+  /**
+   * Indices of devices whose parameters differ from device 0's in any bit. With resident devices
+   * (WebGPU), call {@link DataParallelTrainer.syncParameters} first; a stale comparison is refused.
+   */
   divergentReplicas(): number[] {
+    this.#requireMirrors("divergentReplicas");
     const master = new Uint32Array(
       this.#devices[0].parameters.buffer,
       this.#devices[0].parameters.byteOffset,
@@ -328,9 +501,14 @@ export class DataParallelTrainer {
       );
     }
     const shardSize = batchSize / n, sampleSize = sample.reduce((a, b) => a * b, 1);
+    if (this.#resident) {
+      await this.#settleBroadcast();
+      this.#mirrorsCurrent = false;
+    }
     const iteration = this.iteration;
     const started = performance.now();
-    const snapshot = this.#snapshot();
+    const snapshot = this.#resident ? undefined : this.#snapshot();
+    const residentSnapshot = this.#resident ? this.#snapshotResident() : undefined;
     const commSpans: Interval[] = [];
     const computeSpans: Interval[] = [];
     const record = (device: number, lane: "compute" | "comm", name: string, start: number, end: number) => {
@@ -388,6 +566,8 @@ export class DataParallelTrainer {
       for (const optimizer of this.#optimizers) optimizer.finishIteration();
       results.forEach((r, d) => r.spans.forEach((s) => record(d, "compute", s.name, s.start, s.end)));
       if (this.#options.verifyReplicas) {
+        // Resident parameters must come to the host to be compared: a debugging aid, not free.
+        await this.syncParameters();
         const divergent = this.divergentReplicas();
         if (divergent.length) {
           throw new TandemError(`replicas ${divergent} differ from device 0 after iteration ${iteration}`);
@@ -407,10 +587,24 @@ export class DataParallelTrainer {
       };
     } catch (error) {
       await Promise.allSettled(computes);
-      this.#restore(snapshot);
+      if (snapshot) this.#restore(snapshot);
       const cause = error instanceof DeviceError ? error : await firstDeviceError(computes) ?? error;
       if (cause instanceof DeviceError) this.#failed = cause;
+      if (residentSnapshot) {
+        try {
+          this.#restoreResident(residentSnapshot);
+        } catch (rollbackError) {
+          // An updating device itself is broken (e.g. its GPU was lost); say so with the cause.
+          if (cause instanceof Error) {
+            cause.message += `; rolling back the updating devices failed too: ${
+              (rollbackError as Error).message
+            }`;
+          }
+        }
+      }
       throw cause;
+    } finally {
+      residentSnapshot?.dispose();
     }
   }
 
@@ -419,6 +613,7 @@ export class DataParallelTrainer {
     group: string,
     record: (device: number, lane: "compute" | "comm", name: string, start: number, end: number) => void,
   ): Promise<void> {
+    if (this.#resident) return await this.#runResidentCommStep(kind, group, record);
     const range = groupRange(this.#layout, group);
     const slice = (buffer: Float32Array) => buffer.subarray(range.offset, range.offset + range.size);
     const link = this.#options.link;
@@ -471,6 +666,118 @@ export class DataParallelTrainer {
     }
   }
 
+  /** {@link DataParallelTrainer.#runCommStep} with every device's replica resident. */
+  async #runResidentCommStep(
+    kind: string,
+    group: string,
+    record: (device: number, lane: "compute" | "comm", name: string, start: number, end: number) => void,
+  ): Promise<void> {
+    const bytes = groupRange(this.#layout, group).size * 4;
+    const link = this.#options.link;
+    const [master, ...peers] = this.#devices.map((d) => d.resident!);
+    const n = this.#devices.length;
+    switch (kind) {
+      case "reduce": {
+        if (this.#mode === "master") {
+          // Each device has its own link to the master; transfers run side by side.
+          await settleAll(
+            peers.map(async (peer, i) => {
+              const device = i + 1;
+              const t = await timedTransfer(
+                bytes,
+                link,
+                () => peer.stageGradients(group, (values) => master.receiveGradients(device, group, values)),
+              );
+              record(device, "comm", `send ${group} gradients`, t.start, t.end);
+            }),
+          );
+          master.averageGradients(group);
+        } else {
+          // Every device receives every other one's gradients and averages them itself, in device
+          // order, so all replicas compute the same bits; timed as a ring all-reduce, as above.
+          const start = performance.now();
+          const replicas = [master, ...peers];
+          if (n > 1) {
+            await settleAll(
+              replicas.map((sender, from) =>
+                sender.stageGradients(group, (values) => {
+                  for (const [to, receiver] of replicas.entries()) {
+                    if (to !== from) receiver.receiveGradients(from, group, values);
+                  }
+                })
+              ),
+            );
+          }
+          for (const replica of replicas) replica.averageGradients(group);
+          if (link && n > 1) {
+            const seconds = (2 * (n - 1) / n) * bytes / link.bandwidthBytesPerSecond +
+              2 * (n - 1) * link.latencySeconds;
+            await waitUntil(start + seconds * 1000);
+          }
+        }
+        return;
+      }
+      case "update":
+        // The optimizers' tensors are the devices' own: the update kernels run on each device.
+        for (const optimizer of this.#optimizers) optimizer.step(group);
+        return;
+      case "broadcast": {
+        if (this.#mode !== "master") return;
+        const start = performance.now();
+        // One staged copy off the master serves every peer; each peer's own link is timed apart.
+        await master.stageParameters(group, (values) => {
+          for (const peer of peers) peer.receiveParameters(group, values);
+        });
+        await Promise.all(
+          peers.map(async (_, i) => {
+            if (link) {
+              await waitUntil(start + (link.latencySeconds + bytes / link.bandwidthBytesPerSecond) * 1000);
+            }
+            record(i + 1, "comm", `receive ${group} parameters`, start, performance.now());
+          }),
+        );
+        return;
+      }
+      default:
+        throw new TandemError(`runtime: "${kind}" is not a communication step`);
+    }
+  }
+
+  /**
+   * Resident counterpart of {@link DataParallelTrainer.#snapshot}: copies of every updating device's
+   * parameters and optimizer state made on that device, where they stay.
+   */
+  #snapshotResident(): ResidentSnapshot {
+    const copies: Tensor[] = [];
+    const copy = (t: Tensor): Tensor => {
+      const clone = fromStorage(t.backend, t.backend.allocate(t.size, t.dtype), t.shape);
+      clone.assign(t);
+      copies.push(clone);
+      return clone;
+    };
+    return {
+      parameters: this.#optimizers.map((o) => o.parameters.map((p) => copy(p.tensor))),
+      optimizers: this.#optimizers.map((o) => {
+        const state = o.state();
+        const perParameter = new Map<string, Record<string, Tensor>>();
+        for (const [name, slots] of state.perParameter) {
+          perParameter.set(name, Object.fromEntries(Object.entries(slots).map(([k, t]) => [k, copy(t)])));
+        }
+        return { ...state, perParameter };
+      }),
+      dispose: () => {
+        for (const t of copies) t.dispose();
+      },
+    };
+  }
+
+  #restoreResident(snapshot: ResidentSnapshot): void {
+    this.#optimizers.forEach((optimizer, i) => {
+      optimizer.parameters.forEach((p, j) => p.tensor.assign(snapshot.parameters[i][j]));
+      optimizer.loadState(snapshot.optimizers[i]);
+    });
+  }
+
   /** Copies of what a failed step must put back: every updating device's parameters and state. */
   #snapshot(): Snapshot {
     const updating = this.#mode === "master" ? [this.#devices[0]] : this.#devices;
@@ -516,6 +823,8 @@ export class DataParallelTrainer {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    // A broadcast still staging must not find its devices gone; its failure no longer matters.
+    await this.#pendingBroadcast?.catch(() => {});
     await Promise.all(this.#devices.map((d) => d.close()));
   }
 }
@@ -539,6 +848,37 @@ interface Snapshot {
     perParameter: undefined;
     slots: Map<string, Record<string, Float32Array>>;
   })[];
+}
+
+/** Resident rollback copies, on the devices they were taken from. */
+interface ResidentSnapshot {
+  /** Per optimizer, its parameters' copies in order. */
+  parameters: Tensor[][];
+  /** Per optimizer, its state with copied tensors. */
+  optimizers: OptimizerState[];
+  /** Frees every copy. */
+  dispose(): void;
+}
+
+/**
+ * Runs `move` (a staged transfer of `bytes`) and, with an emulated link, resolves no earlier than
+ * the link would have taken, like {@link transfer} does for host memory.
+ */
+async function timedTransfer(
+  bytes: number,
+  link: LinkSpec | undefined,
+  move: () => Promise<void>,
+): Promise<TransferTiming> {
+  const start = performance.now();
+  await move();
+  if (link) await waitUntil(start + (link.latencySeconds + bytes / link.bandwidthBytesPerSecond) * 1000);
+  return { start, end: performance.now() };
+}
+
+/** Waits for every promise, then throws the first failure, so nothing is still running on error. */
+async function settleAll(promises: readonly Promise<unknown>[]): Promise<void> {
+  const failed = (await Promise.allSettled(promises)).find((r) => r.status === "rejected");
+  if (failed) throw (failed as PromiseRejectedResult).reason;
 }
 
 interface Deferred<T> {

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import type { Backend, HostArray, Storage } from "../backends/backend.ts";
 import { CpuBackend } from "../backends/cpu/backend.ts";
 import { conv2dGeometry, type LrnParams, pool2dGeometry } from "../backends/geometry.ts";
-import { createWebGpuBackend, type WebGpuBackend } from "../backends/webgpu/backend.ts";
+import { createWebGpuBackend, type TransferEvent, type WebGpuBackend } from "../backends/webgpu/backend.ts";
 import {
   getBackend,
   ops,
@@ -19,6 +19,7 @@ import {
   tidy,
   valueAndGrad,
 } from "../mod.ts";
+import { averageInDeviceOrder } from "../schedule/runtime.ts";
 import { rng } from "./gradcheck.ts";
 
 const gpu: WebGpuBackend | null = await createWebGpuBackend();
@@ -326,6 +327,50 @@ test("matmul: transposes, odd sizes, batch strides with broadcast", async (g) =>
   }
 });
 
+test("matmul: vec4 and scalar operand loads for every transposition, aligned and odd sizes", async (g) => {
+  const rand = rng(15);
+  // An operand is read with 4-float loads when its stored rows (A: k, or m when transposed; B: n, or
+  // k when transposed) are a multiple of 4 and every matrix starts 4-aligned. Taking each of m, n, k
+  // aligned or odd in turn runs every combination of load widths for every transposition; sizes are
+  // not multiples of the 32×32×16 tile, so partial tiles and partial depth slices are masked too.
+  const expected = new Set<string>();
+  for (const m of [36, 37]) {
+    for (const n of [44, 45]) {
+      for (const k of [20, 21]) {
+        for (const transA of [false, true]) {
+          for (const transB of [false, true]) {
+            const aligned = m % 4 === 0 && n % 4 === 0 && k % 4 === 0;
+            // Aligned shapes also run with matrix A broadcast over the batch, and with one
+            // operand's batch stride padded by 2 floats, which must send that operand (alone) back to
+            // scalar loads: the only way to mix widths when both rows are k long (A·Bᵀ).
+            const layouts = aligned ? ["dense", "broadcast A", "padded A", "padded B"] : ["dense"];
+            for (const layout of layouts) {
+              const padA = layout === "padded A" ? 2 : 0, padB = layout === "padded B" ? 2 : 0;
+              const aBatchStride = layout === "broadcast A" ? 0 : m * k + padA;
+              const bBatchStride = k * n + padB;
+              const batch = 2;
+              const a = randoms(Math.max(m * k, aBatchStride * batch), rand);
+              const b = randoms(bBatchStride * batch, rand);
+              const spec = { batch, m, n, k, transA, transB, aBatchStride, bBatchStride };
+              await compare(g, `matmul loads ${layout} ${JSON.stringify(spec)}`, [a, b], (be, [sa, sb]) => {
+                const out = be.allocate(batch * m * n, "float32");
+                be.matmul(sa, sb, out, spec);
+                return [out];
+              });
+              const loadA = padA === 0 && (transA ? m : k) % 4 === 0 ? "vec4" : "scalar";
+              const loadB = padB === 0 && (transB ? k : n) % 4 === 0 ? "vec4" : "scalar";
+              expected.add(`gemm:${transA ? "T" : "N"}${transB ? "T" : "N"}:${loadA}:${loadB}`);
+            }
+          }
+        }
+      }
+    }
+  }
+  assert.equal(expected.size, 16, "every transposition with every pair of load widths");
+  const compiled = new Set(g.pipelineKeys());
+  for (const key of expected) assert.ok(compiled.has(key), `pipeline ${key} never ran`);
+});
+
 test("matmul: depth beyond one loop's iteration cap on llvmpipe", async (g) => {
   const rand = rng(14);
   const [m, n, k] = [3, 5, 70_001];
@@ -471,6 +516,42 @@ test("fused SGD and Adam updates in place", async (g) => {
     });
     return [sw, sm, sv];
   });
+});
+
+test("device-order average, staging and writes: bit for bit the host's averageInDeviceOrder", async (g) => {
+  const rand = rng(16);
+  const n = 1003;
+  // 9 inputs need two passes of the ordered sum on an adapter binding 8 storage buffers per stage.
+  for (const count of [1, 2, 3, 9]) {
+    const inputs = Array.from({ length: count }, () => randoms(n, rand, -1, 1));
+    const expected = new Float32Array(n);
+    averageInDeviceOrder(inputs, expected);
+    const storages = inputs.map((v) => g.upload(v));
+    const out = g.allocate(n, "float32");
+    g.averageInOrder(storages, out);
+    const actual = (await g.read(out)) as Float32Array;
+    assert.deepEqual(new Uint32Array(actual.buffer), new Uint32Array(expected.buffer), `${count} inputs`);
+    for (const s of [...storages, out]) g.release(s);
+  }
+  if (g.device.limits.maxStorageBuffersPerShaderStage < 11) {
+    assert.ok(g.pipelineKeys().some((key) => key.endsWith(":continued")), "9 inputs took one pass");
+  }
+  const events: TransferEvent[] = [];
+  const stop = g.observeTransfers((e) => events.push(e));
+  const a = g.upload(new Float32Array([1, 2, 3])), b = g.allocate(5, "float32");
+  g.write(b, new Float32Array([7, 8]), 3);
+  assert.throws(() => g.write(b, new Float32Array(3), 3), /write of 3 elements at 3 into a storage of 5/);
+  const staged = await g.stageToHost([a, b]);
+  assert.deepEqual(staged.values, new Float32Array([1, 2, 3, 0, 0, 0, 7, 8]));
+  staged.release();
+  staged.release(); // idempotent: the staging buffer goes back to the pool once
+  stop();
+  assert.deepEqual(
+    events.map((e) => [e.direction, e.storage === a ? "a" : "b", e.bytes]),
+    [["toDevice", "a", 12], ["toDevice", "b", 8], ["toHost", "a", 12], ["toHost", "b", 20]],
+  );
+  g.release(a);
+  g.release(b);
 });
 
 test("engine end-to-end: conv net loss and gradients match the CPU backend", async (g) => {

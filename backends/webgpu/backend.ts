@@ -45,6 +45,7 @@ import {
   fillShader,
   GEMM_K_CHUNK,
   GEMM_TILE,
+  gemmLoad,
   gemmShader,
   im2colShader,
   lrnBackwardShader,
@@ -52,6 +53,7 @@ import {
   MAX_LOOP_ITERATIONS,
   maxPoolBackwardShader,
   maxPoolShader,
+  orderedSumShader,
   REDUCE_CHUNK,
   reduceShader,
   rowShader,
@@ -86,6 +88,48 @@ export class WebGpuStorage implements Storage {
     readonly length: number,
     readonly dtype: DType,
   ) {}
+}
+
+/**
+ * One copy between host memory and a WebGPU device, as reported to
+ * {@link WebGpuBackend.observeTransfers}.
+ *
+ * @example
+ * ```ts
+ * import type { TransferEvent } from "./backend.ts";
+ * const describe = (e: TransferEvent) => `${e.direction} ${e.bytes} bytes`;
+ * ```
+ */
+export interface TransferEvent {
+  /** `toDevice`: host data written into the storage; `toHost`: the storage copied out for the host. */
+  readonly direction: "toDevice" | "toHost";
+  /** The storage whose contents moved. */
+  readonly storage: Storage;
+  /** Bytes moved. */
+  readonly bytes: number;
+}
+
+/**
+ * Values copied off the device by {@link WebGpuBackend.stageToHost}: a view of mapped staging memory,
+ * valid until `release()` hands the staging buffer back for reuse.
+ *
+ * @example
+ * ```ts
+ * import type { StagedValues } from "./backend.ts";
+ * function sum(staged: StagedValues): number {
+ *   try {
+ *     return staged.values.reduce((a, b) => a + b, 0);
+ *   } finally {
+ *     staged.release();
+ *   }
+ * }
+ * ```
+ */
+export interface StagedValues {
+  /** The staged storages' values back to back, as float32 (int32 storages: reinterpret the buffer). */
+  readonly values: Float32Array;
+  /** Unmaps the staging buffer and returns it to the pool; `values` is unusable afterwards. */
+  release(): void;
 }
 
 /** Smallest buffer handed out: zero-length storages still need a bindable buffer. */
@@ -148,6 +192,9 @@ export class WebGpuBackend implements Backend {
   /** Largest storage-buffer binding the device accepts, in bytes. */
   private readonly maxBinding: number;
   private readonly maxKernelsPerSubmit: number;
+  /** Inputs one ordered-sum dispatch can bind besides the parameters and the output. */
+  private readonly maxSumInputs: number;
+  private readonly transferListeners = new Set<(event: TransferEvent) => void>();
 
   /** Wraps an already-created device; prefer {@link createWebGpuBackend}. */
   constructor(readonly device: GPUDevice, options: WebGpuBackendOptions = {}) {
@@ -155,6 +202,7 @@ export class WebGpuBackend implements Backend {
     this.maxBinding = device.limits.maxStorageBufferBindingSize;
     this.debug = options.debug ?? false;
     this.maxKernelsPerSubmit = this.debug ? 1 : Math.max(1, options.maxKernelsPerSubmit ?? 64);
+    this.maxSumInputs = device.limits.maxStorageBuffersPerShaderStage - 2;
     const align = device.limits.minStorageBufferOffsetAlignment;
     this.slotBytes = Math.ceil((MAX_PARAM_WORDS * 4) / align) * align;
     this.arena = device.createBuffer({
@@ -191,6 +239,35 @@ export class WebGpuBackend implements Backend {
     return this.pipelines.size;
   }
 
+  /**
+   * Cache keys of the pipelines compiled so far, e.g. `gemm:NT:vec4:scalar`: which specialisations
+   * ran (tests use it to prove a variant was exercised).
+   */
+  pipelineKeys(): string[] {
+    return [...this.pipelines.keys()];
+  }
+
+  /**
+   * Calls `listener` for every copy between the host and this device (uploads, writes, reads and
+   * staging), until the returned function is called: how tests prove what crosses the bus.
+   *
+   * @example
+   * ```ts
+   * import { createWebGpuBackend } from "./backend.ts";
+   * const gpu = await createWebGpuBackend();
+   * if (gpu) {
+   *   let bytes = 0;
+   *   const stop = gpu.observeTransfers((e) => (bytes += e.bytes));
+   *   await gpu.read(gpu.upload(new Float32Array(4)));
+   *   stop(); // bytes === 32
+   * }
+   * ```
+   */
+  observeTransfers(listener: (event: TransferEvent) => void): () => void {
+    this.transferListeners.add(listener);
+    return () => this.transferListeners.delete(listener);
+  }
+
   /** Submits recorded work and waits for the GPU to finish it; throws any recorded GPU error. */
   async synchronize(): Promise<void> {
     this.flush();
@@ -223,41 +300,130 @@ export class WebGpuBackend implements Backend {
   upload(data: HostArray): Storage {
     this.checkHealthy();
     const storage = this.acquire(data.length, data instanceof Int32Array ? "int32" : "float32");
-    // writeBuffer runs on the queue ahead of unsubmitted commands, which may still use this pooled
-    // buffer under its previous owner: submit them first.
-    this.flush();
-    if (data.length > 0) {
-      // Parameters may live in a SharedArrayBuffer (CPU `wrap`), which writeBuffer does not accept.
-      const plain = (data.buffer instanceof ArrayBuffer ? data : data.slice()) as Float32Array<ArrayBuffer>;
-      this.device.queue.writeBuffer(storage.buffer, 0, plain);
-    }
+    this.writeHost(storage, data, 0);
     return storage;
+  }
+
+  /**
+   * Overwrites `data.length` elements of `storage` from element `offset` on with host values, after
+   * every kernel recorded so far has used the old ones (the staging path's receiving end).
+   *
+   * @example
+   * ```ts
+   * import { createWebGpuBackend } from "./backend.ts";
+   * const gpu = await createWebGpuBackend();
+   * if (gpu) {
+   *   const s = gpu.allocate(4, "float32");
+   *   gpu.write(s, new Float32Array([7, 8]), 2);
+   *   console.log(await gpu.read(s)); // Float32Array [0, 0, 7, 8]
+   * }
+   * ```
+   */
+  write(storage: Storage, data: HostArray, offset = 0): void {
+    const s = this.own(storage, "write");
+    if (!Number.isInteger(offset) || offset < 0 || offset + data.length > s.length) {
+      throw new Error(
+        `webgpu backend: write of ${data.length} elements at ${offset} into a storage of ${s.length}`,
+      );
+    }
+    this.writeHost(s, data, offset);
   }
 
   async read(storage: Storage): Promise<HostArray> {
     const s = this.own(storage, "read");
-    const bytes = s.length * 4;
-    let copy = new ArrayBuffer(0);
-    if (bytes > 0) {
-      const staging = this.acquireStaging(bytes);
-      this.commandEncoder().copyBufferToBuffer(s.buffer, 0, staging, 0, bytes);
-      this.flush();
-      try {
-        await staging.mapAsync(GPUMapMode.READ, 0, bytes);
-      } catch (e) {
-        await this.settleScopes();
-        this.checkHealthy();
-        throw new Error(`webgpu backend: read of ${s.length} elements failed: ${(e as Error).message}`);
-      }
-      copy = staging.getMappedRange(0, bytes).slice(0);
-      staging.unmap();
-      this.releaseStaging(staging);
-    } else {
-      this.flush();
-    }
-    await this.settleScopes();
-    this.checkHealthy();
+    const staged = await this.stageToHost([s]);
+    const copy = staged.values.slice().buffer;
+    staged.release();
     return s.dtype === "int32" ? new Int32Array(copy) : new Float32Array(copy);
+  }
+
+  /**
+   * Starts copying `storages` back to back into a pooled, mappable staging buffer, after every kernel
+   * recorded so far, and submits the copies at once; resolves with a view of the mapped values when
+   * the GPU has written them. Recording happens in this call, so later kernels cannot delay the copy:
+   * call it right after the work that produces the values. Release the result to reuse the buffer.
+   *
+   * @example
+   * ```ts
+   * import { createWebGpuBackend } from "./backend.ts";
+   * const gpu = await createWebGpuBackend();
+   * if (gpu) {
+   *   const a = gpu.upload(new Float32Array([1, 2])), b = gpu.upload(new Float32Array([3]));
+   *   const staged = await gpu.stageToHost([a, b]);
+   *   console.log(staged.values); // Float32Array [1, 2, 3]
+   *   staged.release();
+   * }
+   * ```
+   */
+  stageToHost(storages: readonly Storage[]): Promise<StagedValues> {
+    const owned = storages.map((s) => this.own(s, "stageToHost"));
+    const bytes = owned.reduce((sum, s) => sum + s.length * 4, 0);
+    if (bytes === 0) {
+      this.flush();
+      return this.settleScopes().then(() => {
+        this.checkHealthy();
+        return { values: new Float32Array(0), release: () => {} };
+      });
+    }
+    const staging = this.acquireStaging(bytes);
+    const encoder = this.commandEncoder();
+    let at = 0;
+    for (const s of owned) {
+      if (s.length === 0) continue;
+      encoder.copyBufferToBuffer(s.buffer, 0, staging, at, s.length * 4);
+      at += s.length * 4;
+      this.reportTransfer("toHost", s, s.length * 4);
+    }
+    this.flush();
+    return this.mapStaging(staging, bytes);
+  }
+
+  /**
+   * `out = (inputs[0] + inputs[1] + … + inputs[N−1]) · fround(1/N)` in float32, added strictly in the
+   * order given with one rounding per operation (no scaling for one input): bit for bit the host's
+   * device-order average (`averageInDeviceOrder`), computed on the device. `out` must not be one of
+   * the inputs.
+   *
+   * @example
+   * ```ts
+   * import { createWebGpuBackend } from "./backend.ts";
+   * const gpu = await createWebGpuBackend();
+   * if (gpu) {
+   *   const out = gpu.allocate(1, "float32");
+   *   gpu.averageInOrder([gpu.upload(new Float32Array([1])), gpu.upload(new Float32Array([2]))], out);
+   *   console.log(await gpu.read(out)); // Float32Array [1.5]
+   * }
+   * ```
+   */
+  averageInOrder(inputs: readonly Storage[], out: Storage): void {
+    const o = this.own(out, "averageInOrder");
+    const buffers = inputs.map((s) => {
+      const input = this.own(s, "averageInOrder");
+      if (input.length !== o.length || input.dtype !== "float32" || input === o) {
+        throw new Error(
+          `webgpu backend: averageInOrder needs distinct float32 inputs of ${o.length} elements like its output`,
+        );
+      }
+      return input.buffer;
+    });
+    if (buffers.length === 0) throw new Error("webgpu backend: averageInOrder of no inputs");
+    if (o.length === 0) return;
+    const scale = Math.fround(1 / buffers.length);
+    // More inputs than one dispatch binds continue the same left-to-right sum in later passes.
+    for (let first = 0; first < buffers.length; first += this.maxSumInputs) {
+      const chunk = buffers.slice(first, first + this.maxSumInputs);
+      const continued = first > 0;
+      const last = first + chunk.length === buffers.length;
+      this.dispatch(
+        "averageInOrder",
+        `orderedSum:${chunk.length}:${continued ? "continued" : "fresh"}`,
+        () => orderedSumShader(chunk.length, continued),
+        [o.buffer, ...chunk],
+        new Params().u32(o.length).f32(scale).u32(last && buffers.length > 1 ? 1 : 0),
+        grid1d(o.length),
+        () => `averageInOrder(${buffers.length} × ${o.length})`,
+      );
+    }
   }
 
   release(storage: Storage): void {
@@ -737,7 +903,10 @@ export class WebGpuBackend implements Backend {
     if (tilesX > MAX_WORKGROUPS_PER_DIM || tilesY > MAX_WORKGROUPS_PER_DIM) {
       throw new Error(`webgpu backend: matmul ${s.m}×${s.n} exceeds the dispatch limit`);
     }
-    const key = `gemm:${s.transA ? "T" : "N"}${s.transB ? "T" : "N"}`;
+    // Each operand is read with 4-float loads where its layout allows, else one float at a time.
+    const loadA = gemmLoad(s.transA ? s.m : s.k, s.aOffset, s.aBatchStride);
+    const loadB = gemmLoad(s.transB ? s.k : s.n, s.bOffset, s.bBatchStride);
+    const key = `gemm:${s.transA ? "T" : "N"}${s.transB ? "T" : "N"}:${loadA}:${loadB}`;
     for (let base = 0; base < s.batch; base += MAX_WORKGROUPS_PER_DIM) {
       const count = Math.min(MAX_WORKGROUPS_PER_DIM, s.batch - base);
       // k = 0 still runs one (empty) pass, so the output is overwritten with zeros.
@@ -749,7 +918,7 @@ export class WebGpuBackend implements Backend {
         this.dispatch(
           "matmul",
           key,
-          () => gemmShader(s.transA, s.transB),
+          () => gemmShader(s.transA, s.transB, loadA, loadB),
           [a, b, c],
           p,
           [tilesX, tilesY, count],
@@ -884,6 +1053,49 @@ export class WebGpuBackend implements Backend {
     });
     this.live++;
     return new WebGpuStorage(this, buffer, length, dtype);
+  }
+
+  /** Writes host `data` into `storage` from element `offset`, ordered after all recorded work. */
+  private writeHost(storage: WebGpuStorage, data: HostArray, offset: number): void {
+    // writeBuffer runs on the queue ahead of unsubmitted commands, which may still use this buffer
+    // (under a previous owner, or reading the values about to be replaced): submit them first.
+    this.flush();
+    if (data.length === 0) return;
+    // Parameters may live in a SharedArrayBuffer (CPU `wrap`), which writeBuffer does not accept.
+    const plain = (data.buffer instanceof ArrayBuffer ? data : data.slice()) as Float32Array<ArrayBuffer>;
+    this.device.queue.writeBuffer(storage.buffer, offset * 4, plain);
+    this.reportTransfer("toDevice", storage, data.length * 4);
+  }
+
+  /** Maps a staging buffer whose copies were submitted; any GPU error is thrown after unmapping. */
+  private async mapStaging(staging: GPUBuffer, bytes: number): Promise<StagedValues> {
+    try {
+      await staging.mapAsync(GPUMapMode.READ, 0, bytes);
+    } catch (e) {
+      await this.settleScopes();
+      this.checkHealthy();
+      throw new Error(`webgpu backend: read of ${bytes / 4} elements failed: ${(e as Error).message}`);
+    }
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      staging.unmap();
+      this.releaseStaging(staging);
+    };
+    try {
+      await this.settleScopes();
+      this.checkHealthy();
+    } catch (error) {
+      release();
+      throw error;
+    }
+    return { values: new Float32Array(staging.getMappedRange(0, bytes)), release };
+  }
+
+  /** Tells the transfer observers about one copy between host and device. */
+  private reportTransfer(direction: TransferEvent["direction"], storage: Storage, bytes: number): void {
+    for (const listener of this.transferListeners) listener({ direction, storage, bytes });
   }
 
   /** A reusable MAP_READ staging buffer of at least `bytes`. */

@@ -150,28 +150,106 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
 export const GEMM_THREADS = 8;
 /** Tile of the GEMM kernel: 32×32 outputs per workgroup, 4×4 per thread, depth slices of 16. */
 export const GEMM_TILE = 4 * GEMM_THREADS;
+/** Depth of one GEMM slice held in workgroup memory. */
+const GEMM_DEPTH = 16;
 
 /**
  * Depth handled by one GEMM dispatch. llvmpipe stops an invocation's loops after 65535 loop-header
- * evaluations in total, counted across nested loops: each 16-deep slice costs about 27 (its own
- * test, 8 + 1 for the tile loads and 16 + 1 for the products), so 2048 slices fit. Deeper products
- * are split into several dispatches that accumulate.
+ * evaluations in total, counted across nested loops: each 16-deep slice costs 18 (its own test and
+ * 16 + 1 for the products; the tile loads are unrolled), so 2048 slices fit with room to spare.
+ * Deeper products are split into several dispatches that accumulate.
  */
-export const GEMM_K_CHUNK = 2048 * 16;
+export const GEMM_K_CHUNK = 2048 * GEMM_DEPTH;
 
 /**
- * Tiled batched GEMM with workgroup memory and 4×4 register blocking; transpositions are baked in.
+ * How the GEMM reads one operand from global memory into workgroup memory: `vec4` loads four
+ * consecutive floats at once, `scalar` one.
+ */
+export type GemmLoad = "scalar" | "vec4";
+
+/**
+ * The widest load an operand allows: `vec4` when its stored rows are a multiple of 4 floats long and
+ * every matrix of the batch starts on a multiple of 4 floats, so each 4-float group is 16-byte aligned
+ * and lies wholly inside a row (no tails to mask); `scalar` otherwise.
+ *
+ * @example
+ * ```ts
+ * import { gemmLoad } from "./kernels.ts";
+ * gemmLoad(64, 0, 64 * 32); // "vec4"
+ * gemmLoad(63, 0, 0); // "scalar"
+ * ```
+ */
+export function gemmLoad(rowLength: number, offset: number, batchStride: number): GemmLoad {
+  return rowLength % 4 === 0 && offset % 4 === 0 && batchStride % 4 === 0 ? "vec4" : "scalar";
+}
+
+/**
+ * WGSL function `load<name>(e, …)` that copies the `e`-th element (scalar) or 4-float group (vec4)
+ * of one operand's 32 × 16 tile from global memory into workgroup memory `<name>s[kk · 32 + o]`, where
+ * `o` is the row of A (column of B) inside the tile and `kk` the depth. Elements past the matrix or
+ * past `kEnd` load as zero. The same template serves A and B and every transposition: what differs
+ * is which index is contiguous in memory.
+ *
+ * - `depthContiguous`: element (o, k) lives at `o · K + k` (A as stored, B transposed); otherwise at
+ *   `k · rows + o` (A transposed, B as stored).
+ * - In the vec4 variant, a group covers 4 consecutive k (depth-contiguous) or 4 consecutive o, and
+ *   {@link gemmLoad} has guaranteed that such a group is either wholly inside or wholly outside.
+ *
+ * Consecutive `e` walk along the contiguous index, so neighbouring threads read neighbouring memory.
+ */
+function tileLoader(name: "A" | "B", depthContiguous: boolean, load: GemmLoad): string {
+  const TILE = GEMM_TILE, DEPTH = GEMM_DEPTH;
+  const at = depthContiguous ? "base + go * K + gk" : "base + gk * rows + go";
+  const signature = `fn load${name}(e: u32, o0: u32, k0: u32, base: u32, rows: u32, K: u32, kEnd: u32)`;
+  if (load === "scalar") {
+    const split = depthContiguous
+      ? `let o = e / ${DEPTH}u; let kk = e % ${DEPTH}u;`
+      : `let o = e % ${TILE}u; let kk = e / ${TILE}u;`;
+    return `
+${signature} {
+  ${split}
+  let go = o0 + o; let gk = k0 + kk;
+  var v = 0.0;
+  if (go < rows && gk < kEnd) { v = ${name}[${at}]; }
+  ${name}s[kk * ${TILE}u + o] = v;
+}
+`;
+  }
+  const split = depthContiguous
+    ? `let o = e / ${DEPTH / 4}u; let kk = (e % ${DEPTH / 4}u) * 4u;`
+    : `let o = (e % ${TILE / 4}u) * 4u; let kk = e / ${TILE / 4}u;`;
+  // The group's 4 floats go to 4 depths of one row, or to 4 neighbouring rows of one depth.
+  const step = depthContiguous ? `${TILE}u` : "1u";
+  return `
+${signature} {
+  ${split}
+  let go = o0 + o; let gk = k0 + kk;
+  var v = vec4<f32>(0.0);
+  if (go < rows && gk < kEnd) { v = ${name}[(${at}) / 4u]; }
+  let s = kk * ${TILE}u + o;
+  ${name}s[s] = v.x; ${name}s[s + ${step}] = v.y; ${name}s[s + 2u * ${step}] = v.z; ${name}s[s + 3u * ${step}] = v.w;
+}
+`;
+}
+
+/**
+ * Tiled batched GEMM with workgroup memory and 4×4 register blocking; transpositions are baked in,
+ * and so is the width of each operand's global loads (`loadA`, `loadB`: see {@link gemmLoad}).
  * Workgroup (x, y, z) = (column tile, row tile, batch). P: [M, N, K, aOffset, bOffset, cOffset,
  * aBatchStride, bBatchStride, cBatchStride, accumulate, batchBase, kStart, kEnd]; the product runs
  * over depth [kStart, kEnd) and adds to C when `accumulate` is set.
  *
- * Only the 4×4 register block is unrolled: with the depth slice unrolled too, llvmpipe took about
- * 7 s instead of 3 s to compile each variant (measured with its shader cache disabled).
+ * Only the 4×4 register block and the tile loads are unrolled: with the depth slice unrolled too,
+ * llvmpipe took about 7 s instead of 3 s to compile each variant (measured with its shader cache
+ * disabled).
  */
-export function gemmShader(transA: boolean, transB: boolean): string {
-  const T = GEMM_THREADS, TILE = GEMM_TILE;
-  const aIndex = transA ? "gk * M + gi" : "gi * K + gk";
-  const bIndex = transB ? "gj * K + gk" : "gk * N + gj";
+export function gemmShader(
+  transA: boolean,
+  transB: boolean,
+  loadA: GemmLoad = "scalar",
+  loadB: GemmLoad = "scalar",
+): string {
+  const T = GEMM_THREADS, TILE = GEMM_TILE, DEPTH = GEMM_DEPTH;
   const range = [0, 1, 2, 3];
   const products: string[] = [];
   for (const r of range) products.push(`let a${r} = As[kk * ${TILE}u + lid.y + ${T * r}u];`);
@@ -179,13 +257,21 @@ export function gemmShader(transA: boolean, transB: boolean): string {
   for (const r of range) {
     for (const c of range) products.push(`acc[${r * 4 + c}] = acc[${r * 4 + c}] + a${r} * b${c};`);
   }
+  // Each of the 64 threads loads its share of the 512-float tiles: 8 scalars or 2 groups of 4.
+  const loads = (name: "A" | "B", load: GemmLoad, args: string) => {
+    const perThread = (TILE * DEPTH) / (T * T) / (load === "vec4" ? 4 : 1);
+    return Array.from({ length: perThread }, (_, r) => `load${name}(tid + ${r * T * T}u, ${args});`)
+      .join("\n    ");
+  };
+  const element = (load: GemmLoad) => (load === "vec4" ? "vec4<f32>" : "f32");
   return header([
-    { name: "A", type: "f32", write: false },
-    { name: "B", type: "f32", write: false },
+    { name: "A", type: element(loadA), write: false },
+    { name: "B", type: element(loadB), write: false },
     { name: "C", type: "f32", write: true },
   ]) + `
-var<workgroup> As: array<f32, ${TILE * 16}>;
-var<workgroup> Bs: array<f32, ${TILE * 16}>;
+var<workgroup> As: array<f32, ${TILE * DEPTH}>;
+var<workgroup> Bs: array<f32, ${TILE * DEPTH}>;
+` + tileLoader("A", !transA, loadA) + tileLoader("B", transB, loadB) + `
 @compute @workgroup_size(${T}, ${T}, 1)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
   let M = P[0]; let N = P[1]; let K = P[2];
@@ -197,21 +283,11 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
   let row0 = wid.y * ${TILE}u; let col0 = wid.x * ${TILE}u;
   let tid = lid.y * ${T}u + lid.x;
   var acc: array<f32, 16>;
-  for (var t = P[11]; t < kEnd; t = t + 16u) {
-    for (var e = tid; e < ${TILE * 16}u; e = e + ${T * T}u) {
-      ${transA ? `let i = e % ${TILE}u; let kk = e / ${TILE}u;` : "let i = e / 16u; let kk = e % 16u;"}
-      let gi = row0 + i; let gk = t + kk;
-      var v = 0.0;
-      if (gi < M && gk < kEnd) { v = A[aBase + ${aIndex}]; }
-      As[kk * ${TILE}u + i] = v;
-      ${transB ? "let j = e / 16u; let kb = e % 16u;" : `let j = e % ${TILE}u; let kb = e / ${TILE}u;`}
-      let gj = col0 + j; let gkb = t + kb;
-      var w = 0.0;
-      if (gj < N && gkb < kEnd) { w = B[bBase + ${bIndex.replaceAll("gk", "gkb")}]; }
-      Bs[kb * ${TILE}u + j] = w;
-    }
+  for (var t = P[11]; t < kEnd; t = t + ${DEPTH}u) {
+    ${loads("A", loadA, `row0, t, aBase, M, K, kEnd`)}
+    ${loads("B", loadB, `col0, t, bBase, N, K, kEnd`)}
     workgroupBarrier();
-    for (var kk = 0u; kk < 16u; kk = kk + 1u) {
+    for (var kk = 0u; kk < ${DEPTH}u; kk = kk + 1u) {
       ${products.join("\n      ")}
     }
     workgroupBarrier();
@@ -479,6 +555,27 @@ export function lrnBackwardShader(): string {
     acc = acc + dy[at] * y[at] / scale[at];
   }
   dx[idx] = dy[idx] * pow(scale[idx], -beta) - cross * x[idx] * acc;`);
+}
+
+/**
+ * `out = (in0 + in1 + … + in(count−1)) · scale`, added strictly left to right in float32 with one
+ * rounding per operation, like the host's device-order average; with `continued`, the sum starts from
+ * what `out` holds (`out + in0 + …`), so more inputs than one dispatch can bind are summed in several
+ * passes without changing the order. P: [n, scale (f32), apply scale (0/1)].
+ */
+export function orderedSumShader(count: number, continued: boolean): string {
+  const inputs: BindingSpec[] = Array.from({ length: count }, (_, i) => ({
+    name: `in${i}`,
+    type: "f32",
+    write: false,
+  }));
+  const first = continued ? 0 : 1;
+  const adds = Array.from({ length: count - first }, (_, i) => `s = s + in${first + i}[idx];`);
+  return header([{ name: "out", type: "f32", write: true }, ...inputs]) + elementwiseMain(`
+  var s = ${continued ? "out[idx]" : "in0[idx]"};
+  ${adds.join("\n  ")}
+  if (P[2] != 0u) { s = s * pf(1u); }
+  out[idx] = s;`);
 }
 
 /** Fused Caffe SGD in place. P: [n, rate, momentum, decay]. */

@@ -15,8 +15,11 @@ export const WORKGROUP_SIZE = 64;
 /** Most workgroups one dispatch dimension may hold (WebGPU's default limit). */
 export const MAX_WORKGROUPS_PER_DIM = 65535;
 
-/** WGSL element type of a storage binding. */
-export type WgslElement = "f32" | "i32" | "u32";
+/**
+ * WGSL element type of a storage binding. `vec4<f32>` lets a kernel read four consecutive floats in
+ * one load where the data is 16-byte aligned (see the GEMM's operand loads).
+ */
+export type WgslElement = "f32" | "i32" | "u32" | "vec4<f32>";
 
 /** One buffer binding of a kernel: its WGSL name, element type and whether the kernel writes it. */
 export interface BindingSpec {
