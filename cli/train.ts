@@ -120,7 +120,8 @@ async function choosePlan(
 }
 
 /** Copies the master's flat parameters into `model` by name, for evaluation on this thread. */
-function copyMasterInto(model: Network, trainer: DataParallelTrainer): void {
+async function copyMasterInto(model: Network, trainer: DataParallelTrainer): Promise<void> {
+  await trainer.syncParameters();
   const flat = trainer.masterParameters();
   const slots = new Map(trainer.layout.slots.map((s) => [s.name, s]));
   for (const entry of model.namedParameters()) {
@@ -239,7 +240,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         optimizer: trainer.optimizer,
         modelName: local.name,
       });
-      trainer.broadcastParameters();
+      await trainer.broadcastParameters();
       say(`resumed from ${args.resume} at step ${loaded.step}`);
     }
     const first = trainer.iteration;
@@ -315,7 +316,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
           imagesPerSecond: images / ((performance.now() - started) / 1000),
         });
         if (args.report && (i + 1) % perEpoch === 0 && i + 1 < target) {
-          copyMasterInto(local, trainer);
+          await copyMasterInto(local, trainer);
           const { accuracy } = await evaluate(local, testLoader);
           heldOut.push({ step: i + 1, accuracy });
           progress.log(`epoch ${epoch + 1}: held-out accuracy ${(accuracy * 100).toFixed(2)}%`);
@@ -358,7 +359,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       return EXIT_INTERRUPTED;
     }
 
-    copyMasterInto(local, trainer);
+    await copyMasterInto(local, trainer);
     const test = await evaluate(local, testLoader);
     heldOut.push({ step, accuracy: test.accuracy });
     const sha = await parametersSha256(trainer.layout, trainer.masterParameters());
