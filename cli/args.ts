@@ -5,7 +5,7 @@
  */
 
 import { parseArgs } from "node:util";
-import { builtinModels } from "../mod.ts";
+import { builtinModels, detectMpiLaunch, type MpiLaunch } from "../mod.ts";
 import { CliError, closest } from "./errors.ts";
 
 /** The default recipe: the AlexNet-like net on the embedded MNIST digits, measured to clear 97%. */
@@ -30,8 +30,13 @@ export interface TrainArgs {
   data: string;
   /** Device kind: CPU Workers, or one WebGPU device (GPUDevice) per handle. */
   backend: "cpu" | "webgpu";
-  /** Device handles (Workers). */
+  /** Device handles (Workers), or MPI ranks under `--transport mpi` (one device each). */
   devices: number;
+  /**
+   * `local`: every device is a Worker of this process; `mpi`: one device per MPI rank, the process
+   * started by mpirun (the default there).
+   */
+  transport: "local" | "mpi";
   /** `overlap`, `sequential`, `auto` or a schedule file. */
   schedule: string;
   /** Reduction mode. */
@@ -67,6 +72,7 @@ const STRING_FLAGS = [
   "data",
   "backend",
   "devices",
+  "transport",
   "schedule",
   "reduce",
   "link",
@@ -104,6 +110,7 @@ Trains a network data-parallel on several CPU device handles (Workers), overlapp
 exchange with backward under a schedule, then reports held-out accuracy. Without options: the
 AlexNet-like net on the embedded MNIST digits (8,000 train / 2,000 held out), 2 devices, the overlap
 schedule, batch ${DEFAULTS.batch}, SGD momentum 0.9, weight decay 5e-4, lr ${DEFAULTS.lr} halved every epoch, ${DEFAULTS.epochs} epochs.
+Under mpirun (--transport mpi) every process hosts one device and only rank 0 prints and writes files.
 
 Model and data
   --model NAME|FILE     a built-in model or a Caffe .prototxt (default ${DEFAULTS.model}):
@@ -113,7 +120,10 @@ ${models.join("\n")}
 
 Parallelism
   --backend cpu|webgpu  device kind (default cpu: Workers; webgpu: one GPUDevice per device handle)
-  --devices N           device handles, N >= 1 (default ${DEFAULTS.devices})
+  --devices N           device handles, N >= 1 (default ${DEFAULTS.devices}; under MPI: the number of ranks)
+  --transport T         local | mpi (default local, or mpi when started by mpirun): mpi runs one device
+                        per MPI rank, across processes and hosts, e.g.
+                        mpirun -np 2 deno run -A cli/train.ts --transport mpi
   --schedule S          overlap | sequential | auto | <schedule file> (default ${DEFAULTS.schedule})
   --reduce MODE         master | allreduce (default ${DEFAULTS.reduce})
   --link BANDWIDTH      emulate a slower link: 1.2GB/s, 800MB/s,50us, pcie3, 10gbe… (labelled emulated)
@@ -174,7 +184,9 @@ function oneOf<T extends string>(
 
 /**
  * Parses and validates `argv`. Throws a {@link CliError} naming the flag for anything wrong,
- * suggesting the closest flag for an unknown one.
+ * suggesting the closest flag for an unknown one. `launch` is the MPI job this process runs in
+ * (read from mpirun's environment by default): it makes `mpi` the default transport, and under it
+ * the device count is the number of ranks.
  *
  * @example
  * ```ts
@@ -183,7 +195,10 @@ function oneOf<T extends string>(
  * console.log(args.devices, args.schedule); // 4 overlap
  * ```
  */
-export function parseTrainArgs(argv: readonly string[]): TrainArgs {
+export function parseTrainArgs(
+  argv: readonly string[],
+  launch: MpiLaunch | undefined = detectMpiLaunch(),
+): TrainArgs {
   // node:util's own message for an unknown option has no hint, so unknown flags are caught first.
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
@@ -215,7 +230,29 @@ export function parseTrainArgs(argv: readonly string[]): TrainArgs {
     throw new CliError(`unexpected argument "${positionals[0]}"; every option is a --flag (see --help)`);
   }
   const s = (name: string) => values[name] as string | undefined;
-  const devices = integer("devices", s("devices"), 1) ?? DEFAULTS.devices;
+  const transport = oneOf("transport", s("transport"), ["local", "mpi"] as const) ??
+    (launch ? "mpi" : "local");
+  let devices = integer("devices", s("devices"), 1) ?? DEFAULTS.devices;
+  if (transport === "mpi") {
+    if (!launch) {
+      throw new CliError(
+        "--transport mpi runs one process per device: start it with mpirun, e.g. " +
+          "mpirun -np 2 deno run -A cli/train.ts --transport mpi (OMPI_COMM_WORLD_SIZE is not set)",
+      );
+    }
+    if (s("devices") !== undefined && devices !== launch.size) {
+      throw new CliError(
+        `--devices ${devices} does not match the ${launch.size} MPI ranks (one device per rank); ` +
+          `drop --devices or run mpirun -np ${devices}`,
+      );
+    }
+    if (s("link") !== undefined) {
+      throw new CliError(
+        "--link emulates a link between devices in one process; under --transport mpi the real network is the link",
+      );
+    }
+    devices = launch.size;
+  }
   const batch = integer("batch", s("batch"), 1) ?? DEFAULTS.batch;
   if (batch % devices !== 0) {
     throw new CliError(
@@ -229,6 +266,7 @@ export function parseTrainArgs(argv: readonly string[]): TrainArgs {
     data: s("data") ?? DEFAULTS.data,
     backend: oneOf("backend", s("backend"), ["cpu", "webgpu"] as const) ?? DEFAULTS.backend,
     devices,
+    transport,
     schedule: s("schedule") ?? DEFAULTS.schedule,
     reduce: oneOf("reduce", s("reduce"), ["master", "allreduce"] as const) ?? DEFAULTS.reduce,
     link: s("link"),

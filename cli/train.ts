@@ -14,18 +14,26 @@ import {
   autoSchedule,
   builtinSchedule,
   DataLoader,
+  type DataParallelStepResult,
   DataParallelTrainer,
   DEFAULT_LINK,
+  detectMpiLaunch,
   DeviceError,
   evaluate,
   formatSummary,
+  type HostBatch,
   layoutOf,
   type LinkSpec,
   loadCheckpoint,
   loadSchedule,
   measureProfile,
   type ModelSpec,
+  MpiTrainer,
+  MpiTransport,
   type Network,
+  type Optimizer,
+  type ParameterEntry,
+  type ParameterLayout,
   parseLink,
   type Plan,
   saveCheckpoint,
@@ -39,7 +47,7 @@ import {
 } from "../mod.ts";
 import { DEFAULTS, helpText, parseTrainArgs, type TrainArgs } from "./args.ts";
 import { fitToModel, type LoadedImages, loadImages } from "./data.ts";
-import { CliError, closest, describeError, EXIT_FAILURE, EXIT_INTERRUPTED } from "./errors.ts";
+import { CliError, closest, describeError, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE } from "./errors.ts";
 import { buildLocal, chooseModel, NEEDS_INPUT_SHAPE } from "./model.ts";
 import { formatDuration, Progress } from "./progress.ts";
 import { type StepPoint, writeReport } from "./report.ts";
@@ -77,6 +85,23 @@ export async function parametersSha256(
 }
 
 const SCHEDULE_NAMES = ["overlap", "sequential", "bucketed", "auto"];
+
+/**
+ * What the command needs from a trainer: {@link DataParallelTrainer} (devices in this process) and
+ * {@link MpiTrainer} (one device per MPI rank) both provide it.
+ */
+interface Trainer {
+  readonly iteration: number;
+  readonly parameterEntries: readonly ParameterEntry[];
+  readonly optimizer: Optimizer;
+  readonly layout: ParameterLayout;
+  step(batch: HostBatch): Promise<DataParallelStepResult>;
+  /** Brings device-resident parameters to the host, where `masterParameters` reads them. */
+  syncParameters(): Promise<void>;
+  masterParameters(): Float32Array | Promise<Float32Array>;
+  broadcastParameters(): void | Promise<void>;
+  close(): Promise<void>;
+}
 
 async function choosePlan(
   args: TrainArgs,
@@ -120,9 +145,9 @@ async function choosePlan(
 }
 
 /** Copies the master's flat parameters into `model` by name, for evaluation on this thread. */
-async function copyMasterInto(model: Network, trainer: DataParallelTrainer): Promise<void> {
+async function copyMasterInto(model: Network, trainer: Trainer): Promise<void> {
   await trainer.syncParameters();
-  const flat = trainer.masterParameters();
+  const flat = await trainer.masterParameters();
   const slots = new Map(trainer.layout.slots.map((s) => [s.name, s]));
   for (const entry of model.namedParameters()) {
     const slot = slots.get(entry.name);
@@ -133,11 +158,11 @@ async function copyMasterInto(model: Network, trainer: DataParallelTrainer): Pro
   }
 }
 
-async function writeTrace(path: string, trace: TraceRecorder, link: LinkSpec | undefined): Promise<void> {
+async function writeTrace(path: string, trace: TraceRecorder, linkLabel: string): Promise<void> {
   // The link label travels in the file so nobody mistakes an emulated timeline for a real one.
   const json = {
     ...trace.toChromeTrace(),
-    otherData: { link: link ? link.label : "shared memory (no emulation)" },
+    otherData: { link: linkLabel },
   };
   await writeFileAtomic(path, [new TextEncoder().encode(JSON.stringify(json))]);
 }
@@ -154,12 +179,19 @@ async function writeTrace(path: string, trace: TraceRecorder, link: LinkSpec | u
  */
 export async function runTrain(argv: readonly string[]): Promise<number> {
   const args = parseTrainArgs(argv);
+  // Under MPI every rank runs this same command; rank 0 speaks and writes files for all of them.
+  const root = args.transport === "local" || detectMpiLaunch()?.rank === 0;
   if (args.help) {
-    console.log(helpText());
+    if (root) console.log(helpText());
     return 0;
   }
+  const transport = args.transport === "mpi" ? MpiTransport.init() : undefined;
   // With --json, stdout carries exactly one JSON object; everything for people goes to stderr.
-  const say = args.json ? (line: string) => console.error(line) : (line: string) => console.log(line);
+  const say = !root
+    ? () => {}
+    : args.json
+    ? (line: string) => console.error(line)
+    : (line: string) => console.log(line);
   const link = args.link ? parseLink(args.link) : undefined;
   let chosen = await chooseModel(args.model, args.seed);
   let images: LoadedImages | undefined;
@@ -176,7 +208,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     const summary = summarize(network, network.inputShape);
     say(`${choice.name}: input ${network.inputShape.join("×")}, ${network.classes} classes`);
     say(formatSummary(summary));
-    if (args.json) {
+    if (args.json && root) {
       console.log(JSON.stringify({
         model: choice.name,
         parameters: summary.parameters,
@@ -192,7 +224,15 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
   const data = fitToModel(images ?? await loadImages(args.data, choice, args.seed), args.data, choice);
   const baseSpec = choice.spec(data.train.classes);
   const local = await buildLocal(baseSpec);
-  const { plan, spec } = await choosePlan(args, local, baseSpec, link, say);
+  // A measured (auto) schedule could differ between ranks: rank 0 measures and decides for all.
+  const { plan, spec } = transport && args.schedule === "auto"
+    ? await transport.broadcastJson(
+      root ? await choosePlan(args, local, baseSpec, link, say) : null,
+      0,
+      { deadline: performance.now() + 600_000 },
+      "broadcast the automatic schedule",
+    ) as { plan: Plan; spec: ModelSpec }
+    : await choosePlan(args, local, baseSpec, link, say);
   validatePlan(plan, { mode: args.reduce });
 
   const preprocess = { scale: data.scale, meanValue: data.meanValue, cropSize: data.cropSize };
@@ -213,63 +253,71 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
   const target = Math.min(epochLimit * perEpoch, args.steps ?? Infinity);
   const trace = args.trace || args.report ? new TraceRecorder() : undefined;
 
-  const trainer = await DataParallelTrainer.create({
+  const common = {
     model: spec,
-    devices: args.devices,
     mode: args.reduce,
     plan,
-    link,
     seed: args.seed,
     trace,
     // WebGPU devices each get a GPUDevice of their own; CPU devices are Workers (the default).
     startDevice: args.backend === "webgpu"
-      ? (index, model, layout) => WebGpuDevice.start(index, model, layout)
+      ? (index: number, model: ModelSpec, layout: ParameterLayout) => WebGpuDevice.start(index, model, layout)
       : undefined,
-    optimizer: (parameters) =>
+    optimizer: (parameters: ParameterEntry[]) =>
       new SGD(parameters, {
         // Halved every epoch, as examples/mnist.ts; momentum and weight decay as Caffe's reference solvers.
         lr: { policy: "step", baseLr: args.lr, gamma: 0.5, stepSize: perEpoch },
         momentum: 0.9,
         weightDecay: 5e-4,
       }),
-  });
+  };
+  const deviceKind = args.backend === "cpu" ? "CPU" : "WebGPU";
+  // What connects the devices, for every output: emulation is always labelled as such.
+  const linkText = transport ? `MPI (Open MPI, ${args.devices} ranks)` : link ? link.label : "shared memory";
+  const trainer: Trainer = transport
+    ? await MpiTrainer.create({ ...common, transport })
+    : await DataParallelTrainer.create({ ...common, devices: args.devices, link });
   try {
     if (args.resume) {
-      const loaded = await loadCheckpoint(args.resume, {
-        parameters: trainer.parameterEntries,
-        optimizer: trainer.optimizer,
-        modelName: local.name,
-      });
+      // Only rank 0 reads the file (other hosts need not have it); the broadcast brings the rest along.
+      const loaded = root
+        ? await loadCheckpoint(args.resume, {
+          parameters: trainer.parameterEntries,
+          optimizer: trainer.optimizer,
+          modelName: local.name,
+        })
+        : undefined;
       await trainer.broadcastParameters();
-      say(`resumed from ${args.resume} at step ${loaded.step}`);
+      say(`resumed from ${args.resume} at step ${loaded?.step}`);
     }
     const first = trainer.iteration;
     const parameterCount = trainer.layout.total;
     say(
       `training ${choice.name} (${parameterCount.toLocaleString("en-US")} parameters) on ${data.description}`,
     );
+    const where = transport
+      ? `${args.devices} MPI rank${args.devices === 1 ? "" : "s"}, one ${deviceKind} device each`
+      : `${args.devices} ${deviceKind} device${args.devices === 1 ? "" : "s"}`;
     say(
-      `  ${args.devices} CPU device${args.devices === 1 ? "" : "s"}, schedule ${plan.name}, ${args.reduce} ` +
-        `reduction, link ${link ? link.label : "shared memory"}; batch ${args.batch} ` +
+      `  ${where}, schedule ${plan.name}, ${args.reduce} ` +
+        `reduction, link ${linkText}; batch ${args.batch} ` +
         `(${args.batch / args.devices} per device), lr ${args.lr} halved every epoch (${perEpoch} steps)`,
     );
     if (first >= target) say(`already at step ${first}, which reaches the target of ${target} steps`);
 
     let interrupted = false;
-    const progress = new Progress({
-      first,
-      target,
-      epochs: Math.ceil(target / perEpoch),
-      live: Deno.stderr.isTerminal(),
-    });
+    const progress = root
+      ? new Progress({ first, target, epochs: Math.ceil(target / perEpoch), live: Deno.stderr.isTerminal() })
+      : undefined;
     const onInterrupt = () => {
       if (interrupted) Deno.exit(EXIT_INTERRUPTED); // a second Ctrl-C does not wait
       interrupted = true;
-      progress.log(
+      progress?.log(
         "interrupted: finishing the current step, then saving a checkpoint (Ctrl-C again to quit now)",
       );
     };
-    Deno.addSignalListener("SIGINT", onInterrupt);
+    // Under mpirun, Ctrl-C is mpirun's: it stops every rank (each says what it was doing).
+    if (!transport) Deno.addSignalListener("SIGINT", onInterrupt);
 
     const points: StepPoint[] = [];
     const heldOut: { step: number; accuracy: number }[] = [];
@@ -309,23 +357,25 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
           timedSteps++;
         }
         points.push({ step: i + 1, loss: result.loss, accuracy: result.correct / result.count });
-        progress.update({
+        progress?.update({
           step: i + 1,
           epoch,
           loss: result.loss,
           imagesPerSecond: images / ((performance.now() - started) / 1000),
         });
-        if (args.report && (i + 1) % perEpoch === 0 && i + 1 < target) {
+        if (args.report && root && (i + 1) % perEpoch === 0 && i + 1 < target) {
           await copyMasterInto(local, trainer);
           const { accuracy } = await evaluate(local, testLoader);
           heldOut.push({ step: i + 1, accuracy });
-          progress.log(`epoch ${epoch + 1}: held-out accuracy ${(accuracy * 100).toFixed(2)}%`);
+          progress?.log(`epoch ${epoch + 1}: held-out accuracy ${(accuracy * 100).toFixed(2)}%`);
         }
       }
     } finally {
-      Deno.removeSignalListener("SIGINT", onInterrupt);
-      progress.done();
+      if (!transport) Deno.removeSignalListener("SIGINT", onInterrupt);
+      progress?.done();
     }
+    // Every rank's lanes go into rank 0's trace, before rank 0 alone evaluates and writes.
+    if (trainer instanceof MpiTrainer && trace && failedAt === undefined) await trainer.gatherTrace();
     const seconds = (performance.now() - started) / 1000;
     const step = trainer.iteration;
     const extra = { data: args.data, batch: args.batch, devices: args.devices, schedule: plan.name };
@@ -340,7 +390,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
 
     if (failedAt !== undefined) {
       let kept = "";
-      if (args.checkpoint) {
+      if (args.checkpoint && root) {
         await save(args.checkpoint);
         kept = `; the last good parameters (step ${step}) are saved in ${args.checkpoint}`;
       }
@@ -353,23 +403,26 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     if (interrupted) {
       const path = args.checkpoint ?? INTERRUPTED_CHECKPOINT;
       await save(path);
-      if (args.trace && trace) await writeTrace(args.trace, trace, link);
+      if (args.trace && trace) {
+        await writeTrace(args.trace, trace, link ? link.label : "shared memory (no emulation)");
+      }
       say(`interrupted at step ${step}; checkpoint saved to ${path} (continue with --resume ${path})`);
       if (args.json) console.log(JSON.stringify({ interrupted: true, step, checkpoint: path }));
       return EXIT_INTERRUPTED;
     }
 
+    if (!root) return 0;
     await copyMasterInto(local, trainer);
     const test = await evaluate(local, testLoader);
     heldOut.push({ step, accuracy: test.accuracy });
-    const sha = await parametersSha256(trainer.layout, trainer.masterParameters());
+    const sha = await parametersSha256(trainer.layout, await trainer.masterParameters());
     const files: Record<string, string> = {};
     if (args.checkpoint) {
       await save(args.checkpoint);
       files.checkpoint = args.checkpoint;
     }
     if (args.trace && trace) {
-      await writeTrace(args.trace, trace, link);
+      await writeTrace(args.trace, trace, link || transport ? linkText : "shared memory (no emulation)");
       files.trace = args.trace;
     }
     const stepMs = timedSteps ? stepSeconds * 1000 / timedSteps : 0;
@@ -377,7 +430,6 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     const hiddenPerStep = timedSteps ? hiddenMs / timedSteps : 0;
     const exposed = commPerStep - hiddenPerStep;
     const imagesPerSecond = seconds > 0 ? images / seconds : 0;
-    const linkText = link ? link.label : "shared memory";
     if (args.report) {
       const lastSteps = new Set(Array.from({ length: REPORT_TRACE_STEPS }, (_, k) => step - 1 - k));
       await writeReport(args.report, {
@@ -385,7 +437,12 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         facts: [
           ["model", `${choice.name} (${parameterCount.toLocaleString("en-US")} parameters)`],
           ["data", data.description],
-          ["devices", `${args.devices} CPU Workers`],
+          [
+            "devices",
+            transport
+              ? `${args.devices} MPI ranks, one ${deviceKind} device each`
+              : `${args.devices} ${args.backend === "cpu" ? "CPU Workers" : "WebGPU devices"}`,
+          ],
           ["schedule", `${plan.name}, ${args.reduce} reduction`],
           ["link", linkText],
           ["batch / lr", `${args.batch} / ${args.lr} halved every epoch`],
@@ -441,6 +498,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         model: choice.name,
         data: args.data,
         devices: args.devices,
+        transport: args.transport,
         schedule: plan.name,
         reduce: args.reduce,
         link: link ? { label: link.label, emulated: true } : null,
@@ -465,15 +523,25 @@ if (import.meta.main) {
   try {
     code = await runTrain(Deno.args);
   } catch (error) {
+    const mpi = MpiTransport.current;
+    const rank = mpi?.rank ?? detectMpiLaunch()?.rank ?? 0;
+    // Under mpirun every rank parses the same command line, so a usage error is said once, by rank
+    // 0; anything else may be this rank's alone (a file missing on its host, its device failing).
+    const usage = error instanceof CliError && error.exitCode === EXIT_USAGE;
+    const speak = rank === 0 || !usage;
+    const prefix = rank === 0 ? "tandem train" : `tandem train (MPI rank ${rank})`;
     const known = describeError(error);
     if (known) {
-      console.error(`tandem train: ${known.message}`);
+      if (speak) console.error(`${prefix}: ${known.message}`);
       code = known.exitCode;
     } else {
-      console.error("tandem train: unexpected error (a bug; please report it):", error);
+      console.error(`${prefix}: unexpected error (a bug; please report it):`, error);
       code = EXIT_FAILURE;
     }
+    // The other ranks may be waiting in a collective for this one: end the whole job now.
+    if (mpi) mpi.abort(code);
   }
+  MpiTransport.current?.finalize();
   // Exit explicitly: device Workers or a pending timer must not keep a finished run alive.
   Deno.exit(code);
 }

@@ -1,8 +1,9 @@
 /**
  * Schedules for data-parallel training: a text form and a typed builder that both compile to a
  * {@link Plan}, static validation, the built-in schedules, a plain-text explanation, a cost model
- * that predicts iteration timelines, the AlexNet-like test with automatic schedule choice, and a
- * trace recorder for measured timelines.
+ * that predicts iteration timelines, the AlexNet-like test with automatic schedule choice, a trace
+ * recorder for measured timelines, and the runtimes that execute plans: Workers in one process
+ * (`DataParallelTrainer`) or one process per device under Open MPI (`MpiTrainer`).
  *
  * @example
  * ```ts
@@ -91,8 +92,8 @@ export {
   TraceRecorder,
   type TraceSpan,
 } from "./trace.ts";
+export { averageInDeviceOrder, hostParameterEntries } from "./host_parameters.ts";
 export {
-  averageInDeviceOrder,
   type DataParallelOptions,
   type DataParallelStepResult,
   DataParallelTrainer,
@@ -121,3 +122,22 @@ export {
 } from "./layout.ts";
 export { type MeasureOptions, measureProfile } from "./measure.ts";
 export type { ComputeSpan } from "./protocol.ts";
+export {
+  MPI_FUNCTIONS,
+  MPI_LIBRARY_CANDIDATES,
+  MpiError,
+  type MpiHandles,
+  MpiLibrary,
+  type MpiSymbols,
+} from "./mpi_library.ts";
+export {
+  detectMpiLaunch,
+  type MpiBuffer,
+  type MpiLaunch,
+  MpiRequest,
+  MpiTransport,
+  type MpiTransportOptions,
+  TransportError,
+  type WaitOptions,
+} from "./mpi_transport.ts";
+export { MpiTrainer, type MpiTrainerOptions } from "./mpi_trainer.ts";

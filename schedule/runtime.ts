@@ -36,7 +36,6 @@
 
 import {
   fromStorage,
-  getBackend,
   type Optimizer,
   type OptimizerState,
   type ParameterEntry,
@@ -48,6 +47,7 @@ import {
 import { CpuDevice } from "./cpu_device.ts";
 import { type ComputeResult, type Device, DeviceError } from "./device.ts";
 import { type Interval, measure, overlapLength } from "./intervals.ts";
+import { averageInDeviceOrder, hostParameterEntries } from "./host_parameters.ts";
 import { groupRange, layoutOf, type ParameterLayout } from "./layout.ts";
 import { type LinkSpec, transfer, type TransferTiming, waitUntil } from "./link.ts";
 import { buildModel, type ModelSpec } from "./model_spec.ts";
@@ -245,22 +245,11 @@ export class DataParallelTrainer {
       }
     }
     // The update side works on the devices' shared memory directly through zero-copy tensors.
-    const backend = getBackend();
-    if (!backend.wrap) {
-      throw new TandemError(`DataParallelTrainer: backend "${backend.name}" cannot wrap host memory`);
-    }
     const updating = mode === "master" ? [devices[0]] : devices;
     const reduced = updating.map(() => new Float32Array(layout.total));
-    const optimizers = updating.map((device, i) => {
-      const parameters: ParameterEntry[] = layout.slots.map((slot) => {
-        const view = (buffer: Float32Array) => buffer.subarray(slot.offset, slot.offset + slot.size);
-        const tensor: Tensor = fromStorage(backend, backend.wrap!(view(device.parameters)), slot.shape);
-        tensor.requiresGrad = true;
-        tensor.grad = fromStorage(backend, backend.wrap!(view(reduced[i])), slot.shape);
-        return { name: slot.name, tensor, group: slot.group, lrMult: slot.lrMult, decayMult: slot.decayMult };
-      });
-      return options.optimizer(parameters);
-    });
+    const optimizers = updating.map((device, i) =>
+      options.optimizer(hostParameterEntries(layout, device.parameters, reduced[i]))
+    );
     return new DataParallelTrainer(devices, layout, optimizers, reduced, options, false);
   }
 
@@ -826,19 +815,6 @@ export class DataParallelTrainer {
     // A broadcast still staging must not find its devices gone; its failure no longer matters.
     await this.#pendingBroadcast?.catch(() => {});
     await Promise.all(this.#devices.map((d) => d.close()));
-  }
-}
-
-/** `out = (g0 + g1 + … + g(N−1)) · (1/N)`, summed in device order in float32. */
-export function averageInDeviceOrder(gradients: readonly Float32Array[], out: Float32Array): void {
-  out.set(gradients[0]);
-  for (let d = 1; d < gradients.length; d++) {
-    const g = gradients[d];
-    for (let i = 0; i < out.length; i++) out[i] += g[i];
-  }
-  if (gradients.length > 1) {
-    const scale = Math.fround(1 / gradients.length);
-    for (let i = 0; i < out.length; i++) out[i] *= scale;
   }
 }
 

@@ -1,0 +1,271 @@
+/**
+ * The MPI transport across processes: `mpirun -np 2` on loopback runs tests/fixtures/mpi_rank.ts or
+ * the train command, one device per rank. Skipped, saying so, where Open MPI's mpirun is absent.
+ */
+
+import assert from "node:assert/strict";
+import { parseTrainArgs } from "../cli/args.ts";
+import { DataParallelTrainer, detectMpiLaunch, MpiError, MpiLibrary, overlap } from "../mod.ts";
+import {
+  RUN_SEED,
+  sha256,
+  tinyBatch,
+  tinyGroups,
+  tinyModel,
+  tinyOptimizer,
+  TRAIN_STEPS,
+} from "./fixtures/mpi_rank.ts";
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+  seconds: number;
+}
+
+async function hasMpirun(): Promise<boolean> {
+  try {
+    return (await new Deno.Command("mpirun", { args: ["--version"], stdout: "null", stderr: "null" })
+      .output())
+      .success;
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return false;
+    throw error;
+  }
+}
+
+const mpirun = await hasMpirun();
+if (!mpirun) {
+  console.log("mpi: mpirun not found (apt-get install openmpi-bin libopenmpi-dev), skipping the MPI runs");
+}
+
+/** Runs `deno run -A --no-check …args` as 2 MPI ranks on this machine; fails the test if it hangs. */
+async function mpi(args: string[], limitSeconds = 90): Promise<Run> {
+  const started = performance.now();
+  const output = await new Deno.Command("mpirun", {
+    args: [
+      "--allow-run-as-root",
+      "--oversubscribe",
+      // Each rank runs a Worker beside its main thread: no pinning to one core.
+      "--bind-to",
+      "none",
+      "-np",
+      "2",
+      Deno.execPath(),
+      "run",
+      "-A",
+      "--no-check",
+      ...args,
+    ],
+    env: {
+      // Loopback only: shared memory between the ranks, no probing for network interfaces.
+      OMPI_MCA_btl: "self,vader",
+      // Containers often forbid the cross-process copy (CMA) vader prefers; these tests need no speed.
+      OMPI_MCA_btl_vader_single_copy_mechanism: "none",
+      NO_COLOR: "1",
+    },
+    stdout: "piped",
+    stderr: "piped",
+    stdin: "null",
+    signal: AbortSignal.timeout(limitSeconds * 1000),
+  }).output();
+  const seconds = (performance.now() - started) / 1000;
+  const decoder = new TextDecoder();
+  const run = {
+    code: output.code,
+    stdout: decoder.decode(output.stdout),
+    stderr: decoder.decode(output.stderr),
+    seconds,
+  };
+  assert.ok(
+    seconds < limitSeconds,
+    `mpirun did not finish within ${limitSeconds} s (a hang):\n${run.stderr}`,
+  );
+  return run;
+}
+
+/** The in-process run on 2 Worker devices that every MPI run must reproduce bit for bit. */
+async function inProcess(mode: "master" | "allreduce"): Promise<string> {
+  const trainer = await DataParallelTrainer.create({
+    model: tinyModel,
+    devices: 2,
+    mode,
+    plan: overlap(tinyGroups),
+    optimizer: tinyOptimizer,
+    seed: RUN_SEED,
+  });
+  try {
+    for (let step = 0; step < TRAIN_STEPS; step++) await trainer.step(tinyBatch(step));
+    return await sha256(trainer.masterParameters());
+  } finally {
+    await trainer.close();
+  }
+}
+
+Deno.test({
+  name: "mpi: overlap and sequential across 2 processes equal the in-process Worker run bit for bit",
+  ignore: !mpirun,
+  fn: async () => {
+    const run = await mpi(["tests/fixtures/mpi_rank.ts", "--scenario", "lossless"]);
+    assert.equal(run.code, 0, run.stderr);
+    const lines = run.stdout.trim().split("\n");
+    assert.equal(lines.length, 1, `only rank 0 prints, once:\n${run.stdout}`);
+    const hashes: Record<string, string> = JSON.parse(lines[0]);
+    const master = await inProcess("master");
+    const allreduce = await inProcess("allreduce");
+    // Replicas were compared after every step inside the run (verifyReplicas), so one hash per run
+    // stands for every rank.
+    assert.deepEqual(hashes, {
+      "master sequential": master,
+      "master overlap": master,
+      "allreduce sequential": allreduce,
+      "allreduce overlap": allreduce,
+    });
+  },
+});
+
+Deno.test({
+  name: "mpi: a rank that exits mid-step fails the job with a message naming the step, no hang",
+  ignore: !mpirun,
+  fn: async () => {
+    const run = await mpi([
+      "tests/fixtures/mpi_rank.ts",
+      "--scenario",
+      "exit",
+      "--fault-rank",
+      "1",
+      "--fault-step",
+      "2",
+    ]);
+    assert.notEqual(run.code, 0, run.stderr);
+    assert.match(run.stderr, /rank 1: exiting in the middle of step 2/);
+    // The survivor says where it was; mpirun names the rank that exited first.
+    assert.match(
+      run.stderr,
+      /tandem: MPI rank 0 stopped by mpirun while (waiting on .* in|computing) step 2/,
+    );
+    assert.match(run.stderr, /\[\[\d+,1\],1\]/);
+  },
+});
+
+Deno.test({
+  name: "mpi: a rank that stops taking part makes the others time out naming rank, step and collective",
+  ignore: !mpirun,
+  fn: async () => {
+    const run = await mpi([
+      "tests/fixtures/mpi_rank.ts",
+      "--scenario",
+      "stall",
+      "--fault-rank",
+      "1",
+      "--fault-step",
+      "2",
+      "--timeout",
+      "8",
+    ]);
+    assert.notEqual(run.code, 0, run.stderr);
+    assert.match(run.stderr, /MPI rank 0, step 2: reduce fc \(MPI_Igather\) did not complete within 8\.\d s/);
+  },
+});
+
+/** LeNet on synthetic digits, batch 8: a few steps take a second. */
+const FAST = ["--data", "synthetic", "--model", "lenet", "--batch", "8", "--seed", "3", "--json"];
+
+Deno.test({
+  name:
+    "mpi: the train command under mpirun prints once and equals the local 2-device run; the trace has both ranks",
+  ignore: !mpirun,
+  fn: async () => {
+    const dir = await Deno.makeTempDir({ prefix: "tandem_mpi_test_" });
+    try {
+      const trace = `${dir}/trace.json`;
+      const run = await mpi(["cli/train.ts", ...FAST, "--steps", "3", "--trace", trace]);
+      assert.equal(run.code, 0, run.stderr);
+      const lines = run.stdout.trim().split("\n");
+      assert.equal(lines.length, 1, `stdout must be one JSON line from rank 0:\n${run.stdout}`);
+      const distributed = JSON.parse(lines[0]);
+      assert.equal(distributed.transport, "mpi");
+      assert.equal(distributed.devices, 2);
+      assert.equal(distributed.step, 3);
+      const local = await new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", "--no-check", "cli/train.ts", ...FAST, "--steps", "3", "--devices", "2"],
+        stdout: "piped",
+        stderr: "piped",
+        stdin: "null",
+      }).output();
+      assert.equal(local.code, 0, new TextDecoder().decode(local.stderr));
+      const single = JSON.parse(new TextDecoder().decode(local.stdout));
+      assert.equal(single.transport, "local");
+      assert.equal(distributed.paramsSha256, single.paramsSha256);
+      const chrome = JSON.parse(await Deno.readTextFile(trace));
+      const lanes = new Set(
+        chrome.traceEvents.filter((e: { ph: string }) => e.ph === "X").map((
+          e: { pid: number; cat: string },
+        ) => `${e.pid} ${e.cat}`),
+      );
+      assert.deepEqual([...lanes].sort(), ["0 comm", "0 compute", "1 comm", "1 compute"]);
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "mpi: resuming under mpirun (allreduce: rank 0's optimizer state reaches every rank) equals a straight run",
+  ignore: !mpirun,
+  fn: async () => {
+    const dir = await Deno.makeTempDir({ prefix: "tandem_mpi_test_" });
+    try {
+      const checkpoint = `${dir}/two.safetensors`;
+      const allreduce = [...FAST, "--reduce", "allreduce"];
+      const first = await mpi(["cli/train.ts", ...allreduce, "--steps", "2", "--checkpoint", checkpoint]);
+      assert.equal(first.code, 0, first.stderr);
+      const resumed = await mpi(["cli/train.ts", ...allreduce, "--steps", "4", "--resume", checkpoint]);
+      assert.equal(resumed.code, 0, resumed.stderr);
+      assert.match(resumed.stderr, /resumed from .*two\.safetensors at step 2/);
+      const straight = await new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", "--no-check", "cli/train.ts", ...allreduce, "--steps", "4", "--devices", "2"],
+        stdout: "piped",
+        stderr: "piped",
+        stdin: "null",
+      }).output();
+      assert.equal(straight.code, 0, new TextDecoder().decode(straight.stderr));
+      assert.equal(
+        JSON.parse(resumed.stdout).paramsSha256,
+        JSON.parse(new TextDecoder().decode(straight.stdout)).paramsSha256,
+      );
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test("mpi: --transport is read from mpirun's environment and checked against it", () => {
+  const env = (vars: Record<string, string>) => new Map(Object.entries(vars));
+  const launch = detectMpiLaunch(env({ OMPI_COMM_WORLD_SIZE: "4", OMPI_COMM_WORLD_RANK: "3" }));
+  assert.deepEqual(launch, { rank: 3, size: 4, localRank: 3 });
+  assert.equal(detectMpiLaunch(env({})), undefined);
+  const underMpi = parseTrainArgs(["--batch", "16"], launch);
+  assert.equal(underMpi.transport, "mpi");
+  assert.equal(underMpi.devices, 4);
+  assert.equal(parseTrainArgs([], undefined).transport, "local");
+  assert.throws(
+    () => parseTrainArgs(["--devices", "2"], launch),
+    /--devices 2 does not match the 4 MPI ranks/,
+  );
+  assert.throws(() => parseTrainArgs(["--batch", "10"], launch), /--batch 10 does not split evenly over 4/);
+  assert.throws(() => parseTrainArgs(["--link", "1GB/s"], launch), /under --transport mpi the real network/);
+  assert.throws(() => parseTrainArgs(["--transport", "mpi"], undefined), /start it with mpirun/);
+  assert.throws(() => parseTrainArgs(["--transport", "mpl"], undefined), /did you mean mpi\?/);
+  assert.throws(() => parseTrainArgs(["--transprt", "mpi"], undefined), /did you mean --transport\?/);
+});
+
+Deno.test("mpi: a library that cannot be loaded is named, with how to install Open MPI", () => {
+  assert.throws(
+    () => MpiLibrary.open("/nonexistent/libmpi.so.40"),
+    (e: unknown) =>
+      e instanceof MpiError && e.call === "dlopen" && /\/nonexistent\/libmpi\.so\.40/.test(e.message) &&
+      /apt-get install openmpi-bin libopenmpi-dev/.test(e.message),
+  );
+});
