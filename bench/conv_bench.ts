@@ -1,6 +1,8 @@
 /**
  * Convolution throughput on the CPU backend: forward, backward-input and backward-filter at the
- * cifar10_quick layer shapes (batch 64) and AlexNet's grouped conv2 (batch 4).
+ * cifar10_quick layer shapes (batch 64) and AlexNet's grouped conv2 (batch 4), with the generated
+ * WebAssembly SIMD kernels on one thread and on every core (operands in kernel memory, as the
+ * backend allocates them) and with the pure-TypeScript kernels.
  *
  * Run with `deno bench -A bench/conv_bench.ts`. Besides Deno's timing table, a GFLOP/s summary
  * (2·N·OH·OW·outC·(inC/groups)·kH·kW per pass, best iteration) is printed when the run ends.
@@ -8,8 +10,14 @@
  * @module
  */
 
+import { CpuBackend } from "../backends/cpu/backend.ts";
 import { conv2dBackwardFilter, conv2dBackwardInput, conv2dForward } from "../backends/cpu/conv.ts";
 import { type Conv2dGeometry, conv2dGeometry } from "../backends/geometry.ts";
+import type { Storage } from "../backends/backend.ts";
+
+const cores = Math.max(2, navigator.hardwareConcurrency);
+const wasmBackends = [new CpuBackend({ threads: 1 }), new CpuBackend({ threads: cores })];
+await wasmBackends[1].startThreads();
 
 interface Layer {
   name: string;
@@ -88,25 +96,31 @@ for (const layer of layers) {
   const flop = flops(g);
   // Passes take tens to hundreds of milliseconds; a few iterations give a stable best time.
   const common = { group: layer.name, n: 5, warmup: 1 };
-  Deno.bench({
-    ...common,
-    name: `forward         ${layer.name}`,
-    baseline: true,
-    fn: timed(`forward         ${layer.name}`, flop, () => conv2dForward(x, w, y, g)),
-  });
-  Deno.bench({
-    ...common,
-    name: `backward-input  ${layer.name}`,
-    fn: timed(`backward-input  ${layer.name}`, flop, () => conv2dBackwardInput(dy, w, dx, g)),
-  });
-  Deno.bench({
-    ...common,
-    name: `backward-filter ${layer.name}`,
-    fn: timed(`backward-filter ${layer.name}`, flop, () => conv2dBackwardFilter(x, dy, dw, g)),
+  const passes: [string, () => void][] = [
+    ["forward        ", () => conv2dForward(x, w, y, g)],
+    ["backward-input ", () => conv2dBackwardInput(dy, w, dx, g)],
+    ["backward-filter", () => conv2dBackwardFilter(x, dy, dw, g)],
+  ];
+  for (const backend of wasmBackends) {
+    const up = (a: Float32Array) => backend.upload(a);
+    const [bx, bw, bdy] = [up(x), up(w), up(dy)];
+    const out = (n: number): Storage => backend.allocate(n, "float32");
+    const [by, bdx, bdw] = [out(ySize), out(x.length), out(w.length)];
+    const label = `wasm ${backend.threads} thread${backend.threads > 1 ? "s" : ""}`;
+    passes.push(
+      [`forward         ${label}`, () => backend.conv2dForward(bx, bw, by, g)],
+      [`backward-input  ${label}`, () => backend.conv2dBackwardInput(bdy, bw, bdx, g)],
+      [`backward-filter ${label}`, () => backend.conv2dBackwardFilter(bx, bdy, bdw, g)],
+    );
+  }
+  passes.forEach(([pass, fn], i) => {
+    const key = `${pass} ${layer.name}`;
+    Deno.bench({ ...common, name: key, baseline: i === 0, fn: timed(key, flop, fn) });
   });
 }
 
 globalThis.addEventListener("unload", () => {
+  for (const backend of wasmBackends) backend.dispose();
   console.log("\nGFLOP/s (best iteration):");
   for (const [key, { ms, flop }] of best) {
     console.log(

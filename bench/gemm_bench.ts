@@ -1,6 +1,8 @@
 /**
  * CPU GEMM benchmarks: square products in every transpose layout and the three products of a
- * 9216→4096 fully connected layer at batch 64 (forward, input gradient, weight gradient).
+ * 9216→4096 fully connected layer at batch 64 (forward, input gradient, weight gradient), with the
+ * pure-TypeScript kernel (`backends/cpu/gemm.ts`) and the generated WebAssembly SIMD kernels the
+ * CPU backend runs by default (one thread, and every core).
  *
  * `deno bench` reports time per call; when this file is the main module it first prints a
  * GFLOP/s table (best of a few timed calls per case, after one warm-up call).
@@ -8,8 +10,15 @@
  * @module
  */
 
+import { CpuBackend } from "../backends/cpu/backend.ts";
 import { gemm, type GemmArgs } from "../backends/cpu/gemm.ts";
 import { FC_SHAPES, gemmFlops, type GemmShape, squareShape } from "./gemm_shapes.ts";
+import { tandemGemmSeconds } from "./kernel_timing.ts";
+
+const cores = Math.max(2, navigator.hardwareConcurrency);
+const wasmOne = new CpuBackend({ threads: 1 });
+const wasmAll = new CpuBackend({ threads: cores });
+await wasmAll.startThreads();
 
 const SHAPES: GemmShape[] = [
   ...[256, 512].map((n) => squareShape(n)),
@@ -65,25 +74,50 @@ function measureGflops(s: GemmShape): number {
 }
 
 if (Deno.mainModule === import.meta.url) {
-  const rows = SHAPES.map((s) => ({
-    case: s.name,
-    "GFLOP/call": Number((gemmFlops(s) / 1e9).toFixed(3)),
-    "GFLOP/s": Number(measureGflops(s).toFixed(2)),
-  }));
-  console.log("CPU GEMM, single thread (best of several calls):");
+  const rows = SHAPES.map((s) => {
+    const reps = gemmFlops(s) > 1e9 ? 2 : 5;
+    return {
+      case: s.name,
+      "GFLOP/call": Number((gemmFlops(s) / 1e9).toFixed(3)),
+      "TypeScript": Number(measureGflops(s).toFixed(2)),
+      "wasm 1 thread": Number((gemmFlops(s) / tandemGemmSeconds(wasmOne, s, reps) / 1e9).toFixed(1)),
+      [`wasm ${cores} threads`]: Number(
+        (gemmFlops(s) / tandemGemmSeconds(wasmAll, s, reps) / 1e9).toFixed(1),
+      ),
+    };
+  });
+  console.log("CPU GEMM GFLOP/s (best of several calls):");
   console.table(rows);
+  wasmOne.dispose();
+  wasmAll.dispose();
 }
 
 for (const s of SHAPES) {
   const args = makeArgs(s);
   const big = gemmFlops(s) > 1e9;
-  Deno.bench({
-    name: s.name,
-    group: s.name.startsWith("FC") ? "fc" : s.m === 512 ? "512" : "square",
-    // The FC products are ~4.8 GFLOP each: a few calls are enough to time them.
-    ...(big ? { n: 3, warmup: 1 } : {}),
-    fn() {
-      gemm(args);
-    },
-  });
+  const group = s.name.startsWith("FC") ? "fc" : s.m === 512 ? "512" : "square";
+  // The FC products are ~4.8 GFLOP each: a few calls are enough to time them.
+  const options = big ? { n: 3, warmup: 1 } : {};
+  Deno.bench({ name: `TypeScript ${s.name}`, group, ...options, fn: () => gemm(args) });
+  for (const backend of [wasmOne, wasmAll]) {
+    const a = backend.upload(args.a),
+      b = backend.upload(args.b),
+      out = backend.allocate(s.m * s.n, "float32");
+    const spec = {
+      batch: 1,
+      m: s.m,
+      n: s.n,
+      k: s.k,
+      transA: s.transA,
+      transB: s.transB,
+      aBatchStride: 0,
+      bBatchStride: 0,
+    };
+    Deno.bench({
+      name: `wasm ${backend.threads} thread${backend.threads > 1 ? "s" : ""} ${s.name}`,
+      group,
+      ...options,
+      fn: () => backend.matmul(a, b, out, spec),
+    });
+  }
 }

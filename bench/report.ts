@@ -1,9 +1,13 @@
 /**
  * Side-by-side report: Tandem's CPU kernels and training step against the peers a user would pick
- * instead (TensorFlow.js 4.22.0 on its pure-JS CPU backend and on its WebAssembly backend, SIMD, one
- * thread), all measured in this one run, plus the data-parallel schedule figures from
+ * instead (TensorFlow.js 4.22.0 on its pure-JS CPU backend and on its WebAssembly backend, XNNPACK,
+ * SIMD, one thread), all measured in this one run, plus the data-parallel schedule figures from
  * `bench/SCHEDULE.md` and `bench/ALEXNET_SCALING.md` (read, not rerun). Prints the tables and writes
  * `bench/RESULTS.md` atomically.
+ *
+ * Tandem appears as its default CPU backend (generated WebAssembly SIMD kernels, one thread per
+ * core), the same kernels on one thread, on one thread with plain SIMD128 (no relaxed-SIMD fused
+ * multiply-add, as on runtimes without it), and its pure-TypeScript kernels.
  *
  * Run: `npx deno task bench:report` (a few minutes, most of it tfjs-cpu's one cifar10_quick step).
  * `--skip-slow` leaves out the tfjs-cpu training step.
@@ -11,10 +15,12 @@
  * @module
  */
 
-import { gemm, type GemmArgs } from "../backends/cpu/gemm.ts";
-import { cifarQuick, randn, SGD, tensor, trainStep, uniformValues, writeFileAtomic } from "../mod.ts";
-import { checkConvRewrite, cifarQuickStep, tf, TFJS_VERSION, timeTf, useBackend } from "./peers/tfjs.ts";
+import { CpuBackend } from "../backends/cpu/backend.ts";
+import { describeWasmFeatures } from "../backends/cpu/wasm/features.ts";
+import { getBackend, registerBackend, writeFileAtomic } from "../mod.ts";
+import { checkConvRewrite, cifarQuickStep, tf, TFJS_VERSION, useBackend } from "./peers/tfjs.ts";
 import { FC_SHAPES, gemmFlops, type GemmShape, squareShape } from "./gemm_shapes.ts";
+import { cifarQuickStepSeconds, tandemGemmSeconds, tfGemmSeconds } from "./kernel_timing.ts";
 
 const started = performance.now();
 const skipSlow = Deno.args.includes("--skip-slow");
@@ -44,87 +50,59 @@ const machine = {
   date: new Date().toISOString().replace(/\.\d+Z$/, "Z"),
 };
 
+// ---------------------------------------------------------------- Tandem backends
+
+/** The default backend `mod.ts` registered: WebAssembly kernels, one thread per core. */
+const tandemDefault = getBackend() as CpuBackend;
+const tandemOne = new CpuBackend({ name: "cpu-wasm-1-thread", threads: 1 });
+const tandemSimd128 = new CpuBackend({ name: "cpu-wasm-simd128-1-thread", threads: 1, relaxedSimd: false });
+const tandemTs = new CpuBackend({ name: "cpu-typescript", kernels: "ts" });
+for (const backend of [tandemOne, tandemSimd128, tandemTs]) registerBackend(backend);
+const tandemThreads = await tandemDefault.startThreads();
+const runtimeLine = `${describeWasmFeatures()}; the default backend's GEMM uses ${
+  tandemDefault.fusedMultiplyAdd
+    ? "the fused `f32x4.relaxed_madd`"
+    : "`f32x4.mul` + `f32x4.add` (no relaxed SIMD)"
+} on ${tandemThreads} thread${tandemThreads > 1 ? "s" : ""}`;
+console.log(`WebAssembly: ${runtimeLine}`);
+
 // ---------------------------------------------------------------- GEMM
 
 const SHAPES: GemmShape[] = [squareShape(256), squareShape(512), squareShape(1024), ...FC_SHAPES];
 
 const flops = gemmFlops;
 
-function filled(len: number, seed: number): Float32Array {
-  const out = new Float32Array(len);
-  let x = seed >>> 0;
-  for (let i = 0; i < len; i++) {
-    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
-    out[i] = x / 2147483648 - 1;
-  }
-  return out;
-}
-
 /** Timed calls after one warm-up: more for small shapes, two for the ~5 GFLOP ones. */
 const repsFor = (s: GemmShape) => (flops(s) > 1e9 ? 2 : 5);
 
-function bestOf(reps: number, fn: () => number): number {
-  let best = Infinity;
-  for (let r = 0; r < reps; r++) best = Math.min(best, fn());
-  return best;
-}
-
-function tandemGemm(s: GemmShape): number {
-  const args: GemmArgs = {
-    m: s.m,
-    n: s.n,
-    k: s.k,
-    a: filled(s.m * s.k, 1),
-    aOffset: 0,
-    transA: s.transA,
-    b: filled(s.k * s.n, 2),
-    bOffset: 0,
-    transB: s.transB,
-    c: new Float32Array(s.m * s.n),
-    cOffset: 0,
-    accumulate: false,
-  };
-  gemm(args);
-  return bestOf(repsFor(s), () => {
-    const t0 = performance.now();
-    gemm(args);
-    return (performance.now() - t0) / 1000;
-  });
-}
-
-function tfOperands(s: GemmShape): [tf.Tensor2D, tf.Tensor2D] {
-  const a = tf.tensor2d(filled(s.m * s.k, 1), s.transA ? [s.k, s.m] : [s.m, s.k]);
-  const b = tf.tensor2d(filled(s.k * s.n, 2), s.transB ? [s.n, s.k] : [s.k, s.n]);
-  return [a, b];
-}
-
-function tfGemm(s: GemmShape, reps: number, warmup: boolean): number {
-  const [a, b] = tfOperands(s);
-  const call = () => timeTf(() => tf.matMul(a, b, s.transA, s.transB));
-  if (warmup) call();
-  const best = bestOf(reps, call);
-  a.dispose();
-  b.dispose();
-  return best;
-}
-
 interface GemmRow {
   shape: GemmShape;
-  tandem: number;
+  /** Seconds per call: default backend (all threads), one thread, one thread SIMD128 only, TypeScript. */
+  threaded: number;
+  one: number;
+  simd128: number;
+  ts: number;
   cpu: number | null;
   cpuNote: string;
   wasm: number;
 }
 
-const gemmRows: GemmRow[] = [];
-console.log("GEMM: Tandem CPU (single thread) …");
-const tandemSeconds = SHAPES.map(tandemGemm);
+console.log(`GEMM: Tandem (WebAssembly ${tandemThreads} threads, 1 thread, SIMD128 only, TypeScript) …`);
+const tandemSeconds = SHAPES.map((s) => ({
+  threaded: tandemGemmSeconds(tandemDefault, s, repsFor(s)),
+  one: tandemGemmSeconds(tandemOne, s, repsFor(s)),
+  simd128: tandemGemmSeconds(tandemSimd128, s, repsFor(s)),
+  ts: tandemGemmSeconds(tandemTs, s, flops(s) > 1e9 ? 1 : 3),
+}));
 console.log("GEMM: tfjs-wasm (XNNPACK, SIMD, 1 thread) …");
 await useBackend("wasm");
 const wasmSimd = tf.env().getBool("WASM_HAS_SIMD_SUPPORT");
-const wasmSeconds = SHAPES.map((s) => tfGemm(s, repsFor(s), true));
+// Its transposed FC products run at ~1 GFLOP/s (several seconds a call): one timed call each.
+const slowOnWasm = (s: GemmShape) => flops(s) > 1e9 && (s.transA || s.transB);
+const wasmSeconds = SHAPES.map((s) => tfGemmSeconds(s, slowOnWasm(s) ? 1 : repsFor(s), true));
 console.log("GEMM: tfjs-cpu (pure JS) …");
 await useBackend("cpu");
+const gemmRows: GemmRow[] = [];
 let cpuRate = 0; // GFLOP/s measured at the largest square shape, for predictions
 SHAPES.forEach((s, i) => {
   let cpu: number | null = null, cpuNote = "";
@@ -134,26 +112,31 @@ SHAPES.forEach((s, i) => {
     cpuNote = `skipped: one call predicted ≈ ${predicted.toFixed(0)} s from its 1024³ rate`;
   } else {
     const small = flops(s) < 1e8;
-    cpu = tfGemm(s, small ? 3 : 1, small);
+    cpu = tfGemmSeconds(s, small ? 3 : 1, small);
     cpuNote = small ? "best of 3 after warm-up" : "one call, no warm-up";
     if (square) cpuRate = flops(s) / cpu / 1e9;
   }
-  gemmRows.push({ shape: s, tandem: tandemSeconds[i], cpu, cpuNote, wasm: wasmSeconds[i] });
+  gemmRows.push({ shape: s, ...tandemSeconds[i], cpu, cpuNote, wasm: wasmSeconds[i] });
 });
 
 const gf = (s: GemmShape, seconds: number) => flops(s) / seconds / 1e9;
 const fmtG = (x: number) => (x >= 10 ? x.toFixed(1) : x.toFixed(2));
-const fmtRatio = (x: number) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2)) + "×";
+const fmtRatio = (x: number) =>
+  (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2)) + "×";
+const square512 = gemmRows.find((r) => r.shape.m === 512 && r.shape.n === 512)!;
 
 const gemmTable = [
-  "| product (M×N×K) | GFLOP | Tandem CPU GFLOP/s | tfjs-wasm GFLOP/s | tfjs-cpu GFLOP/s | Tandem / wasm | Tandem / cpu | tfjs-cpu note |",
-  "|---|---:|---:|---:|---:|---:|---:|---|",
+  `| product (M×N×K) | GFLOP | Tandem ${tandemThreads} threads | Tandem 1 thread | 1 thread, SIMD128 only | Tandem TypeScript | tfjs-wasm | tfjs-cpu | 1 thread / tfjs-wasm | SIMD128 only / tfjs-wasm | ${tandemThreads} threads / 1 thread | 1 thread / its 512³ | tfjs-cpu note |`,
+  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
   ...gemmRows.map((r) => {
-    const t = gf(r.shape, r.tandem), w = gf(r.shape, r.wasm), c = r.cpu === null ? null : gf(r.shape, r.cpu);
+    const g = (seconds: number) => gf(r.shape, seconds);
+    const one = g(r.one), wasm = g(r.wasm), c = r.cpu === null ? null : g(r.cpu);
     return `| ${r.shape.name} (${r.shape.m}×${r.shape.n}×${r.shape.k}) | ${
       (flops(r.shape) / 1e9).toFixed(2)
-    } | ${fmtG(t)} | ${fmtG(w)} | ${c === null ? "—" : fmtG(c)} | ${fmtRatio(t / w)} | ${
-      c === null ? "—" : fmtRatio(t / c)
+    } | ${fmtG(g(r.threaded))} | ${fmtG(one)} | ${fmtG(g(r.simd128))} | ${fmtG(g(r.ts))} | ${fmtG(wasm)} | ${
+      c === null ? "—" : fmtG(c)
+    } | ${fmtRatio(one / wasm)} | ${fmtRatio(g(r.simd128) / wasm)} | ${fmtRatio(g(r.threaded) / one)} | ${
+      (one / gf(square512.shape, square512.one)).toFixed(2)
     } | ${r.cpuNote} |`;
   }),
 ].join("\n");
@@ -161,22 +144,10 @@ console.log("\n" + gemmTable + "\n");
 
 // ---------------------------------------------------------------- training step
 
-console.log("cifar10_quick step: Tandem …");
-const model = cifarQuick();
-const images = randn([BATCH, ...model.inputShape], { seed: 1 });
-const labels = tensor(
-  Int32Array.from(uniformValues(BATCH, { seed: 2 }), (u) => Math.floor(u * model.classes)),
-  { dtype: "int32" },
-);
-const optimizer = new SGD(model.namedParameters(), { lr: 0.001, momentum: 0.9, weightDecay: 5e-4 });
-const tandemStep = async () => {
-  const t0 = performance.now();
-  await trainStep(model, optimizer, { images, labels });
-  return (performance.now() - t0) / 1000;
-};
-await tandemStep();
-const tandemSteps: number[] = [];
-for (let i = 0; i < 5; i++) tandemSteps.push(await tandemStep());
+console.log(`cifar10_quick step: Tandem (WebAssembly ${tandemThreads} threads, 1 thread, TypeScript) …`);
+const tandemSteps = await cifarQuickStepSeconds(tandemDefault.name, BATCH, 5);
+const tandemOneSteps = await cifarQuickStepSeconds(tandemOne.name, BATCH, 5);
+const tandemTsSteps = await cifarQuickStepSeconds(tandemTs.name, BATCH, 3);
 
 console.log("cifar10_quick step: tfjs-wasm with conv gradients rewritten as forward convs …");
 const rewriteError = checkConvRewrite(); // on tfjs-cpu, against tfjs's own conv gradients
@@ -225,22 +196,36 @@ const best = (xs: number[]) => Math.min(...xs);
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const tT = best(tandemSteps), tW = best(wasmSteps);
 const fmtS = (s: number) => (s >= 10 ? `${s.toFixed(1)} s` : `${(s * 1000).toFixed(0)} ms`);
+const tandemRow = (label: string, steps: number[], how: string) =>
+  `| ${label} | ${fmtS(best(steps))} | ${fmtS(median(steps))} | ${(BATCH / best(steps)).toFixed(0)} | ${
+    fmtRatio(best(steps) / tT)
+  } | ${fmtRatio(tW / best(steps))} | ${how} |`;
 const trainTable = [
-  "| implementation | step time (best) | median | images/s | peer time / Tandem time | how timed |",
-  "|---|---:|---:|---:|---:|---|",
-  `| Tandem, CPU backend, 1 device (\`trainStep\`, SGD momentum 0.9, wd 5e-4) | ${fmtS(tT)} | ${
-    fmtS(median(tandemSteps))
-  } | ${(BATCH / tT).toFixed(0)} | 1× | best of 5 after 1 warm-up |`,
+  "| implementation | step time (best) | median | images/s | time / Tandem default | tfjs-wasm time / this | how timed |",
+  "|---|---:|---:|---:|---:|---:|---|",
+  tandemRow(
+    `**Tandem default CPU backend**: WebAssembly SIMD kernels, ${tandemThreads} threads, 1 device (\`trainStep\`, SGD momentum 0.9, wd 5e-4)`,
+    tandemSteps,
+    "best of 5 after 1 warm-up",
+  ),
+  tandemRow("Tandem, WebAssembly SIMD kernels, 1 thread", tandemOneSteps, "best of 5 after 1 warm-up"),
+  tandemRow(
+    'Tandem, pure-TypeScript kernels (`kernels: "ts"`), 1 thread',
+    tandemTsSteps,
+    "best of 3 after 1 warm-up",
+  ),
   `| tfjs-wasm ${TFJS_VERSION}, SIMD ${
     wasmSimd ? "on" : "off"
   }, 1 thread, **conv gradients rewritten as forward convs** (tf.customGrad), momentum SGD | ${fmtS(tW)} | ${
     fmtS(median(wasmSteps))
-  } | ${(BATCH / tW).toFixed(0)} | ${fmtRatio(tW / tT)} | best of 5 after 1 warm-up |`,
+  } | ${(BATCH / tW).toFixed(0)} | ${fmtRatio(tW / tT)} | 1× | best of 5 after 1 warm-up |`,
   cpuSteps.length
     ? `| tfjs-cpu ${TFJS_VERSION} (pure JS, tfjs's own autograd), momentum SGD | ${fmtS(best(cpuSteps))} | ${
       fmtS(median(cpuSteps))
-    } | ${(BATCH / best(cpuSteps)).toFixed(2)} | ${fmtRatio(best(cpuSteps) / tT)} | ${cpuNote} |`
-    : `| tfjs-cpu ${TFJS_VERSION} | — | — | — | — | ${cpuNote} |`,
+    } | ${(BATCH / best(cpuSteps)).toFixed(2)} | ${fmtRatio(best(cpuSteps) / tT)} | ${
+      fmtRatio(tW / best(cpuSteps))
+    } | ${cpuNote} |`
+    : `| tfjs-cpu ${TFJS_VERSION} | — | — | — | — | — | ${cpuNote} |`,
 ].join("\n");
 const trainNotes = [
   `tfjs-wasm ${
@@ -250,7 +235,9 @@ const trainNotes = [
   "channel-swapped weights; on tfjs-cpu it matches tfjs's own conv gradients within " +
   `${rewriteError.toExponential(1)} relative (checked in this run).`,
   'Both peers run the same architecture in tfjs ops (NHWC; pools with "same" padding give Caffe\'s ceil-mode ' +
-  "sizes 16, 8, 4; ip1 reads Caffe's C×H×W order), softmax cross-entropy, batch 64 of synthetic data.",
+  "sizes 16, 8, 4; ip1 reads Caffe's C×H×W order), softmax cross-entropy, batch 64 of synthetic data. " +
+  "tfjs-wasm runs one thread: its threaded build needs a browser's cross-origin isolation and does not " +
+  "start in Deno.",
 ].join("\n\n");
 console.log("\n" + trainTable + "\n\n" + trainNotes + "\n");
 
@@ -315,17 +302,24 @@ const markdown = [
   `Machine: ${machineLine} Written by \`npx deno task bench:report\` (\`bench/report.ts\`); every figure in ` +
   "sections 1 and 2 comes from this one run. fp32 throughout.",
   "",
-  "## 1. GEMM, single thread",
+  "## 1. GEMM",
   "",
-  "Tandem's CPU GEMM (`backends/cpu/gemm.ts`, the kernel behind `ops.matmul`, transposes read in place) " +
-  "against `tf.matMul` with `transposeA`/`transposeB` on tfjs-wasm (XNNPACK, SIMD " +
+  `WebAssembly in this runtime: ${runtimeLine}.`,
+  "",
+  "Tandem's default CPU backend runs GEMM as WebAssembly SIMD kernels generated at run time " +
+  "(`backends/cpu/wasm/`: 6×8 register tile, packed panels for every transpose layout, threads split the " +
+  "output), shown on all cores, on one thread, on one thread with plain SIMD128 (`f32x4.mul` + " +
+  "`f32x4.add`, as on a runtime without relaxed SIMD), and beside its pure-TypeScript kernels " +
+  "(`backends/cpu/gemm.ts`, the oracle). Operands are uploaded once, as a model's tensors are. Peers: " +
+  "`tf.matMul` with `transposeA`/`transposeB` on tfjs-wasm (XNNPACK, SIMD " +
   `${wasmSimd ? "on" : "off"}, one thread: tfjs-wasm in Deno has no threads) and tfjs-cpu (pure JS). ` +
-  "Best of 5 calls (2 for the ~5 GFLOP products) after one warm-up; tfjs-cpu as noted. The FC rows are the " +
-  "three products of a 9216→4096 fully connected layer at batch 64.",
+  "Best of 5 calls (2 for the ~5 GFLOP products; tfjs-wasm's slow transposed FC products once) after " +
+  "one warm-up; tfjs-cpu as noted. The FC rows are the three products of a 9216→4096 fully connected " +
+  "layer at batch 64.",
   "",
   gemmTable,
   "",
-  "## 2. cifar10_quick training step, batch 64, one CPU core",
+  "## 2. cifar10_quick training step, batch 64",
   "",
   trainTable,
   "",
@@ -362,6 +356,7 @@ async function formatMarkdown(text: string): Promise<string> {
 }
 
 const formatted = await formatMarkdown(markdown);
+for (const backend of [tandemDefault, tandemOne, tandemSimd128, tandemTs]) backend.dispose();
 await writeFileAtomic(new URL("./RESULTS.md", import.meta.url).pathname, [
   new TextEncoder().encode(formatted),
 ]);

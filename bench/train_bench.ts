@@ -1,18 +1,23 @@
 /**
  * Training throughput on one CPU device: one SGD step (forward, backward, update) of cifar10_quick
- * and of the AlexNet-like default at batch 64. Prints images/s; `deno bench` reports the step time.
+ * and of the AlexNet-like default at batch 64, on the default CPU backend (WebAssembly SIMD kernels,
+ * one thread per core) and, for cifar10_quick, on the pure-TypeScript kernels. Prints images/s;
+ * `deno bench` reports the step time.
  *
  * For scale: TensorFlow.js's pure-JS CPU backend needs about 200 s for one cifar10_quick batch-64
- * step on this machine (shared/reference/facts.md).
+ * step on this machine, its WebAssembly backend about 240 ms (`bench/RESULTS.md`).
  *
  * @module
  */
 
+import { CpuBackend } from "../backends/cpu/backend.ts";
 import {
   alexnetLike,
   cifarQuick,
   type Network,
   randn,
+  registerBackend,
+  setBackend,
   SGD,
   tensor,
   trainStep,
@@ -33,9 +38,35 @@ function setup(model: Network) {
   return () => trainStep(model, optimizer, { images, labels });
 }
 
+/** The TypeScript kernels under their own name, to build a model on them beside the default. */
+registerBackend(new CpuBackend({ name: "cpu-typescript", kernels: "ts" }));
+
+/** A step built and run with `name` as the current backend (new tensors inside the step land there). */
+function onBackend(name: string, model: () => Network): () => Promise<unknown> {
+  setBackend(name);
+  let step: () => Promise<unknown>;
+  try {
+    step = setup(model());
+  } finally {
+    setBackend("cpu");
+  }
+  return async () => {
+    setBackend(name);
+    try {
+      return await step();
+    } finally {
+      setBackend("cpu");
+    }
+  };
+}
+
 const cases = [
   { name: "cifar10_quick training step, batch 64", step: setup(cifarQuick()) },
   { name: "AlexNet-like default training step, batch 64", step: setup(alexnetLike()) },
+  {
+    name: "cifar10_quick training step, batch 64, TypeScript kernels",
+    step: onBackend("cpu-typescript", () => cifarQuick()),
+  },
 ];
 
 for (const { name, step } of cases) {

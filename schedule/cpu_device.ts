@@ -10,6 +10,20 @@ import type { ParameterLayout } from "./layout.ts";
 import type { ModelSpec } from "./model_spec.ts";
 import type { ComputeSpan, InitMessage, StepMessage, WorkerReply } from "./protocol.ts";
 
+/**
+ * Main → worker: how many threads the replica's CPU kernels may use (its share of the cores).
+ *
+ * @example
+ * ```ts
+ * import type { ThreadsMessage } from "./cpu_device.ts";
+ * const message: ThreadsMessage = { type: "threads", threads: 2 };
+ * ```
+ */
+export interface ThreadsMessage {
+  type: "threads";
+  threads: number;
+}
+
 interface Pending {
   iteration: number;
   groups: string[];
@@ -30,6 +44,8 @@ interface Pending {
  * ```
  */
 export class CpuDevice implements Device {
+  /** Devices started in this process and not closed: they share its cores. */
+  static readonly #live = new Set<CpuDevice>();
   readonly kind = "cpu-worker";
   readonly parameters: Float32Array;
   readonly gradients: Float32Array;
@@ -39,6 +55,9 @@ export class CpuDevice implements Device {
   #pending: Pending | undefined;
   #failure: DeviceError | undefined;
   #timeoutMs: number;
+  /** Kernel threads asked for at start (else a share of the cores), and the count last sent. */
+  #threadsOption: number | undefined;
+  #threadsSent = 0;
 
   private constructor(readonly index: number, layout: ParameterLayout, timeoutSeconds: number) {
     this.parameters = new Float32Array(new SharedArrayBuffer(layout.total * 4));
@@ -55,14 +74,19 @@ export class CpuDevice implements Device {
       this.#fail(new DeviceError(this.index, "worker sent an unreadable message"));
   }
 
-  /** Spawns the worker and builds the replica; resolves when it is ready. */
+  /**
+   * Spawns the worker and builds the replica; resolves when it is ready. `threads` fixes the
+   * replica's kernel threads; by default each device takes ⌊cores / live devices⌋ (at least 1),
+   * counted when it computes its first iteration, so devices do not fight over cores.
+   */
   static async start(
     index: number,
     model: ModelSpec,
     layout: ParameterLayout,
-    options: { timeoutSeconds: number },
+    options: { timeoutSeconds: number; threads?: number },
   ): Promise<CpuDevice> {
     const device = new CpuDevice(index, layout, options.timeoutSeconds);
+    device.#threadsOption = options.threads;
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(
         () => reject(new DeviceError(index, `did not start within ${options.timeoutSeconds} s`)),
@@ -91,6 +115,7 @@ export class CpuDevice implements Device {
       device.#worker.terminate();
       throw error;
     });
+    CpuDevice.#live.add(device);
     return device;
   }
 
@@ -118,6 +143,14 @@ export class CpuDevice implements Device {
         reject,
         timer,
       };
+      const cores = Math.max(1, navigator.hardwareConcurrency || 1);
+      const threads = this.#threadsOption ??
+        Math.max(1, Math.floor(cores / Math.max(1, CpuDevice.#live.size)));
+      if (threads !== this.#threadsSent) {
+        const share: ThreadsMessage = { type: "threads", threads };
+        this.#worker.postMessage(share);
+        this.#threadsSent = threads;
+      }
       const message: StepMessage = { type: "step", ...command };
       this.#worker.postMessage(message);
       for (const group of command.backwardGroups) this.#watch(group, command.iteration);
@@ -177,6 +210,7 @@ export class CpuDevice implements Device {
   /** Marks the device failed for good: the pending iteration rejects and the worker is stopped. */
   #fail(error: DeviceError): void {
     this.#failure ??= error;
+    CpuDevice.#live.delete(this);
     const pending = this.#pending;
     this.#pending = undefined;
     this.#worker.terminate();
@@ -192,6 +226,7 @@ export class CpuDevice implements Device {
   }
 
   close(): Promise<void> {
+    CpuDevice.#live.delete(this);
     if (this.#pending) clearTimeout(this.#pending.timer);
     this.#pending = undefined;
     this.#worker.terminate();

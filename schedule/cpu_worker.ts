@@ -21,6 +21,7 @@ import {
   tensor,
   tidy,
 } from "../mod.ts";
+import type { ThreadsMessage } from "./cpu_device.ts";
 import { buildModel } from "./model_spec.ts";
 import type { ComputeSpan, InitMessage, StepMessage, WorkerReply } from "./protocol.ts";
 
@@ -133,11 +134,15 @@ function step(message: StepMessage): void {
   });
 }
 
-self.onmessage = async (event: MessageEvent<InitMessage | StepMessage>) => {
+self.onmessage = async (event: MessageEvent<InitMessage | StepMessage | ThreadsMessage>) => {
   const message = event.data;
   try {
     if (message.type === "init") await init(message);
-    else step(message);
+    else if (message.type === "threads") {
+      // This device's share of the cores for the CPU backend's kernel threads.
+      const backend = getBackend() as { threads?: number };
+      if ("threads" in backend) backend.threads = message.threads;
+    } else step(message);
   } catch (error) {
     const e = error as Error;
     reply({

@@ -1,10 +1,13 @@
 /**
  * CPU kernels (conv, pooling, LRN) against the naive float64 references: forward passes compared
- * directly, backward passes against central differences of the reference forward in float64.
+ * directly, backward passes against central differences of the reference forward in float64; the
+ * elementwise and strided-copy kernels against a naive index loop.
  */
 
 import assert from "node:assert/strict";
+import type { BinaryOp, StridedView } from "../backends/backend.ts";
 import { conv2dBackwardFilter, conv2dBackwardInput, conv2dForward } from "../backends/cpu/conv.ts";
+import { binaryKernel, copyStridedKernel } from "../backends/cpu/elementwise.ts";
 import { lrnBackward, lrnForward } from "../backends/cpu/lrn.ts";
 import {
   avgPool2dBackward,
@@ -490,3 +493,89 @@ Deno.test("reference: softmax / logSoftmax / softmaxCrossEntropy", () => {
   assert.ok(Math.abs(loss - (Math.log(4) + Math.log(7)) / 2) < 1e-12);
   assert.throws(() => ref.softmaxCrossEntropy(logits, [0, 4]), /out of range/);
 });
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise and strided copies
+
+/** Element offset of multi-index `index` in a strided view. */
+function at(view: StridedView, index: readonly number[]): number {
+  return index.reduce((sum, i, d) => sum + i * view.strides[d], view.offset);
+}
+
+/** Every multi-index of `shape`, row-major. */
+function* indices(shape: readonly number[]): Generator<number[]> {
+  const index = shape.map(() => 0);
+  const total = shape.reduce((a, b) => a * b, 1);
+  for (let n = 0; n < total; n++) {
+    yield index.slice();
+    for (let d = shape.length - 1; d >= 0; d--) {
+      if (++index[d] < shape[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+/** A random view of `shape` into a buffer: permuted, broadcast (stride 0) or plain axes, an offset. */
+function randomView(shape: readonly number[], rand: () => number): { view: StridedView; length: number } {
+  const order = shape.map((_, d) => d).sort(() => rand() - 0.5);
+  const strides = new Array<number>(shape.length).fill(0);
+  let size = 1;
+  for (const d of order) {
+    if (rand() < 0.25) continue; // broadcast axis
+    strides[d] = size;
+    size *= shape[d];
+  }
+  const offset = Math.floor(rand() * 3);
+  return { view: { offset, strides }, length: offset + size + 2 };
+}
+
+Deno.test("elementwise: binary ops and strided copies over random views match a naive index loop bit for bit", () => {
+  const rand = rng(0xe1e7);
+  const ops: BinaryOp[] = ["add", "sub", "mul", "div", "max", "reluGrad", "greater"];
+  for (let t = 0; t < 300; t++) {
+    const rank = Math.floor(rand() * 5);
+    const shape = Array.from(
+      { length: rank },
+      () => 1 + Math.floor(rand() * 4) * (rand() < 0.2 ? 0 : 1) + (rand() < 0.3 ? 17 : 0),
+    );
+    const a = randomView(shape, rand), b = randomView(shape, rand);
+    const aData = uniform(a.length, rand), bData = uniform(b.length, rand);
+    const total = shape.reduce((x, y) => x * y, 1);
+    const op = ops[t % ops.length];
+    const got = new Float32Array(total), want = new Float32Array(total);
+    binaryKernel(op, aData, a.view, bData, b.view, got, shape);
+    const f: Record<string, (x: number, y: number) => number> = {
+      add: (x, y) => x + y,
+      sub: (x, y) => x - y,
+      mul: (x, y) => x * y,
+      div: (x, y) => x / y,
+      max: (x, y) => (x >= y ? x : y),
+      reluGrad: (dy, y) => (y > 0 ? dy : 0),
+      greater: (x, y) => (x > y ? 1 : 0),
+    };
+    let o = 0;
+    for (const index of indices(shape)) want[o++] = f[op](aData[at(a.view, index)], bData[at(b.view, index)]);
+    assert.deepEqual(
+      got,
+      want,
+      `${op} shape ${JSON.stringify(shape)} views ${JSON.stringify([a.view, b.view])}`,
+    );
+
+    // The same views as a copy source, into a dense destination at an offset.
+    const copied = new Float32Array(total + 3).fill(-7), expected = new Float32Array(total + 3).fill(-7);
+    copyStridedKernel(aData, a.view, copied, { offset: 3, strides: contiguous(shape) }, shape);
+    o = 3;
+    for (const index of indices(shape)) expected[o++] = aData[at(a.view, index)];
+    assert.deepEqual(copied, expected, `copy shape ${JSON.stringify(shape)} view ${JSON.stringify(a.view)}`);
+  }
+});
+
+function contiguous(shape: readonly number[]): number[] {
+  const strides = new Array<number>(shape.length);
+  let size = 1;
+  for (let d = shape.length - 1; d >= 0; d--) {
+    strides[d] = size;
+    size *= shape[d];
+  }
+  return strides;
+}

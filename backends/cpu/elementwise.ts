@@ -36,17 +36,154 @@ const binaryFunctions: Record<BinaryOp, Binary> = {
   reluGrad: (dy, y) => (y > 0 ? dy : 0),
 };
 
-/** `out[i] = op(x[i])`. */
+/** `out[i] = op(x[i])`. The common ops run as their own loops, so V8 inlines the arithmetic. */
 export function unaryKernel(op: UnaryOp, x: Float32Array, out: Float32Array): void {
-  const f = unaryFunctions[op];
-  for (let i = 0; i < x.length; i++) out[i] = f(x[i]);
+  const n = x.length;
+  switch (op) {
+    case "relu":
+      for (let i = 0; i < n; i++) {
+        const v = x[i];
+        out[i] = v > 0 ? v : 0;
+      }
+      return;
+    case "neg":
+      for (let i = 0; i < n; i++) out[i] = -x[i];
+      return;
+    case "exp":
+      for (let i = 0; i < n; i++) out[i] = Math.exp(x[i]);
+      return;
+    default: {
+      const f = unaryFunctions[op];
+      for (let i = 0; i < n; i++) out[i] = f(x[i]);
+    }
+  }
 }
 
-function isScalar(view: StridedView): boolean {
-  return view.strides.every((s) => s === 0);
+/**
+ * Merges adjacent axes that every view walks as one (stride of the outer = stride × size of the
+ * inner, which includes broadcast axes with stride 0 on both) and drops size-1 axes, so a bias
+ * broadcast over [N, C, H, W] becomes [N, C, H·W] with a long inner run.
+ */
+function collapseAxes(
+  shape: readonly number[],
+  views: readonly StridedView[],
+): { shape: number[]; strides: number[][] } {
+  const outShape: number[] = [];
+  const strides: number[][] = views.map(() => []);
+  for (let d = 0; d < shape.length; d++) {
+    if (shape[d] === 1) continue;
+    const last = outShape.length - 1;
+    const mergeable = last >= 0 &&
+      views.every((v, i) => strides[i][last] === v.strides[d] * shape[d]);
+    if (mergeable) {
+      outShape[last] *= shape[d];
+      views.forEach((v, i) => (strides[i][last] = v.strides[d]));
+    } else {
+      outShape.push(shape[d]);
+      views.forEach((v, i) => strides[i].push(v.strides[d]));
+    }
+  }
+  return { shape: outShape, strides };
 }
 
-/** `out[i] = op(a[aView(i)], b[bView(i)])` over the index space `shape`; `out` is dense. */
+/** `out[o + j] = op(a[ai + j], b[bi + j])` for j < n. */
+function binaryDenseRun(
+  op: BinaryOp,
+  a: Float32Array,
+  ai: number,
+  b: Float32Array,
+  bi: number,
+  out: Float32Array,
+  o: number,
+  n: number,
+): void {
+  switch (op) {
+    case "add":
+      for (let j = 0; j < n; j++) out[o + j] = a[ai + j] + b[bi + j];
+      return;
+    case "sub":
+      for (let j = 0; j < n; j++) out[o + j] = a[ai + j] - b[bi + j];
+      return;
+    case "mul":
+      for (let j = 0; j < n; j++) out[o + j] = a[ai + j] * b[bi + j];
+      return;
+    case "div":
+      for (let j = 0; j < n; j++) out[o + j] = a[ai + j] / b[bi + j];
+      return;
+    case "reluGrad":
+      for (let j = 0; j < n; j++) out[o + j] = b[bi + j] > 0 ? a[ai + j] : 0;
+      return;
+    default: {
+      const f = binaryFunctions[op];
+      for (let j = 0; j < n; j++) out[o + j] = f(a[ai + j], b[bi + j]);
+    }
+  }
+}
+
+/** `out[o + j] = op(a[ai + j], bv)` for j < n: b broadcast along the run. */
+function binaryDenseScalarRun(
+  op: BinaryOp,
+  a: Float32Array,
+  ai: number,
+  bv: number,
+  out: Float32Array,
+  o: number,
+  n: number,
+): void {
+  switch (op) {
+    case "add":
+      for (let j = 0; j < n; j++) out[o + j] = a[ai + j] + bv;
+      return;
+    case "sub":
+      for (let j = 0; j < n; j++) out[o + j] = a[ai + j] - bv;
+      return;
+    case "mul":
+      for (let j = 0; j < n; j++) out[o + j] = a[ai + j] * bv;
+      return;
+    case "div":
+      for (let j = 0; j < n; j++) out[o + j] = a[ai + j] / bv;
+      return;
+    default: {
+      const f = binaryFunctions[op];
+      for (let j = 0; j < n; j++) out[o + j] = f(a[ai + j], bv);
+    }
+  }
+}
+
+/** `out[o + j] = op(av, b[bi + j])` for j < n: a broadcast along the run. */
+function binaryScalarDenseRun(
+  op: BinaryOp,
+  av: number,
+  b: Float32Array,
+  bi: number,
+  out: Float32Array,
+  o: number,
+  n: number,
+): void {
+  switch (op) {
+    case "add":
+      for (let j = 0; j < n; j++) out[o + j] = av + b[bi + j];
+      return;
+    case "sub":
+      for (let j = 0; j < n; j++) out[o + j] = av - b[bi + j];
+      return;
+    case "mul":
+      for (let j = 0; j < n; j++) out[o + j] = av * b[bi + j];
+      return;
+    default: {
+      const f = binaryFunctions[op];
+      for (let j = 0; j < n; j++) out[o + j] = f(av, b[bi + j]);
+    }
+  }
+}
+
+/**
+ * `out[i] = op(a[aView(i)], b[bView(i)])` over the index space `shape`; `out` is dense.
+ *
+ * Axes are collapsed first, then the innermost axis runs as a tight loop specialised for dense or
+ * broadcast operands (the common ops written out, so nothing is called per element) while the
+ * outer axes advance as an odometer.
+ */
 export function binaryKernel(
   op: BinaryOp,
   a: Float32Array,
@@ -56,47 +193,39 @@ export function binaryKernel(
   out: Float32Array,
   shape: readonly number[],
 ): void {
+  const total = out.length;
+  if (total === 0) return;
+  const { shape: dims, strides: [aStrides, bStrides] } = collapseAxes(shape, [aView, bView]);
+  const rank = dims.length;
+  const inner = rank === 0 ? 1 : dims[rank - 1];
+  const aInner = rank === 0 ? 0 : aStrides[rank - 1];
+  const bInner = rank === 0 ? 0 : bStrides[rank - 1];
   const f = binaryFunctions[op];
-  const n = out.length;
-  const aDense = isDenseView(aView, shape);
-  const bDense = isDenseView(bView, shape);
-  if (aDense && bDense) {
-    const ao = aView.offset, bo = bView.offset;
-    for (let i = 0; i < n; i++) out[i] = f(a[ao + i], b[bo + i]);
-    return;
-  }
-  if (aDense && isScalar(bView)) {
-    const ao = aView.offset, bv = b[bView.offset];
-    for (let i = 0; i < n; i++) out[i] = f(a[ao + i], bv);
-    return;
-  }
-  if (isScalar(aView) && bDense) {
-    const av = a[aView.offset], bo = bView.offset;
-    for (let i = 0; i < n; i++) out[i] = f(av, b[bo + i]);
-    return;
-  }
-  // General case: iterate the innermost axis in a tight loop, advance outer axes as an odometer.
-  const rank = shape.length;
-  const inner = rank === 0 ? 1 : shape[rank - 1];
-  const aInner = rank === 0 ? 0 : aView.strides[rank - 1];
-  const bInner = rank === 0 ? 0 : bView.strides[rank - 1];
   const index = new Array<number>(rank).fill(0);
   let ai = aView.offset, bi = bView.offset;
-  for (let o = 0; o < n; o += inner) {
-    for (let j = 0, ap = ai, bp = bi; j < inner; j++, ap += aInner, bp += bInner) {
-      out[o + j] = f(a[ap], b[bp]);
+  for (let o = 0; o < total; o += inner) {
+    if (aInner === 1 && bInner === 1) binaryDenseRun(op, a, ai, b, bi, out, o, inner);
+    else if (aInner === 1 && bInner === 0) binaryDenseScalarRun(op, a, ai, b[bi], out, o, inner);
+    else if (aInner === 0 && bInner === 1) binaryScalarDenseRun(op, a[ai], b, bi, out, o, inner);
+    else {
+      for (let j = 0, ap = ai, bp = bi; j < inner; j++, ap += aInner, bp += bInner) {
+        out[o + j] = f(a[ap], b[bp]);
+      }
     }
     for (let d = rank - 2; d >= 0; d--) {
       index[d]++;
-      ai += aView.strides[d];
-      bi += bView.strides[d];
-      if (index[d] < shape[d]) break;
-      ai -= aView.strides[d] * shape[d];
-      bi -= bView.strides[d] * shape[d];
+      ai += aStrides[d];
+      bi += bStrides[d];
+      if (index[d] < dims[d]) break;
+      ai -= aStrides[d] * dims[d];
+      bi -= bStrides[d] * dims[d];
       index[d] = 0;
     }
   }
 }
+
+/** Runs shorter than this are copied by a loop: `subarray` + `set` cost more than they save. */
+const SHORT_RUN = 64;
 
 /** `dst[dstView(i)] = src[srcView(i)]` over the index space `shape`. */
 export function copyStridedKernel(
@@ -113,25 +242,27 @@ export function copyStridedKernel(
     dst.set(src.subarray(srcView.offset, srcView.offset + n), dstView.offset);
     return;
   }
-  const rank = shape.length;
-  const inner = shape[rank - 1];
-  const sInner = srcView.strides[rank - 1];
-  const dInner = dstView.strides[rank - 1];
+  const { shape: dims, strides: [sStrides, dStrides] } = collapseAxes(shape, [srcView, dstView]);
+  const rank = dims.length;
+  const inner = rank === 0 ? 1 : dims[rank - 1];
+  const sInner = rank === 0 ? 0 : sStrides[rank - 1];
+  const dInner = rank === 0 ? 0 : dStrides[rank - 1];
   const index = new Array<number>(rank).fill(0);
   let si = srcView.offset, di = dstView.offset;
   for (let o = 0; o < n; o += inner) {
     if (sInner === 1 && dInner === 1) {
-      dst.set(src.subarray(si, si + inner), di);
+      if (inner >= SHORT_RUN) dst.set(src.subarray(si, si + inner), di);
+      else for (let j = 0; j < inner; j++) dst[di + j] = src[si + j];
     } else {
       for (let j = 0, sp = si, dp = di; j < inner; j++, sp += sInner, dp += dInner) dst[dp] = src[sp];
     }
     for (let d = rank - 2; d >= 0; d--) {
       index[d]++;
-      si += srcView.strides[d];
-      di += dstView.strides[d];
-      if (index[d] < shape[d]) break;
-      si -= srcView.strides[d] * shape[d];
-      di -= dstView.strides[d] * shape[d];
+      si += sStrides[d];
+      di += dStrides[d];
+      if (index[d] < dims[d]) break;
+      si -= sStrides[d] * dims[d];
+      di -= dStrides[d] * dims[d];
       index[d] = 0;
     }
   }

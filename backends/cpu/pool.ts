@@ -41,27 +41,36 @@ export function maxPool2dForward(
   checkLength("maxPool2d", "x", x, planes * H * W);
   checkLength("maxPool2d", "out", out, planes * OH * OW);
   checkLength("maxPool2d", "argmax", argmax, planes * OH * OW);
+  // Window column ranges depend only on ow: computed once, not per plane and row.
+  const colStart = new Int32Array(OW), colEnd = new Int32Array(OW);
+  for (let ow = 0; ow < OW; ow++) {
+    const w0 = ow * g.strideW - g.padW;
+    colStart[ow] = Math.max(w0, 0);
+    colEnd[ow] = Math.min(w0 + g.kernelW, W);
+  }
+  const plane = H * W;
   let o = 0;
   for (let p = 0; p < planes; p++) {
-    const base = p * H * W;
+    const base = p * plane;
     for (let oh = 0; oh < OH; oh++) {
       const h0 = oh * g.strideH - g.padH;
-      const hs = Math.max(h0, 0), he = Math.min(h0 + g.kernelH, H);
+      const hs = h0 > 0 ? h0 : 0, he = h0 + g.kernelH < H ? h0 + g.kernelH : H;
       for (let ow = 0; ow < OW; ow++, o++) {
-        const w0 = ow * g.strideW - g.padW;
-        const ws = Math.max(w0, 0), we = Math.min(w0 + g.kernelW, W);
-        let best = -Infinity, bestIdx = hs * W + ws;
+        const ws = colStart[ow], we = colEnd[ow];
+        let bestIdx = hs * W + ws;
+        let best = x[base + bestIdx];
         for (let h = hs; h < he; h++) {
+          const row = h * W;
           for (let w = ws; w < we; w++) {
-            const v = x[base + h * W + w];
+            const v = x[base + row + w];
             // `v > best`, except that a NaN is taken and then kept, so NaNs propagate.
-            if (!(v <= best) && best === best) {
+            if (v > best || (v !== v && best === best)) {
               best = v;
-              bestIdx = h * W + w;
+              bestIdx = row + w;
             }
           }
         }
-        out[o] = x[base + bestIdx];
+        out[o] = best;
         argmax[o] = bestIdx;
       }
     }
@@ -70,7 +79,7 @@ export function maxPool2dForward(
 
 /**
  * Max pooling backward: routes each `dy` to its window's winner, summing where overlapping
- * windows share one; overwrites `dx`.
+ * windows share one; overwrites `dx` (`cleared`: the caller already zeroed it, e.g. with a memset).
  *
  * @example
  * ```ts
@@ -87,13 +96,14 @@ export function maxPool2dBackward(
   argmax: Int32Array,
   dx: Float32Array,
   g: Pool2dGeometry,
+  cleared = false,
 ): void {
   const plane = g.inHeight * g.inWidth, outPlane = g.outHeight * g.outWidth;
   const planes = g.batch * g.channels;
   checkLength("maxPool2d", "dy", dy, planes * outPlane);
   checkLength("maxPool2d", "argmax", argmax, planes * outPlane);
   checkLength("maxPool2d", "dx", dx, planes * plane);
-  dx.fill(0);
+  if (!cleared) dx.fill(0);
   let o = 0;
   for (let p = 0; p < planes; p++) {
     const base = p * plane;
@@ -141,7 +151,7 @@ export function avgPool2dForward(x: Float32Array, out: Float32Array, g: Pool2dGe
 
 /**
  * Average pooling backward: spreads each `dy / divisor` over its window's in-bounds part;
- * overwrites `dx`.
+ * overwrites `dx` (`cleared`: the caller already zeroed it).
  *
  * @example
  * ```ts
@@ -151,12 +161,17 @@ export function avgPool2dForward(x: Float32Array, out: Float32Array, g: Pool2dGe
  * avgPool2dBackward(new Float32Array(4).fill(1), dx, g); // every dx is 1/4
  * ```
  */
-export function avgPool2dBackward(dy: Float32Array, dx: Float32Array, g: Pool2dGeometry): void {
+export function avgPool2dBackward(
+  dy: Float32Array,
+  dx: Float32Array,
+  g: Pool2dGeometry,
+  cleared = false,
+): void {
   const { inHeight: H, inWidth: W, outHeight: OH, outWidth: OW } = g;
   const planes = g.batch * g.channels;
   checkLength("avgPool2d", "dy", dy, planes * OH * OW);
   checkLength("avgPool2d", "dx", dx, planes * H * W);
-  dx.fill(0);
+  if (!cleared) dx.fill(0);
   let o = 0;
   for (let p = 0; p < planes; p++) {
     const base = p * H * W;

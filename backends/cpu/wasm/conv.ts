@@ -1,0 +1,276 @@
+/**
+ * Convolution over the generated kernels, lowered to GEMM per image and group exactly like the
+ * TypeScript path (`../conv.ts`): im2col, one product per group, col2im for the input gradient.
+ * Operands live in kernel memory (byte addresses); every function here handles one thread's share
+ * of the work and is called the same way on the main thread and on pool threads.
+ *
+ * Shares never change what a thread computes for an element, so results do not depend on the
+ * thread count: forward and input gradient split the batch (each image is computed whole by one
+ * thread), the weight gradient splits the rows of the column matrix (each weight-gradient column
+ * sums over every image, in image order, on one thread).
+ *
+ * @module
+ */
+
+import type { Conv2dGeometry } from "../../geometry.ts";
+import { isPointwise } from "../../geometry.ts";
+import { GEMM_SCRATCH_BYTES, gemmBlocked } from "./gemm.ts";
+import type { KernelExports } from "./module.ts";
+
+/**
+ * Rows of one image's column matrix: one per (input channel, kernel row, kernel column).
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry } from "../../geometry.ts";
+ * import { columnRows } from "./conv.ts";
+ * columnRows(conv2dGeometry([1, 3, 8, 8], [4, 3, 5, 5])); // 75
+ * ```
+ */
+export function columnRows(g: Conv2dGeometry): number {
+  return g.inChannels * g.kernelH * g.kernelW;
+}
+
+/**
+ * Bytes of scratch one thread needs for a convolution pass: GEMM panels plus either `rows` rows of
+ * the column matrix (input gradient, through col2im) or, with `paddedImage` (forward, weight
+ * gradient), a zero-padded copy of the image's channels under those rows.
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry } from "../../geometry.ts";
+ * import { convScratchBytes } from "./conv.ts";
+ * convScratchBytes(conv2dGeometry([1, 3, 8, 8], [4, 3, 3, 3], { padding: 1 }), 27, true);
+ * ```
+ */
+export function convScratchBytes(g: Conv2dGeometry, rows: number, paddedImage: boolean): number {
+  // Rows [r0, r0 + rows) touch at most ⌈rows / area⌉ + 1 channels (all when forward).
+  const channels = Math.min(g.inChannels, Math.ceil(rows / (g.kernelH * g.kernelW)) + 1);
+  const padded = channels * (g.inHeight + 2 * g.padH) * (g.inWidth + 2 * g.padW) * 4;
+  const columns = isPointwise(g) ? 0 : paddedImage ? padded : rows * g.outHeight * g.outWidth * 4;
+  return GEMM_SCRATCH_BYTES + ((columns + 63) & ~63);
+}
+
+/**
+ * Where each output pixel's window starts in a padded input plane (`(H + 2·padH) × (W + 2·padW)`):
+ * the table {@link convForwardImages} packs columns from, one int32 per output pixel.
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry } from "../../geometry.ts";
+ * import { windowOffsets } from "./conv.ts";
+ * windowOffsets(conv2dGeometry([1, 1, 4, 4], [1, 1, 3, 3])); // Int32Array [0, 1, 6, 7]
+ * ```
+ */
+export function windowOffsets(g: Conv2dGeometry): Int32Array {
+  const paddedWidth = g.inWidth + 2 * g.padW;
+  const out = new Int32Array(g.outHeight * g.outWidth);
+  for (let oh = 0, j = 0; oh < g.outHeight; oh++) {
+    for (let ow = 0; ow < g.outWidth; ow++, j++) out[j] = oh * g.strideH * paddedWidth + ow * g.strideW;
+  }
+  return out;
+}
+
+/** Addresses of a convolution's operands in kernel memory. */
+export interface ConvOperands {
+  /** x (forward, weight gradient) or dx (input gradient). */
+  image: number;
+  /** Weights (forward, input gradient) or their gradient. */
+  weight: number;
+  /** y (forward) or dy (both gradients). */
+  output: number;
+}
+
+function im2colArgs(g: Conv2dGeometry): number[] {
+  return [
+    g.inHeight,
+    g.inWidth,
+    g.outHeight,
+    g.outWidth,
+    g.kernelH,
+    g.kernelW,
+    g.strideH,
+    g.strideW,
+    g.padH,
+    g.padW,
+  ];
+}
+
+/**
+ * Forward pass of images [n0, n1): y = w ⋆ x, overwriting those images' outputs. Each image is
+ * copied once into a zero-padded plane set, and the GEMM packs its B panels straight from there
+ * (implicit im2col, `offsets` from {@link windowOffsets} at byte address `offsets`): the column
+ * matrix is never written. Pointwise convolutions read the image itself as the column matrix.
+ *
+ * @example
+ * ```ts
+ * import { convForwardImages } from "./conv.ts";
+ * // convForwardImages(kernels, geometry, { image, weight, output }, 0, geometry.batch, scratch, offsets);
+ * ```
+ */
+export function convForwardImages(
+  x: KernelExports,
+  g: Conv2dGeometry,
+  at: ConvOperands,
+  n0: number,
+  n1: number,
+  scratch: number,
+  offsets: number,
+): void {
+  const P = g.outHeight * g.outWidth, plane = g.inHeight * g.inWidth;
+  const cinG = g.inChannels / g.groups, coutG = g.outChannels / g.groups;
+  const K = cinG * g.kernelH * g.kernelW;
+  const pointwise = isPointwise(g);
+  const padded = scratch + GEMM_SCRATCH_BYTES;
+  const Hp = g.inHeight + 2 * g.padH, Wp = g.inWidth + 2 * g.padW;
+  for (let n = n0; n < n1; n++) {
+    const image = at.image + 4 * n * g.inChannels * plane;
+    if (!pointwise) x.conv_pad(image, padded, g.inChannels, g.inHeight, g.inWidth, g.padH, g.padW, Hp, Wp);
+    for (let gi = 0; gi < g.groups; gi++) {
+      const problem = {
+        m: coutG,
+        n: P,
+        k: K,
+        a: at.weight + 4 * gi * coutG * K,
+        lda: K,
+        transA: false,
+        b: image + 4 * gi * K * P,
+        ldb: P,
+        transB: false,
+        c: at.output + 4 * (n * g.outChannels + gi * coutG) * P,
+        ldc: P,
+        accumulate: false,
+      };
+      if (pointwise) {
+        gemmBlocked(x, problem, scratch);
+        continue;
+      }
+      gemmBlocked(x, problem, scratch, (pc, kc, jc, nc, dst) => {
+        x.conv_pack_columns(padded, dst, gi * K + pc, kc, jc, nc, offsets, g.kernelH, g.kernelW, Hp * Wp, Wp);
+      });
+    }
+  }
+}
+
+/**
+ * Input gradient of images [n0, n1): dx = wᵀ ⋆ dy through col2im, overwriting those images' dx.
+ *
+ * @example
+ * ```ts
+ * import { convBackwardInputImages } from "./conv.ts";
+ * // convBackwardInputImages(kernels, geometry, { image: dx, weight, output: dy }, 0, geometry.batch, scratch);
+ * ```
+ */
+export function convBackwardInputImages(
+  x: KernelExports,
+  g: Conv2dGeometry,
+  at: ConvOperands,
+  n0: number,
+  n1: number,
+  scratch: number,
+): void {
+  const P = g.outHeight * g.outWidth, plane = g.inHeight * g.inWidth;
+  const cinG = g.inChannels / g.groups, coutG = g.outChannels / g.groups;
+  const K = cinG * g.kernelH * g.kernelW;
+  const pointwise = isPointwise(g);
+  const col = scratch + GEMM_SCRATCH_BYTES;
+  for (let n = n0; n < n1; n++) {
+    const image = at.image + 4 * n * g.inChannels * plane;
+    // Pointwise: the column matrix is dx itself, each group's product writes its own channels.
+    const columns = pointwise ? image : col;
+    for (let gi = 0; gi < g.groups; gi++) {
+      gemmBlocked(x, {
+        m: K,
+        n: P,
+        k: coutG,
+        a: at.weight + 4 * gi * coutG * K,
+        lda: K,
+        transA: true,
+        b: at.output + 4 * (n * g.outChannels + gi * coutG) * P,
+        ldb: P,
+        transB: false,
+        c: columns + 4 * gi * K * P,
+        ldc: P,
+        accumulate: false,
+      }, scratch);
+    }
+    if (!pointwise) {
+      x.fill_zero(image, 4 * g.inChannels * plane);
+      x.conv_col2im_add(image, col, 0, columnRows(g), ...im2colArgs(g));
+    }
+  }
+}
+
+/**
+ * Weight gradient restricted to column-matrix rows [r0, r1) (weight-gradient columns of the
+ * groups those rows belong to), summed over the whole batch in image order; overwrites them.
+ * Each image's channels under those rows are copied once into zero-padded planes, and the GEMM
+ * packs its B panels (rows × pixels) straight from there; pointwise convolutions read the image.
+ *
+ * @example
+ * ```ts
+ * import { columnRows, convBackwardFilterRows } from "./conv.ts";
+ * // convBackwardFilterRows(kernels, geometry, { image: x, weight: dw, output: dy }, 0, columnRows(geometry), scratch, offsets);
+ * ```
+ */
+export function convBackwardFilterRows(
+  x: KernelExports,
+  g: Conv2dGeometry,
+  at: ConvOperands,
+  r0: number,
+  r1: number,
+  scratch: number,
+  offsets: number,
+): void {
+  if (r1 <= r0) return;
+  const P = g.outHeight * g.outWidth, plane = g.inHeight * g.inWidth;
+  const cinG = g.inChannels / g.groups, coutG = g.outChannels / g.groups;
+  const area = g.kernelH * g.kernelW, K = cinG * area;
+  const pointwise = isPointwise(g);
+  const Hp = g.inHeight + 2 * g.padH, Wp = g.inWidth + 2 * g.padW;
+  // Only the channels under rows [r0, r1) are padded; `padded` is where channel 0 would start.
+  const c0 = Math.floor(r0 / area), c1 = Math.floor((r1 - 1) / area) + 1;
+  const padded = scratch + GEMM_SCRATCH_BYTES - 4 * c0 * Hp * Wp;
+  for (let n = 0; n < g.batch; n++) {
+    const image = at.image + 4 * n * g.inChannels * plane;
+    if (!pointwise) {
+      x.conv_pad(
+        image + 4 * c0 * plane,
+        scratch + GEMM_SCRATCH_BYTES,
+        c1 - c0,
+        g.inHeight,
+        g.inWidth,
+        g.padH,
+        g.padW,
+        Hp,
+        Wp,
+      );
+    }
+    for (let gi = Math.floor(r0 / K); gi * K < r1; gi++) {
+      const start = Math.max(r0, gi * K), end = Math.min(r1, (gi + 1) * K);
+      const problem = {
+        m: coutG,
+        n: end - start,
+        k: P,
+        a: at.output + 4 * (n * g.outChannels + gi * coutG) * P,
+        lda: P,
+        transA: false,
+        // Pointwise: column-matrix row r is input channel r, P floats.
+        b: image + 4 * start * P,
+        ldb: P,
+        transB: true,
+        c: at.weight + 4 * (gi * coutG * K + start - gi * K),
+        ldc: K,
+        // The first image overwrites, so dw needs no clearing.
+        accumulate: n > 0,
+      };
+      if (pointwise) {
+        gemmBlocked(x, problem, scratch);
+        continue;
+      }
+      gemmBlocked(x, problem, scratch, (pc, kc, jc, nc, dst) => {
+        x.conv_pack_rows(padded, dst, start + jc, nc, pc, kc, offsets, g.kernelH, g.kernelW, Hp * Wp, Wp);
+      });
+    }
+  }
+}

@@ -1,0 +1,217 @@
+/**
+ * The blocked GEMM driver over the generated kernels: C (m×n at `c`, rows `ldc` floats apart) =
+ * [C if accumulating] + op(A)·op(B), everything addressed by byte pointers into the kernels'
+ * memory. It runs unchanged on the main thread and on every pool thread, each on its own
+ * sub-problem (a range of columns or rows of C) with its own scratch.
+ *
+ * Loop order (GotoBLAS): columns in NC blocks, depth in KC blocks (B block packed once, it stays
+ * in L2/L3), rows in MC blocks (A block packed, it stays in L2), then the macro-kernel sweeps
+ * MR×NR tiles with one KC×NR panel of B in L1. Each depth block sums into fresh accumulators that
+ * are then added to C (blocked summation: rounding error grows with KC, not with k). An element's
+ * arithmetic depends on KC only, never on MC, NC or on how the threads split C, so results are
+ * the same whatever the thread count.
+ *
+ * @module
+ */
+
+/**
+ * The register tile of the generated GEMM kernels: MR×NR with fused multiply-add (12 accumulator
+ * vectors, 2 of B, 1 of A: 15 of the 16 SIMD registers), MR_UNFUSED×NR with `f32x4.mul` +
+ * `f32x4.add`, whose product needs a register of its own (6 rows would spill: 31 against 50
+ * GFLOP/s for 4 rows, measured). Scratch is sized for the larger.
+ *
+ * @example
+ * ```ts
+ * import { GEMM_TILE } from "./gemm.ts";
+ * console.log(`${GEMM_TILE.mr}×${GEMM_TILE.nr}`); // "6×8"
+ * ```
+ */
+export const GEMM_TILE = { mr: 6, mrUnfused: 4, nr: 8 } as const;
+
+/**
+ * Cache blocking: depth (KC), rows (MC, a multiple of MR) and columns (NC, a multiple of NR).
+ *
+ * @example
+ * ```ts
+ * import { GEMM_BLOCKS } from "./gemm.ts";
+ * console.log(GEMM_BLOCKS.kc); // 256
+ * ```
+ */
+export const GEMM_BLOCKS = { kc: 256, mc: 96, nc: 2048 } as const;
+
+/** The generated GEMM functions (see `GEMM_EXPORTS` in `gemm_kernels.ts`). */
+export interface GemmExports {
+  /** See `GEMM_EXPORTS.macro`. */
+  gemm_macro(
+    a: number,
+    b: number,
+    c: number,
+    mc: number,
+    nc: number,
+    kc: number,
+    ldc: number,
+    accumulate: number,
+    tile: number,
+  ): void;
+  /** See `GEMM_EXPORTS.packA`. */
+  gemm_pack_a(
+    src: number,
+    laneStride: number,
+    depthStride: number,
+    lanes: number,
+    depth: number,
+    dst: number,
+  ): void;
+  /** See `GEMM_EXPORTS.packB`. */
+  gemm_pack_b(
+    src: number,
+    laneStride: number,
+    depthStride: number,
+    lanes: number,
+    depth: number,
+    dst: number,
+  ): void;
+  /** See `GEMM_EXPORTS.packBRows`. */
+  gemm_pack_b_rows(src: number, depthStride: number, lanes: number, depth: number, dst: number): void;
+}
+
+/**
+ * One product C = [C +] op(A)·op(B) in kernel memory. Pointers are byte addresses; leading
+ * dimensions count floats. A is m×k (lda ≥ k), or k×m when `transA` (lda ≥ m); B is k×n
+ * (ldb ≥ n), or n×k when `transB` (ldb ≥ k).
+ */
+export interface GemmProblem {
+  m: number;
+  n: number;
+  k: number;
+  a: number;
+  lda: number;
+  transA: boolean;
+  b: number;
+  ldb: number;
+  transB: boolean;
+  c: number;
+  ldc: number;
+  /** Add to C instead of overwriting it. */
+  accumulate: boolean;
+}
+
+/**
+ * Bytes of scratch one thread needs for {@link gemmBlocked}.
+ *
+ * @example
+ * ```ts
+ * import { GEMM_SCRATCH_BYTES } from "./gemm.ts";
+ * console.log(GEMM_SCRATCH_BYTES > 2 << 20); // true
+ * ```
+ */
+export const GEMM_SCRATCH_BYTES: number = 4 *
+    (GEMM_BLOCKS.mc * GEMM_BLOCKS.kc + GEMM_BLOCKS.kc * GEMM_BLOCKS.nc + GEMM_TILE.mr * GEMM_TILE.nr) +
+  3 * 64;
+
+/**
+ * Rows [m0, m1) × columns [n0, n1) of a problem as a problem of its own (pointers moved to the
+ * window), so threads can split C without the kernels knowing.
+ *
+ * @example
+ * ```ts
+ * import { gemmWindow } from "./gemm.ts";
+ * const p = { m: 4, n: 8, k: 2, a: 0, lda: 2, transA: false, b: 64, ldb: 8, transB: false, c: 256, ldc: 8, accumulate: false };
+ * gemmWindow(p, 0, 4, 4, 8); // the right half of C
+ * ```
+ */
+export function gemmWindow(p: GemmProblem, m0: number, m1: number, n0: number, n1: number): GemmProblem {
+  return {
+    ...p,
+    m: m1 - m0,
+    n: n1 - n0,
+    a: p.a + 4 * (p.transA ? m0 : m0 * p.lda),
+    b: p.b + 4 * (p.transB ? n0 * p.ldb : n0),
+    c: p.c + 4 * (m0 * p.ldc + n0),
+  };
+}
+
+/**
+ * Packs depth [pc, pc + kc) × columns [jc, jc + nc) of op(B) into NR-column panels at `dst`: how
+ * a caller supplies B without it existing as a matrix (convolution's implicit im2col).
+ */
+export type PanelPacker = (pc: number, kc: number, jc: number, nc: number, dst: number) => void;
+
+/**
+ * Runs one product with the generated kernels, single-threaded, using `scratch`
+ * ({@link GEMM_SCRATCH_BYTES} bytes at a byte address) for packed panels. With `packColumns`,
+ * op(B) comes from that packer instead of from `p.b`.
+ *
+ * @example
+ * ```ts
+ * import { gemmBlocked } from "./gemm.ts";
+ * // kernels: the exports of an instantiated kernel module (see module.ts)
+ * // gemmBlocked(kernels, { m: 2, n: 2, k: 3, a: 0, lda: 3, transA: false, b: 64, ldb: 2,
+ * //   transB: false, c: 128, ldc: 2, accumulate: false }, 1024);
+ * ```
+ */
+export function gemmBlocked(
+  x: GemmExports,
+  p: GemmProblem,
+  scratch: number,
+  packColumns?: PanelPacker,
+): void {
+  const { m, n, k, lda, ldb, transA, transB } = p;
+  if (m <= 0 || n <= 0) return;
+  const { kc: KC, mc: MC, nc: NC } = GEMM_BLOCKS;
+  const packedA = align64(scratch);
+  const packedB = align64(packedA + 4 * MC * KC);
+  const tile = align64(packedB + 4 * KC * NC);
+  const ldcBytes = 4 * p.ldc;
+  // With k = 0 the product is zero: callers clear C themselves (the kernels have no fill).
+  if (k <= 0) return;
+  // op(A) element (i, p): A[i·lda + p], or A[p·lda + i] transposed. Lanes of an A panel are rows i.
+  const aLane = transA ? 4 : 4 * lda, aDepth = transA ? 4 * lda : 4;
+  // op(B) element (p, j): B[p·ldb + j], or B[j·ldb + p] transposed. Lanes of a B panel are columns j.
+  const bLane = transB ? 4 * ldb : 4, bDepth = transB ? 4 : 4 * ldb;
+  for (let jc = 0; jc < n; jc += NC) {
+    const nc = Math.min(NC, n - jc);
+    for (let pc = 0; pc < k; pc += KC) {
+      const kc = Math.min(KC, k - pc);
+      const accumulate = p.accumulate || pc > 0 ? 1 : 0;
+      if (packColumns) packColumns(pc, kc, jc, nc, packedB);
+      else packB(x, p.b + jc * bLane + pc * bDepth, bLane, bDepth, nc, kc, packedB);
+      for (let ic = 0; ic < m; ic += MC) {
+        const mc = Math.min(MC, m - ic);
+        x.gemm_pack_a(p.a + ic * aLane + pc * aDepth, aLane, aDepth, mc, kc, packedA);
+        x.gemm_macro(packedA, packedB, p.c + ic * ldcBytes + 4 * jc, mc, nc, kc, ldcBytes, accumulate, tile);
+      }
+    }
+  }
+}
+
+/**
+ * Packs op(B): whole panels of contiguous columns a block of rows at a time (streaming the source),
+ * the rest (transposed B, the last partial panel) panel by panel.
+ */
+function packB(
+  x: GemmExports,
+  src: number,
+  laneStride: number,
+  depthStride: number,
+  lanes: number,
+  depth: number,
+  dst: number,
+): void {
+  const whole = laneStride === 4 ? lanes - (lanes % GEMM_TILE.nr) : 0;
+  if (whole > 0) x.gemm_pack_b_rows(src, depthStride, whole, depth, dst);
+  if (whole < lanes) {
+    x.gemm_pack_b(
+      src + whole * laneStride,
+      laneStride,
+      depthStride,
+      lanes - whole,
+      depth,
+      dst + 4 * whole * depth,
+    );
+  }
+}
+
+function align64(address: number): number {
+  return (address + 63) & ~63;
+}

@@ -1,0 +1,467 @@
+/**
+ * The WebAssembly kernels as the CPU backend sees them: GEMM, convolution and max pooling over
+ * typed arrays, run on the main thread and, for large enough work, on the pool threads too.
+ *
+ * Where memory can be shared (so it never moves when it grows), the backend allocates its arrays
+ * inside the kernel memory ({@link WasmKernels.allocateArray}): operands that live there are used
+ * in place. Any other operand is copied into a temporary block for the call (and an output
+ * copied back out). Scratch (packed panels, column matrices) is allocated per call. A call that
+ * would need more than the memory limit returns `false`, so the caller runs the TypeScript kernel.
+ *
+ * @module
+ */
+
+import type { Conv2dGeometry, MatmulSpec, Pool2dGeometry } from "../../backend.ts";
+import { columnRows, convScratchBytes, windowOffsets } from "./conv.ts";
+import { detectWasmFeatures, type WasmFeatures } from "./features.ts";
+import { GEMM_SCRATCH_BYTES } from "./gemm.ts";
+import { KernelHeap } from "./heap.ts";
+import { instantiateKernels, type KernelExports, kernelModuleBytes, MAX_MEMORY_PAGES } from "./module.ts";
+import { encodeTask, filterRowsPerThread, MAX_TASK_ARGS, runTaskShare, TaskKind } from "./tasks.ts";
+import { KernelThreadPool } from "./thread_pool.ts";
+
+/** Below this many floating-point operations per thread, extra threads cost more than they save. */
+const FLOPS_PER_THREAD = 2e6;
+
+const PAGE = 65536;
+
+/** Bytes the kernels may read past an operand's end (vector loads whose extra lanes go unused). */
+const OVERREAD = 64;
+
+/** Options of {@link WasmKernels.create}. */
+export interface WasmKernelOptions {
+  /** Threads to compute with, the calling one included (≥ 1). */
+  threads: number;
+  /** Use relaxed SIMD's fused multiply-add where the engine has it (default true). */
+  fma?: boolean;
+}
+
+function checkLength(name: string, a: ArrayLike<number>, expected: number): void {
+  if (a.length !== expected) {
+    throw new Error(`conv2d: ${name} has ${a.length} elements, geometry expects ${expected}`);
+  }
+}
+
+/** Where a call's operand lives in kernel memory, and whether it is a temporary copy. */
+interface Staged {
+  address: number;
+  bytes: number;
+  temporary: boolean;
+}
+
+/**
+ * GEMM, convolution and max pooling in generated WebAssembly, optionally multi-threaded.
+ *
+ * @example
+ * ```ts
+ * import { WasmKernels } from "./kernels.ts";
+ * const kernels = WasmKernels.create({ threads: 1 });
+ * if (kernels) {
+ *   const out = new Float32Array(4);
+ *   kernels.matmul(new Float32Array([1, 2, 3, 4]), new Float32Array([5, 6, 7, 8]), out, {
+ *     batch: 1, m: 2, n: 2, k: 2, transA: false, transB: false, aBatchStride: 0, bBatchStride: 0,
+ *   }); // out is [19, 22, 43, 50]
+ *   kernels.dispose();
+ * }
+ * ```
+ */
+export class WasmKernels {
+  readonly #memory: WebAssembly.Memory;
+  readonly #module: WebAssembly.Module;
+  readonly #kernels: KernelExports;
+  readonly #heap: KernelHeap;
+  readonly #args = new Int32Array(MAX_TASK_ARGS);
+  /** Arrays allocated in kernel memory, by the array object, with their block. */
+  readonly #resident = new WeakMap<object, { address: number; bytes: number }>();
+  /** Frees the block of a resident array the garbage collector took without a release. */
+  readonly #collected = new FinalizationRegistry<{ address: number; bytes: number }>((block) =>
+    this.#heap.free(block.address, block.bytes)
+  );
+  #temporaries: Staged[] = [];
+  #threads: number;
+  #pool: KernelThreadPool | undefined;
+  #floats: Float32Array<ArrayBufferLike> = new Float32Array(0);
+
+  private constructor(
+    readonly features: WasmFeatures,
+    readonly fma: boolean,
+    module: WebAssembly.Module,
+    memory: WebAssembly.Memory,
+    threads: number,
+  ) {
+    this.#module = module;
+    this.#memory = memory;
+    this.#kernels = instantiateKernels(module, memory);
+    this.#heap = new KernelHeap(memory, MAX_MEMORY_PAGES * PAGE - OVERREAD);
+    this.#threads = threads;
+  }
+
+  /**
+   * Compiles the kernels for this engine, or returns `undefined` where it lacks SIMD128 (or
+   * refuses to compile synchronously, as browsers do on their main thread).
+   */
+  static create(options: WasmKernelOptions): WasmKernels | undefined {
+    const features = detectWasmFeatures();
+    if (!features.simd128) return undefined;
+    const fma = (options.fma ?? true) && features.relaxedSimd;
+    const shared = features.sharedMemory;
+    try {
+      const module = new WebAssembly.Module(kernelModuleBytes({ fma, shared }));
+      const memory = new WebAssembly.Memory({ initial: 16, maximum: MAX_MEMORY_PAGES, shared });
+      return new WasmKernels(features, fma, module, memory, shared ? Math.max(1, options.threads) : 1);
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Threads used for large enough work (the calling thread included). */
+  get threads(): number {
+    return this.#threads;
+  }
+
+  /** Changes the thread count; extra threads start on the next call that can use them. */
+  set threads(count: number) {
+    const next = this.features.sharedMemory ? Math.max(1, Math.floor(count)) : 1;
+    if (next !== this.#threads) {
+      this.#pool?.close();
+      this.#pool = undefined;
+    }
+    this.#threads = next;
+  }
+
+  /**
+   * Starts the pool threads now (they otherwise start on the first large call) and resolves with
+   * the number of threads that will compute, the calling one included.
+   */
+  async startThreads(): Promise<number> {
+    if (this.#threads <= 1) return 1;
+    this.#pool ??= new KernelThreadPool(this.#module, this.#memory, this.#threads - 1);
+    this.#pool.grow(this.#threads - 1);
+    return 1 + await this.#pool.whenReady();
+  }
+
+  /** Stops the pool threads (the kernels keep working on the calling thread). */
+  dispose(): void {
+    this.#pool?.close();
+    this.#pool = undefined;
+  }
+
+  /** Bytes of kernel memory in use (resident arrays, free blocks between them). */
+  get memoryBytes(): number {
+    return this.#heap.usedBytes;
+  }
+
+  /**
+   * A zero-filled array inside the kernel memory, which the kernels then use without copying;
+   * `undefined` where the memory is not shared (it could move when it grows) or is full.
+   * Return it with {@link WasmKernels.freeArray}; one the garbage collector takes first is freed
+   * then.
+   */
+  allocateArray(length: number, dtype: "float32"): Float32Array | undefined;
+  allocateArray(length: number, dtype: "int32"): Int32Array | undefined;
+  allocateArray(length: number, dtype: "float32" | "int32"): Float32Array | Int32Array | undefined;
+  allocateArray(length: number, dtype: "float32" | "int32"): Float32Array | Int32Array | undefined {
+    if (!this.features.sharedMemory || length === 0) return undefined;
+    const bytes = 4 * length;
+    const address = this.#heap.allocate(bytes + OVERREAD);
+    if (address === undefined) return undefined;
+    const buffer = this.#memory.buffer;
+    const array = dtype === "int32"
+      ? new Int32Array(buffer, address, length)
+      : new Float32Array(buffer, address, length);
+    // memory.fill is a memset; TypedArray fill on shared memory goes element by element (8× slower).
+    this.#kernels.fill_zero(address, bytes);
+    const block = { address, bytes: bytes + OVERREAD };
+    this.#resident.set(array, block);
+    this.#collected.register(array, block, array);
+    return array;
+  }
+
+  /** Frees an array from {@link WasmKernels.allocateArray}; false (and nothing done) for any other. */
+  freeArray(array: Float32Array | Int32Array): boolean {
+    const block = this.#resident.get(array);
+    if (!block) return false;
+    this.#resident.delete(array);
+    this.#collected.unregister(array);
+    this.#heap.free(block.address, block.bytes);
+    return true;
+  }
+
+  /** Zero-fills a resident array with a memset; false (nothing done) for any other array. */
+  fillZero(array: Float32Array | Int32Array): boolean {
+    const block = this.#resident.get(array);
+    if (!block) return false;
+    this.#kernels.fill_zero(block.address, array.byteLength);
+    return true;
+  }
+
+  /** True when `array` lives in the kernel memory (from {@link WasmKernels.allocateArray}). */
+  isResident(array: Float32Array | Int32Array): boolean {
+    return this.#resident.has(array);
+  }
+
+  /** Threads for `flops` of work: ready pool threads and enough work for each. */
+  #threadsFor(flops: number): number {
+    const wanted = Math.min(this.#threads, Math.max(1, Math.floor(flops / FLOPS_PER_THREAD)));
+    if (wanted <= 1) return 1;
+    this.#pool ??= new KernelThreadPool(this.#module, this.#memory, this.#threads - 1);
+    this.#pool.grow(wanted - 1);
+    return Math.min(wanted, 1 + this.#pool.ready);
+  }
+
+  #view(): Float32Array<ArrayBufferLike> {
+    if (this.#floats.buffer.byteLength !== this.#memory.buffer.byteLength) {
+      this.#floats = new Float32Array(this.#memory.buffer);
+    }
+    return this.#floats;
+  }
+
+  /**
+   * The address of `length` floats of `array` in kernel memory: in place when resident, else a
+   * temporary block (filled from the array when `copyIn`). Undefined when memory is full.
+   */
+  #stage(array: Float32Array | Int32Array, length: number, copyIn: boolean, offset = 0): number | undefined {
+    const block = this.#resident.get(array);
+    if (block) return block.address + 4 * offset;
+    const bytes = 4 * length + OVERREAD;
+    const address = this.#heap.allocate(bytes);
+    if (address === undefined) return undefined;
+    this.#temporaries.push({ address, bytes, temporary: true });
+    if (copyIn && length > 0) {
+      const source = offset === 0 && array.length === length
+        ? array
+        : array.subarray(offset, offset + length);
+      if (source instanceof Int32Array) new Int32Array(this.#memory.buffer, address, length).set(source);
+      else this.#view().set(source, address / 4);
+    }
+    return address;
+  }
+
+  /** Scratch for a call (freed with the temporaries). */
+  #scratch(bytes: number): number | undefined {
+    if (bytes === 0) return 0;
+    const address = this.#heap.allocate(bytes);
+    if (address !== undefined) this.#temporaries.push({ address, bytes, temporary: true });
+    return address;
+  }
+
+  /** Copies an output staged at `address` back into a non-resident array. */
+  #unstage(array: Float32Array | Int32Array, address: number, length: number): void {
+    if (this.#resident.has(array)) return;
+    const target = array.length === length ? array : array.subarray(0, length);
+    if (target instanceof Int32Array) target.set(new Int32Array(this.#memory.buffer, address, length));
+    else target.set(this.#view().subarray(address / 4, address / 4 + length));
+  }
+
+  #releaseTemporaries(): void {
+    for (const { address, bytes } of this.#temporaries) this.#heap.free(address, bytes);
+    this.#temporaries = [];
+  }
+
+  #run(kind: TaskKind, task: Parameters<typeof encodeTask>[1], threads: number): void {
+    encodeTask(kind, task, this.#args);
+    if (threads <= 1) {
+      runTaskShare(this.#kernels, kind, this.#args, 0, 1);
+      return;
+    }
+    this.#pool!.run(
+      kind,
+      this.#args,
+      threads,
+      () => runTaskShare(this.#kernels, kind, this.#args, 0, threads),
+    );
+  }
+
+  /**
+   * Batched GEMM with the backend contract's layout (`out` dense `[batch, m, n]`); false when
+   * the operands do not fit the kernel memory.
+   */
+  matmul(a: Float32Array, b: Float32Array, out: Float32Array, spec: MatmulSpec): boolean {
+    const { batch, m, n, k, transA, transB, aBatchStride, bBatchStride } = spec;
+    if (batch <= 0 || m <= 0 || n <= 0) return true;
+    if (k <= 0) {
+      out.fill(0, 0, batch * m * n);
+      return true;
+    }
+    const aLength = (batch - 1) * aBatchStride + m * k, bLength = (batch - 1) * bBatchStride + k * n;
+    const cLength = batch * m * n;
+    const threads = this.#threadsFor(2 * batch * m * n * k);
+    try {
+      const aAt = this.#stage(a, aLength, true), bAt = this.#stage(b, bLength, true);
+      const cAt = this.#stage(out, cLength, false), scratch = this.#scratch(threads * GEMM_SCRATCH_BYTES);
+      if (aAt === undefined || bAt === undefined || cAt === undefined || scratch === undefined) return false;
+      this.#run(TaskKind.matmul, {
+        batch,
+        m,
+        n,
+        k,
+        a: aAt,
+        lda: transA ? m : k,
+        transA,
+        aBatchStride: 4 * aBatchStride,
+        b: bAt,
+        ldb: transB ? k : n,
+        transB,
+        bBatchStride: 4 * bBatchStride,
+        c: cAt,
+        ldc: n,
+        cBatchStride: 4 * m * n,
+        accumulate: false,
+        scratch,
+        scratchStride: GEMM_SCRATCH_BYTES,
+      }, threads);
+      this.#unstage(out, cAt, cLength);
+      return true;
+    } finally {
+      this.#releaseTemporaries();
+    }
+  }
+
+  /**
+   * Runs a convolution task on operands already in kernel memory (forward and weight-gradient
+   * tasks, which pack columns from padded images, get their window-offset table here); false when
+   * scratch does not fit.
+   */
+  #convTask(
+    kind: TaskKind,
+    g: Conv2dGeometry,
+    at: { image: number; weight: number; output: number },
+  ): boolean {
+    const flops = 2 * g.batch * g.outHeight * g.outWidth * g.outChannels * (g.inChannels / g.groups) *
+      g.kernelH *
+      g.kernelW;
+    let threads = this.#threadsFor(flops);
+    // Forward and input gradient split the batch: never more threads than images.
+    if (kind !== TaskKind.convBackwardFilter) threads = Math.min(threads, g.batch);
+    const rows = kind === TaskKind.convBackwardFilter ? filterRowsPerThread(g, threads) : columnRows(g);
+    const implicit = kind !== TaskKind.convBackwardInput;
+    const scratchStride = convScratchBytes(g, rows, implicit);
+    const scratch = this.#scratch(threads * scratchStride);
+    let offsets = 0;
+    if (implicit) {
+      const table = windowOffsets(g);
+      const address = this.#scratch(4 * table.length);
+      if (address === undefined) return false;
+      new Int32Array(this.#memory.buffer, address, table.length).set(table);
+      offsets = address;
+    }
+    if (scratch === undefined) return false;
+    this.#run(kind, { ...g, ...at, offsets, scratch, scratchStride }, threads);
+    return true;
+  }
+
+  #conv(
+    kind: TaskKind,
+    g: Conv2dGeometry,
+    image: Float32Array,
+    weight: Float32Array,
+    output: Float32Array,
+    result: "image" | "weight" | "output",
+  ): boolean {
+    checkLength("x", image, g.batch * g.inChannels * g.inHeight * g.inWidth);
+    checkLength("w", weight, g.outChannels * (g.inChannels / g.groups) * g.kernelH * g.kernelW);
+    checkLength("out", output, g.batch * g.outChannels * g.outHeight * g.outWidth);
+    try {
+      const imageAt = this.#stage(image, image.length, result !== "image");
+      const weightAt = this.#stage(weight, weight.length, result !== "weight");
+      const outputAt = this.#stage(output, output.length, result !== "output");
+      if (imageAt === undefined || weightAt === undefined || outputAt === undefined) return false;
+      const done = this.#convTask(kind, g, { image: imageAt, weight: weightAt, output: outputAt });
+      if (!done) return false;
+      if (result === "image") this.#unstage(image, imageAt, image.length);
+      else if (result === "weight") this.#unstage(weight, weightAt, weight.length);
+      else this.#unstage(output, outputAt, output.length);
+      return true;
+    } finally {
+      this.#releaseTemporaries();
+    }
+  }
+
+  /**
+   * Max pooling forward (`out` and `argmax` overwritten, the TypeScript kernel's exact values and
+   * indices); false when it does not fit the kernel memory.
+   */
+  maxPool2dForward(x: Float32Array, out: Float32Array, argmax: Int32Array, g: Pool2dGeometry): boolean {
+    const planes = g.batch * g.channels;
+    const inPlane = g.inHeight * g.inWidth, outPlane = g.outHeight * g.outWidth;
+    if (x.length !== planes * inPlane || out.length !== planes * outPlane || argmax.length !== out.length) {
+      throw new Error(`maxPool2d: operand sizes do not match the geometry`);
+    }
+    // Memory-bound: more threads only pay on large inputs.
+    const threads = this.#threadsFor(x.length * 4);
+    try {
+      const xAt = this.#stage(x, x.length, true), outAt = this.#stage(out, out.length, false);
+      const argmaxAt = this.#stage(argmax, argmax.length, false);
+      if (xAt === undefined || outAt === undefined || argmaxAt === undefined) return false;
+      this.#run(TaskKind.maxPoolForward, {
+        planes,
+        inHeight: g.inHeight,
+        inWidth: g.inWidth,
+        outHeight: g.outHeight,
+        outWidth: g.outWidth,
+        kernelH: g.kernelH,
+        kernelW: g.kernelW,
+        strideH: g.strideH,
+        strideW: g.strideW,
+        padH: g.padH,
+        padW: g.padW,
+        x: xAt,
+        out: outAt,
+        argmax: argmaxAt,
+        scratch: 0,
+        scratchStride: 0,
+      }, threads);
+      this.#unstage(out, outAt, out.length);
+      this.#unstage(argmax, argmaxAt, argmax.length);
+      return true;
+    } finally {
+      this.#releaseTemporaries();
+    }
+  }
+
+  /** `out = relu(x)` over equal-length arrays (the TypeScript kernel's bits); false when out of memory. */
+  relu(x: Float32Array, out: Float32Array): boolean {
+    try {
+      const xAt = this.#stage(x, x.length, true), outAt = this.#stage(out, out.length, false);
+      if (xAt === undefined || outAt === undefined) return false;
+      this.#kernels.relu(xAt, outAt, x.length);
+      this.#unstage(out, outAt, out.length);
+      return true;
+    } finally {
+      this.#releaseTemporaries();
+    }
+  }
+
+  /**
+   * `out[i] = y[yOffset + i] > 0 ? dy[dyOffset + i] : 0` for i < out.length (the TypeScript
+   * kernel's bits); false when out of memory.
+   */
+  reluGrad(dy: Float32Array, dyOffset: number, y: Float32Array, yOffset: number, out: Float32Array): boolean {
+    const n = out.length;
+    try {
+      const dyAt = this.#stage(dy, n, true, dyOffset), yAt = this.#stage(y, n, true, yOffset);
+      const outAt = this.#stage(out, n, false);
+      if (dyAt === undefined || yAt === undefined || outAt === undefined) return false;
+      this.#kernels.relu_grad(dyAt, yAt, outAt, n);
+      this.#unstage(out, outAt, n);
+      return true;
+    } finally {
+      this.#releaseTemporaries();
+    }
+  }
+
+  /** Convolution forward (`y` overwritten); false when it does not fit the kernel memory. */
+  conv2dForward(x: Float32Array, w: Float32Array, y: Float32Array, g: Conv2dGeometry): boolean {
+    return this.#conv(TaskKind.convForward, g, x, w, y, "output");
+  }
+
+  /** Input gradient (`dx` overwritten); false when it does not fit the kernel memory. */
+  conv2dBackwardInput(dy: Float32Array, w: Float32Array, dx: Float32Array, g: Conv2dGeometry): boolean {
+    return this.#conv(TaskKind.convBackwardInput, g, dx, w, dy, "image");
+  }
+
+  /** Weight gradient (`dw` overwritten); false when it does not fit the kernel memory. */
+  conv2dBackwardFilter(x: Float32Array, dy: Float32Array, dw: Float32Array, g: Conv2dGeometry): boolean {
+    return this.#conv(TaskKind.convBackwardFilter, g, x, dw, dy, "weight");
+  }
+}

@@ -1,0 +1,102 @@
+/**
+ * Assembles the CPU backend's kernel module (GEMM, convolution helpers, max pooling, ReLU) for the features the
+ * engine has, and instantiates it over a memory that can grow and, where the engine allows, be
+ * shared with pool threads.
+ *
+ * @module
+ */
+
+import { ModuleBuilder } from "./encoder.ts";
+import { CONV_EXPORTS, emitConvKernels } from "./conv_kernels.ts";
+import { emitElementwiseKernels } from "./elementwise_kernels.ts";
+import { emitGemmKernels } from "./gemm_kernels.ts";
+import { emitPoolKernels } from "./pool_kernels.ts";
+import { GEMM_TILE, type GemmExports } from "./gemm.ts";
+
+/**
+ * Largest memory the kernels use: 2 GiB (32768 pages of 64 KiB). Calls needing more fall back to TypeScript.
+ *
+ * @example
+ * ```ts
+ * import { MAX_MEMORY_PAGES } from "./module.ts";
+ * console.log(MAX_MEMORY_PAGES * 65536); // 2147483648
+ * ```
+ */
+export const MAX_MEMORY_PAGES = 32768;
+
+/** Which code to generate. */
+export interface KernelModuleOptions {
+  /** Use relaxed SIMD's fused multiply-add (only where detected). */
+  fma: boolean;
+  /** Import a shared memory (threads) rather than a plain one. */
+  shared: boolean;
+}
+
+/** Every function the kernel module exports. */
+export interface KernelExports extends GemmExports {
+  /** See `CONV_EXPORTS.im2col`. */
+  conv_im2col(...args: number[]): void;
+  /** See `CONV_EXPORTS.col2imAdd`. */
+  conv_col2im_add(...args: number[]): void;
+  /** See `CONV_EXPORTS.fillZero`. */
+  fill_zero(address: number, bytes: number): void;
+  /** See `CONV_EXPORTS.pad`. */
+  conv_pad(...args: number[]): void;
+  /** See `CONV_EXPORTS.packColumns`. */
+  conv_pack_columns(...args: number[]): void;
+  /** See `CONV_EXPORTS.packRows`. */
+  conv_pack_rows(...args: number[]): void;
+  /** See `POOL_EXPORTS.maxForward`. */
+  max_pool_forward(...args: number[]): void;
+  /** See `ELEMENTWISE_EXPORTS.relu`. */
+  relu(x: number, out: number, n: number): void;
+  /** See `ELEMENTWISE_EXPORTS.reluGrad`. */
+  relu_grad(dy: number, y: number, out: number, n: number): void;
+}
+
+/**
+ * The kernel module's bytes.
+ *
+ * @example
+ * ```ts
+ * import { kernelModuleBytes } from "./module.ts";
+ * console.log(WebAssembly.validate(kernelModuleBytes({ fma: false, shared: false }))); // true
+ * ```
+ */
+export function kernelModuleBytes(options: KernelModuleOptions): Uint8Array<ArrayBuffer> {
+  const builder = new ModuleBuilder().importMemory({
+    module: "env",
+    name: "memory",
+    initialPages: 1,
+    maximumPages: MAX_MEMORY_PAGES,
+    shared: options.shared,
+  });
+  const mr = options.fma ? GEMM_TILE.mr : GEMM_TILE.mrUnfused;
+  emitGemmKernels(builder, { mr, nr: GEMM_TILE.nr, unroll: 4, fma: options.fma });
+  emitConvKernels(builder);
+  emitPoolKernels(builder);
+  emitElementwiseKernels(builder);
+  return builder.build();
+}
+
+/**
+ * Instantiates compiled kernels over `memory` (synchronously: the module is small) and returns
+ * the exports, typed.
+ *
+ * @example
+ * ```ts
+ * import { instantiateKernels, kernelModuleBytes, MAX_MEMORY_PAGES } from "./module.ts";
+ * const module = new WebAssembly.Module(kernelModuleBytes({ fma: false, shared: false }));
+ * const memory = new WebAssembly.Memory({ initial: 16, maximum: MAX_MEMORY_PAGES });
+ * const kernels = instantiateKernels(module, memory);
+ * kernels.fill_zero(0, 64);
+ * ```
+ */
+export function instantiateKernels(module: WebAssembly.Module, memory: WebAssembly.Memory): KernelExports {
+  const instance = new WebAssembly.Instance(module, { env: { memory } });
+  const exports = instance.exports as unknown as KernelExports;
+  if (typeof exports[CONV_EXPORTS.fillZero] !== "function") {
+    throw new Error("kernel module lacks its exports");
+  }
+  return exports;
+}

@@ -1,0 +1,306 @@
+/**
+ * The work the kernel threads share: a task is a kind and a flat list of integers (sizes and byte
+ * addresses in kernel memory), so it crosses to pool threads through shared memory without
+ * messages. {@link runTaskShare} is what every thread runs, the main thread included: it picks
+ * the thread's share by index and runs it.
+ *
+ * How each kind splits never changes the arithmetic of any output element (see `gemm.ts` and
+ * `conv.ts`), so results are bit-identical whatever the thread count.
+ *
+ * @module
+ */
+
+import type { Conv2dGeometry } from "../../geometry.ts";
+import { columnRows, convBackwardFilterRows, convBackwardInputImages, convForwardImages } from "./conv.ts";
+import { GEMM_TILE, gemmBlocked, type GemmProblem, gemmWindow } from "./gemm.ts";
+import type { KernelExports } from "./module.ts";
+
+/**
+ * What a task computes.
+ *
+ * @example
+ * ```ts
+ * import { TaskKind } from "./tasks.ts";
+ * console.log(TaskKind.convForward); // 2
+ * ```
+ */
+export const TaskKind = {
+  matmul: 1,
+  convForward: 2,
+  convBackwardInput: 3,
+  convBackwardFilter: 4,
+  maxPoolForward: 5,
+} as const;
+
+/** One of the {@link TaskKind} codes. */
+export type TaskKind = typeof TaskKind[keyof typeof TaskKind];
+
+/** A batch of products `c[i] = [c[i] +] op(a[i])·op(b[i])`, strides in bytes. */
+export interface MatmulTask extends GemmProblem {
+  batch: number;
+  aBatchStride: number;
+  bBatchStride: number;
+  cBatchStride: number;
+}
+
+/** A convolution pass: geometry and operand addresses. */
+export interface ConvTask extends Conv2dGeometry {
+  image: number;
+  weight: number;
+  output: number;
+  /** Forward and weight gradient: address of the int32 window-offset table (see `windowOffsets`). */
+  offsets: number;
+}
+
+/** Max pooling forward over `planes` planes (geometry as `Pool2dGeometry`, batch × channels = planes). */
+export interface PoolTask {
+  planes: number;
+  inHeight: number;
+  inWidth: number;
+  outHeight: number;
+  outWidth: number;
+  kernelH: number;
+  kernelW: number;
+  strideH: number;
+  strideW: number;
+  padH: number;
+  padW: number;
+  x: number;
+  out: number;
+  argmax: number;
+}
+
+/** Every task carries where thread t's scratch starts: `scratch + t·scratchStride`. */
+export interface TaskScratch {
+  scratch: number;
+  scratchStride: number;
+}
+
+const MATMUL_FIELDS = [
+  "batch",
+  "m",
+  "n",
+  "k",
+  "a",
+  "lda",
+  "transA",
+  "aBatchStride",
+  "b",
+  "ldb",
+  "transB",
+  "bBatchStride",
+  "c",
+  "ldc",
+  "cBatchStride",
+  "accumulate",
+  "scratch",
+  "scratchStride",
+] as const;
+
+const CONV_FIELDS = [
+  "batch",
+  "inChannels",
+  "inHeight",
+  "inWidth",
+  "outChannels",
+  "kernelH",
+  "kernelW",
+  "strideH",
+  "strideW",
+  "padH",
+  "padW",
+  "groups",
+  "outHeight",
+  "outWidth",
+  "image",
+  "weight",
+  "output",
+  "offsets",
+  "scratch",
+  "scratchStride",
+] as const;
+
+const POOL_FIELDS = [
+  "planes",
+  "inHeight",
+  "inWidth",
+  "outHeight",
+  "outWidth",
+  "kernelH",
+  "kernelW",
+  "strideH",
+  "strideW",
+  "padH",
+  "padW",
+  "x",
+  "out",
+  "argmax",
+  "scratch",
+  "scratchStride",
+] as const;
+
+/**
+ * Most integers any task needs (the size of the shared argument block).
+ *
+ * @example
+ * ```ts
+ * import { MAX_TASK_ARGS } from "./tasks.ts";
+ * const args = new Int32Array(MAX_TASK_ARGS);
+ * ```
+ */
+export const MAX_TASK_ARGS = 32;
+
+function fieldsOf(kind: TaskKind): readonly string[] {
+  if (kind === TaskKind.matmul) return MATMUL_FIELDS;
+  return kind === TaskKind.maxPoolForward ? POOL_FIELDS : CONV_FIELDS;
+}
+
+/**
+ * Writes a task's fields, in their fixed order, into `out` (booleans as 0/1).
+ *
+ * @example
+ * ```ts
+ * import { encodeTask, MAX_TASK_ARGS, TaskKind } from "./tasks.ts";
+ * const args = new Int32Array(MAX_TASK_ARGS);
+ * encodeTask(TaskKind.matmul, {
+ *   batch: 1, m: 2, n: 2, k: 2, a: 0, lda: 2, transA: false, aBatchStride: 0, b: 16, ldb: 2,
+ *   transB: false, bBatchStride: 0, c: 32, ldc: 2, cBatchStride: 0, accumulate: false,
+ *   scratch: 1024, scratchStride: 0,
+ * }, args);
+ * ```
+ */
+export function encodeTask(
+  kind: TaskKind,
+  task: (MatmulTask | ConvTask | PoolTask) & TaskScratch,
+  out: Int32Array,
+): void {
+  const record = task as unknown as Record<string, number | boolean>;
+  fieldsOf(kind).forEach((field, i) => {
+    const value = record[field];
+    out[i] = typeof value === "boolean" ? (value ? 1 : 0) : value;
+  });
+}
+
+function decode(kind: TaskKind, args: Int32Array): Record<string, number> {
+  const out: Record<string, number> = {};
+  fieldsOf(kind).forEach((field, i) => (out[field] = args[i]));
+  return out;
+}
+
+/** [start, end) of share `t` of `count` items over `threads`, in multiples of `quantum`. */
+function share(count: number, t: number, threads: number, quantum = 1): [number, number] {
+  const units = Math.ceil(count / quantum);
+  const start = Math.min(count, Math.floor((units * t) / threads) * quantum);
+  const end = Math.min(count, Math.floor((units * (t + 1)) / threads) * quantum);
+  return [start, end];
+}
+
+function runMatmul(x: KernelExports, task: Record<string, number>, t: number, threads: number): void {
+  const scratch = task.scratch + t * task.scratchStride;
+  const problem = (i: number): GemmProblem => ({
+    m: task.m,
+    n: task.n,
+    k: task.k,
+    a: task.a + i * task.aBatchStride,
+    lda: task.lda,
+    transA: task.transA === 1,
+    b: task.b + i * task.bBatchStride,
+    ldb: task.ldb,
+    transB: task.transB === 1,
+    c: task.c + i * task.cBatchStride,
+    ldc: task.ldc,
+    accumulate: task.accumulate === 1,
+  });
+  if (task.batch >= 4 * threads || task.batch % threads === 0) {
+    const [b0, b1] = share(task.batch, t, threads);
+    for (let i = b0; i < b1; i++) gemmBlocked(x, problem(i), scratch);
+    return;
+  }
+  // Few products: every thread takes a slice of each, along the longer side of C.
+  for (let i = 0; i < task.batch; i++) {
+    const p = problem(i);
+    if (p.n >= p.m) {
+      const [n0, n1] = share(p.n, t, threads, GEMM_TILE.nr);
+      if (n1 > n0) gemmBlocked(x, gemmWindow(p, 0, p.m, n0, n1), scratch);
+    } else {
+      const [m0, m1] = share(p.m, t, threads, GEMM_TILE.mr);
+      if (m1 > m0) gemmBlocked(x, gemmWindow(p, m0, m1, 0, p.n), scratch);
+    }
+  }
+}
+
+/**
+ * Runs thread `t`'s share (of `threads`) of the task encoded in `args`.
+ *
+ * @example
+ * ```ts
+ * import { runTaskShare, TaskKind } from "./tasks.ts";
+ * // runTaskShare(kernels, TaskKind.matmul, args, 0, 1); // the whole task on one thread
+ * ```
+ */
+export function runTaskShare(
+  x: KernelExports,
+  kind: TaskKind,
+  args: Int32Array,
+  t: number,
+  threads: number,
+): void {
+  const task = decode(kind, args);
+  if (kind === TaskKind.matmul) {
+    runMatmul(x, task, t, threads);
+    return;
+  }
+  if (kind === TaskKind.maxPoolForward) {
+    const [p0, p1] = share(task.planes, t, threads);
+    const inPlane = 4 * task.inHeight * task.inWidth, outPlane = 4 * task.outHeight * task.outWidth;
+    if (p1 > p0) {
+      x.max_pool_forward(
+        task.x + p0 * inPlane,
+        task.out + p0 * outPlane,
+        task.argmax + p0 * outPlane,
+        p1 - p0,
+        task.inHeight,
+        task.inWidth,
+        task.outHeight,
+        task.outWidth,
+        task.kernelH,
+        task.kernelW,
+        task.strideH,
+        task.strideW,
+        task.padH,
+        task.padW,
+      );
+    }
+    return;
+  }
+  const g = task as unknown as Conv2dGeometry;
+  const at = { image: task.image, weight: task.weight, output: task.output };
+  const scratch = task.scratch + t * task.scratchStride;
+  if (kind === TaskKind.convBackwardFilter) {
+    const [r0, r1] = share(columnRows(g), t, threads, GEMM_TILE.nr);
+    convBackwardFilterRows(x, g, at, r0, r1, scratch, task.offsets);
+    return;
+  }
+  const [n0, n1] = share(g.batch, t, threads);
+  if (kind === TaskKind.convForward) convForwardImages(x, g, at, n0, n1, scratch, task.offsets);
+  else convBackwardInputImages(x, g, at, n0, n1, scratch);
+}
+
+/**
+ * Rows of the column matrix thread `t` handles in a weight-gradient task (for sizing its scratch).
+ *
+ * @example
+ * ```ts
+ * import { filterRowsPerThread } from "./tasks.ts";
+ * import { conv2dGeometry } from "../../geometry.ts";
+ * filterRowsPerThread(conv2dGeometry([1, 3, 8, 8], [4, 3, 3, 3]), 2); // 16: 27 rows split 16 + 11
+ * ```
+ */
+export function filterRowsPerThread(g: Conv2dGeometry, threads: number): number {
+  let most = 0;
+  for (let t = 0; t < threads; t++) {
+    const [r0, r1] = share(columnRows(g), t, threads, GEMM_TILE.nr);
+    most = Math.max(most, r1 - r0);
+  }
+  return most;
+}
