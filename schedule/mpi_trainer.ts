@@ -39,7 +39,13 @@ import { type Interval, measure, overlapLength } from "./intervals.ts";
 import { averageInDeviceOrder, hostParameterEntries } from "./host_parameters.ts";
 import { groupRange, layoutOf, type ParameterLayout } from "./layout.ts";
 import { buildModel, type ModelSpec } from "./model_spec.ts";
-import { MpiTransport, type MpiTransportOptions, TransportError, type WaitOptions } from "./mpi_transport.ts";
+import {
+  detectMpiLaunch,
+  MpiTransport,
+  type MpiTransportOptions,
+  TransportError,
+  type WaitOptions,
+} from "./mpi_transport.ts";
 import { dependenciesOf, type Plan, type ReductionMode, stepLabel } from "./plan.ts";
 import type { DataParallelStepResult, HostBatch, LaneEvent } from "./runtime.ts";
 import type { TraceRecorder, TraceSpan } from "./trace.ts";
@@ -97,6 +103,12 @@ function deferred(): Deferred {
   });
   promise.catch(() => {});
   return { promise, resolve, reject };
+}
+
+/** Kernel threads for one of `ranksOnHost` ranks sharing this host's cores (at least 1). */
+function cpuThreadsPerRank(ranksOnHost: number): number {
+  const cores = Math.max(1, navigator.hardwareConcurrency || 1);
+  return Math.max(1, Math.floor(cores / ranksOnHost));
 }
 
 const sharedFloats = (length: number) => new Float32Array(new SharedArrayBuffer(4 * length));
@@ -231,7 +243,11 @@ export class MpiTrainer {
     try {
       device = options.startDevice
         ? await options.startDevice(rank, options.model, layout, timeoutSeconds)
-        : await CpuDevice.start(rank, options.model, layout, { timeoutSeconds });
+        : await CpuDevice.start(rank, options.model, layout, {
+          timeoutSeconds,
+          // The ranks on this host share its cores, as Worker devices in one process do.
+          threads: cpuThreadsPerRank(detectMpiLaunch()?.localSize ?? 1),
+        });
     } catch (error) {
       startFailure = (error as Error)?.message ?? String(error);
     }

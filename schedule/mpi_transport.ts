@@ -65,17 +65,20 @@ export interface MpiLaunch {
   readonly size: number;
   /** Rank among the processes on this host (pick a GPU or socket with it). */
   readonly localRank: number;
+  /** Processes of the job on this host: they share its cores. */
+  readonly localSize: number;
 }
 
 /**
  * The MPI job this process was started in by Open MPI's `mpirun` (from `OMPI_COMM_WORLD_SIZE`,
- * `OMPI_COMM_WORLD_RANK` and `OMPI_COMM_WORLD_LOCAL_RANK`), or `undefined` outside one.
+ * `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_LOCAL_RANK` and `OMPI_COMM_WORLD_LOCAL_SIZE`), or
+ * `undefined` outside one.
  *
  * @example
  * ```ts
  * import { detectMpiLaunch } from "./mpi_transport.ts";
  * const env = new Map([["OMPI_COMM_WORLD_SIZE", "2"], ["OMPI_COMM_WORLD_RANK", "1"]]);
- * console.log(detectMpiLaunch(env)); // { rank: 1, size: 2, localRank: 1 }
+ * console.log(detectMpiLaunch(env)); // { rank: 1, size: 2, localRank: 1, localSize: 2 }
  * ```
  */
 export function detectMpiLaunch(
@@ -87,7 +90,13 @@ export function detectMpiLaunch(
     return undefined;
   }
   const local = Number(env.get("OMPI_COMM_WORLD_LOCAL_RANK") ?? rank);
-  return { rank, size, localRank: Number.isInteger(local) ? local : rank };
+  const localSize = Number(env.get("OMPI_COMM_WORLD_LOCAL_SIZE") ?? size);
+  return {
+    rank,
+    size,
+    localRank: Number.isInteger(local) ? local : rank,
+    localSize: Number.isInteger(localSize) && localSize >= 1 ? localSize : size,
+  };
 }
 
 /** When to give up waiting for a collective. */

@@ -244,7 +244,7 @@ Deno.test({
 Deno.test("mpi: --transport is read from mpirun's environment and checked against it", () => {
   const env = (vars: Record<string, string>) => new Map(Object.entries(vars));
   const launch = detectMpiLaunch(env({ OMPI_COMM_WORLD_SIZE: "4", OMPI_COMM_WORLD_RANK: "3" }));
-  assert.deepEqual(launch, { rank: 3, size: 4, localRank: 3 });
+  assert.deepEqual(launch, { rank: 3, size: 4, localRank: 3, localSize: 4 });
   assert.equal(detectMpiLaunch(env({})), undefined);
   const underMpi = parseTrainArgs(["--batch", "16"], launch);
   assert.equal(underMpi.transport, "mpi");
