@@ -16,8 +16,10 @@
 import {
   averageInDeviceOrder,
   buildModel,
+  type CpuBackend,
   DataParallelTrainer,
   detectMpiLaunch,
+  getBackend,
   type LaneEvent,
   layoutOf,
   type ModelSpec,
@@ -33,6 +35,7 @@ import {
   uniformValues,
   writeFileAtomic,
 } from "../mod.ts";
+import { cpuKernelsLabel } from "./backend_label.ts";
 
 const RANKS = 2;
 
@@ -183,7 +186,9 @@ say(
     new Date().toISOString().slice(0, 10)
   } on ${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}, ` +
     `Open MPI (${mpi.library.path}) with ${mpi.size} ranks on one host (shared-memory BTL \`vader\`), ` +
-    `the pure-TypeScript CPU backend, one CPU device (a Worker) per rank. Written by \`bench/mpi_bench.ts\`.`,
+    `the ${
+      cpuKernelsLabel(getBackend() as CpuBackend)
+    }, one CPU device (a Worker) per rank. Written by \`bench/mpi_bench.ts\`.`,
 );
 
 say();

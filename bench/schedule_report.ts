@@ -17,7 +17,9 @@
 import {
   averageInDeviceOrder,
   calibrateProfile,
+  type CpuBackend,
   DataParallelTrainer,
+  getBackend,
   groupTotals,
   type LinkSpec,
   measureProfile,
@@ -33,6 +35,7 @@ import {
   uniformValues,
   writeFileAtomic,
 } from "../mod.ts";
+import { cpuKernelsLabel } from "./backend_label.ts";
 import { buildModel } from "../schedule/model_spec.ts";
 
 const GLOBAL_BATCH = 64;
@@ -167,7 +170,9 @@ say(
   `Measured ${
     new Date().toISOString().slice(0, 10)
   } on ${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}, ` +
-    `pure-TypeScript CPU backend, 2 CPU devices (Workers), master reduction, global batch ${GLOBAL_BATCH}, ` +
+    `${cpuKernelsLabel(getBackend() as CpuBackend)}, 2 CPU devices (Workers, ${
+      Math.max(1, Math.floor(navigator.hardwareConcurrency / 2))
+    } kernel thread(s) each), master reduction, global batch ${GLOBAL_BATCH}, ` +
     `best of ${TIMED} steps after ${WARMUP} warm-up steps (medians for the communication figures). Links marked "emulated" add latency + bytes/bandwidth ` +
     `to every transfer; without one, devices share memory.`,
 );
