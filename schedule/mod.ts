@@ -99,6 +99,7 @@ export {
   DataParallelTrainer,
   type HostBatch,
   type LaneEvent,
+  type ReplicaTrainingOptions,
 } from "./runtime.ts";
 export {
   type ComputeCommand,

@@ -34,11 +34,12 @@ import {
   ValueError,
 } from "../engine/mod.ts";
 import { CpuDevice } from "./cpu_device.ts";
+import { deferred } from "./deferred.ts";
 import { type Device, DeviceError } from "./device.ts";
 import { type Interval, measure, overlapLength } from "./intervals.ts";
 import { averageInDeviceOrder, hostParameterEntries } from "./host_parameters.ts";
 import { groupRange, layoutOf, type ParameterLayout } from "./layout.ts";
-import { buildModel, type ModelSpec } from "./model_spec.ts";
+import { buildModel } from "./model_spec.ts";
 import {
   detectMpiLaunch,
   MpiTransport,
@@ -47,62 +48,21 @@ import {
   type WaitOptions,
 } from "./mpi_transport.ts";
 import { dependenciesOf, type Plan, type ReductionMode, stepLabel } from "./plan.ts";
-import type { DataParallelStepResult, HostBatch, LaneEvent } from "./runtime.ts";
-import type { TraceRecorder, TraceSpan } from "./trace.ts";
+import type { DataParallelStepResult, HostBatch, ReplicaTrainingOptions } from "./runtime.ts";
+import type { TraceSpan } from "./trace.ts";
 
-/** Options of {@link MpiTrainer.create}; every rank must pass the same ones. */
-export interface MpiTrainerOptions {
-  /** The model every rank builds. */
-  model: ModelSpec;
-  /** `master` (gather to rank 0, update there, broadcast; default) or `allreduce`. */
-  mode?: ReductionMode;
-  /** The schedule to run (validated beforehand). */
-  plan: Plan;
-  /** Creates the optimizer for a set of parameters (on rank 0, or on every rank in `allreduce`). */
-  optimizer: (parameters: ParameterEntry[]) => Optimizer;
-  /** Run seed for dropout (default 0). */
-  seed?: number;
-  /**
-   * Seconds a step (or a set-up collective) may take before this rank gives up waiting for the
-   * others and fails with a {@link TransportError} (default 120); also the device's own timeout.
-   */
-  timeoutSeconds?: number;
-  /** After every step, check that all ranks hold bit-identical parameters (default false). */
-  verifyReplicas?: boolean;
-  /** Receives this rank's lane events. */
-  onEvent?: (event: LaneEvent) => void;
-  /**
-   * Records this rank's lane events; {@link MpiTrainer.gatherTrace} adds every other rank's to rank
-   * 0's recorder, on rank 0's clock.
-   */
-  trace?: TraceRecorder;
-  /** Starts this rank's device (default: a CPU Worker); `index` is the rank. */
-  startDevice?: (
-    index: number,
-    model: ModelSpec,
-    layout: ParameterLayout,
-    timeoutSeconds: number,
-  ) => Promise<Device>;
+/**
+ * Options of {@link MpiTrainer.create}; every rank must pass the same ones. Per rank: `startDevice`
+ * starts this rank's device (`index` is the rank), the optimizer is created on rank 0 (every rank in
+ * `allreduce` mode), `timeoutSeconds` also bounds every set-up collective before this rank fails
+ * with a {@link TransportError}, and `trace` records this rank's lanes —
+ * {@link MpiTrainer.gatherTrace} adds every other rank's to rank 0's recorder, on rank 0's clock.
+ */
+export interface MpiTrainerOptions extends ReplicaTrainingOptions {
   /** The transport (default: `MpiTransport.init(transportOptions)`). */
   transport?: MpiTransport;
   /** Options for the default transport. */
   transportOptions?: MpiTransportOptions;
-}
-
-interface Deferred {
-  promise: Promise<void>;
-  resolve: () => void;
-  reject: (error: unknown) => void;
-}
-
-function deferred(): Deferred {
-  let resolve!: () => void, reject!: (error: unknown) => void;
-  const promise = new Promise<void>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  promise.catch(() => {});
-  return { promise, resolve, reject };
 }
 
 /** Kernel threads for one of `ranksOnHost` ranks sharing this host's cores (at least 1). */
@@ -434,7 +394,7 @@ export class MpiTrainer {
       this.#options.trace?.record(event);
     };
 
-    const ready = new Map(this.#plan.groups.map((g) => [g, deferred()]));
+    const ready = new Map(this.#plan.groups.map((g) => [g, deferred<void>()]));
     const backwardGroups = this.#plan.steps.filter((s) => s.kind === "backward").map((s) => s.group!);
     const compute = this.#device.compute(
       {

@@ -45,6 +45,7 @@ import {
   ValueError,
 } from "../engine/mod.ts";
 import { CpuDevice } from "./cpu_device.ts";
+import { type Deferred, deferred } from "./deferred.ts";
 import { type ComputeResult, type Device, DeviceError } from "./device.ts";
 import { type Interval, measure, overlapLength } from "./intervals.ts";
 import { averageInDeviceOrder, hostParameterEntries } from "./host_parameters.ts";
@@ -71,23 +72,22 @@ export interface LaneEvent {
   end: number;
 }
 
-/** Options of {@link DataParallelTrainer.create}. */
-export interface DataParallelOptions {
+/**
+ * What every data-parallel trainer is given, in one process ({@link DataParallelOptions}) or one
+ * per MPI rank (`MpiTrainerOptions`): the model, the schedule, the optimizer and the run settings.
+ */
+export interface ReplicaTrainingOptions {
   /** The model every device builds. */
   model: ModelSpec;
-  /** Number of devices (default 2). */
-  devices?: number;
   /** `master` (gather to device 0, update there, broadcast; default) or `allreduce`. */
   mode?: ReductionMode;
   /** The schedule to run (validated beforehand). */
   plan: Plan;
   /** Creates the optimizer for a set of parameters (called once per updating device). */
   optimizer: (parameters: ParameterEntry[]) => Optimizer;
-  /** Emulated link between devices; none means shared memory at full speed. */
-  link?: LinkSpec;
   /** Run seed for dropout (default 0). */
   seed?: number;
-  /** A device that does not answer within this many seconds fails the step (default 120). */
+  /** A device (or rank) that does not answer within this many seconds fails the step (default 120). */
   timeoutSeconds?: number;
   /** After every step, check that all replicas hold bit-identical parameters (default false). */
   verifyReplicas?: boolean;
@@ -97,7 +97,7 @@ export interface DataParallelOptions {
   trace?: TraceRecorder;
   /**
    * Starts device `index` holding a replica of `model` laid out as `layout` (default: a CPU
-   * Worker). Other device kinds (WebGPU, another process) plug in here; the runtime only uses the
+   * Worker). Other device kinds (WebGPU, another process) plug in here; the trainers only use the
    * {@link Device} contract.
    */
   startDevice?: (
@@ -106,6 +106,14 @@ export interface DataParallelOptions {
     layout: ParameterLayout,
     timeoutSeconds: number,
   ) => Promise<Device>;
+}
+
+/** Options of {@link DataParallelTrainer.create}: devices in this process. */
+export interface DataParallelOptions extends ReplicaTrainingOptions {
+  /** Number of devices (default 2). */
+  devices?: number;
+  /** Emulated link between devices; none means shared memory at full speed. */
+  link?: LinkSpec;
 }
 
 /** A global batch as host arrays. */
@@ -855,22 +863,6 @@ async function timedTransfer(
 async function settleAll(promises: readonly Promise<unknown>[]): Promise<void> {
   const failed = (await Promise.allSettled(promises)).find((r) => r.status === "rejected");
   if (failed) throw (failed as PromiseRejectedResult).reason;
-}
-
-interface Deferred<T> {
-  promise: Promise<T>;
-  resolve: (value: T) => void;
-  reject: (error: unknown) => void;
-}
-
-function deferred<T>(): Deferred<T> {
-  let resolve!: (value: T) => void, reject!: (error: unknown) => void;
-  const promise = new Promise<T>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  promise.catch(() => {});
-  return { promise, resolve, reject };
 }
 
 async function firstDeviceError(computes: Promise<ComputeResult>[]): Promise<DeviceError | undefined> {
