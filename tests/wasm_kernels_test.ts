@@ -262,6 +262,32 @@ Deno.test("wasm GEMM: batched, with broadcast operands, and k = 0", () => {
   }
 });
 
+Deno.test("wasm GEMM: few rows times transposed B (the panel path) matches the oracle and the blocked path's bits", () => {
+  // m ≤ 96 with transposed B and k > 256 takes the panel-by-panel loop (`gemmPanels`): odd rows,
+  // column tails, depth past one and two 4096-deep A blocks, with and without transposed A.
+  const cases: [number, number, number][] = [[1, 9, 257], [5, 37, 300], [64, 20, 4100], [95, 13, 8197], [
+    96,
+    8,
+    513,
+  ], [7, 1, 4096]];
+  for (const [name, kernels] of KERNELS) {
+    for (const [m, n, k] of cases) {
+      for (const transA of [false, true]) {
+        const a = randomArray(m * k), b = randomArray(k * n);
+        const bT = new Float32Array(n * k);
+        for (let p = 0; p < k; p++) for (let j = 0; j < n; j++) bT[j * k + p] = b[p * n + j];
+        const label = `${name} ${m}×${n}×${k} ${transA ? "T" : "N"}T`;
+        const panels = new Float32Array(m * n).fill(NaN), blocked = new Float32Array(m * n);
+        assert.ok(kernels!.matmul(a, bT, panels, gemmSpec(m, n, k, transA, true)));
+        assertClose(panels, oracleMatmul(a, bT, gemmSpec(m, n, k, transA, true)), TOL, label);
+        // The same product with B untransposed runs the blocked loop: same bits.
+        kernels!.matmul(a, b, blocked, gemmSpec(m, n, k, transA, false));
+        assertSameBits(panels, blocked, `${label} against ${transA ? "T" : "N"}N`);
+      }
+    }
+  }
+});
+
 Deno.test("wasm GEMM: the four transpose layouts of one product agree bit for bit", () => {
   const [m, n, k] = [37, 70, 300];
   const a = randomArray(m * k), b = randomArray(k * n);
@@ -387,7 +413,13 @@ Deno.test("wasm threads: 2 and 3 threads give bit-identical GEMMs and convolutio
     try {
       assert.equal(await pool.startThreads(), threads);
       // Shapes large enough to be split, with tails in every direction and every split kind.
-      const shapes: [number, number, number][] = [[130, 301, 257], [37, 1029, 200], [901, 45, 130]];
+      const shapes: [number, number, number][] = [
+        [130, 301, 257],
+        [37, 1029, 200],
+        [901, 45, 130],
+        // Few rows, deep: transposed B takes the panel path, split by columns.
+        [64, 203, 4133],
+      ];
       for (const [m, n, k] of shapes) {
         for (const [transA, transB] of TRANSPOSES) {
           const spec = gemmSpec(m, n, k, transA, transB);

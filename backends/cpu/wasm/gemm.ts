@@ -169,6 +169,10 @@ export function gemmBlocked(
   const aLane = transA ? 4 : 4 * lda, aDepth = transA ? 4 * lda : 4;
   // op(B) element (p, j): B[p·ldb + j], or B[j·ldb + p] transposed. Lanes of a B panel are columns j.
   const bLane = transB ? 4 * ldb : 4, bDepth = transB ? 4 : 4 * ldb;
+  if (!packColumns && transB && m <= MC && k > KC) {
+    gemmPanels(x, p, scratch);
+    return;
+  }
   for (let jc = 0; jc < n; jc += NC) {
     const nc = Math.min(NC, n - jc);
     for (let pc = 0; pc < k; pc += KC) {
@@ -180,6 +184,64 @@ export function gemmBlocked(
         const mc = Math.min(MC, m - ic);
         x.gemm_pack_a(p.a + ic * aLane + pc * aDepth, aLane, aDepth, mc, kc, packedA);
         x.gemm_macro(packedA, packedB, p.c + ic * ldcBytes + 4 * jc, mc, nc, kc, ldcBytes, accumulate, tile);
+      }
+    }
+  }
+}
+
+/**
+ * Depth of the A block {@link gemmPanels} packs at once: a multiple of KC, with MC × it floats of
+ * A and NR × it of one B panel within {@link GEMM_SCRATCH_BYTES}. 1024 packed B measurably slower
+ * (shorter streams); 2048, 4096 and the full 9216 of the FC layer ran alike.
+ */
+const PANEL_DEPTH = 16 * GEMM_BLOCKS.kc;
+
+/**
+ * Few rows (m ≤ MC) times transposed B, a fully connected layer's forward product X·Wᵀ: op(B) is
+ * the big operand, each packed element of it is used only m times, and reading it from memory is
+ * what costs. Transposed B's lanes (rows of W) are contiguous along the depth: packing one
+ * NR-lane panel `PANEL_DEPTH` deep reads NR sequential streams of 16 KiB, where the blocked loop
+ * packs KC × NC blocks, NC rows of W touched for 1 KiB each (on the 9216→4096 layer's 151 MB of
+ * weights: ≈ 11 ms of packing against ≈ 17 ms, one thread). A is packed once per depth block,
+ * MC × PANEL_DEPTH, and every panel runs the macro-kernel once per KC step of it: the same depth
+ * blocks, summed in the same order, as {@link gemmBlocked}, so every element of C gets the same
+ * bits either way (and whatever the thread count: threads take column ranges of C).
+ */
+function gemmPanels(x: GemmExports, p: GemmProblem, scratch: number): void {
+  const { m, n, k, lda, ldb, transA } = p;
+  const { kc: KC, mc: MC } = GEMM_BLOCKS;
+  const NR = GEMM_TILE.nr;
+  const packedA = align64(scratch);
+  const packedB = align64(packedA + 4 * MC * PANEL_DEPTH);
+  const tile = align64(packedB + 4 * NR * PANEL_DEPTH);
+  const ldcBytes = 4 * p.ldc;
+  const aLane = transA ? 4 : 4 * lda, aDepth = transA ? 4 * lda : 4;
+  const bLane = 4 * ldb;
+  for (let p2 = 0; p2 < k; p2 += PANEL_DEPTH) {
+    const depth = Math.min(PANEL_DEPTH, k - p2);
+    // KC step s of the A block at packedA + 4·MC·KC·s (whole MR-row panels, at most MC rows).
+    for (let pc = 0; pc < depth; pc += KC) {
+      const kc = Math.min(KC, depth - pc);
+      x.gemm_pack_a(p.a + (p2 + pc) * aDepth, aLane, aDepth, m, kc, packedA + 4 * MC * pc);
+    }
+    for (let j0 = 0; j0 < n; j0 += NR) {
+      const cols = Math.min(NR, n - j0);
+      // One panel PANEL_DEPTH deep: its KC steps lie one after another.
+      x.gemm_pack_b(p.b + j0 * bLane + 4 * p2, bLane, 4, cols, depth, packedB);
+      for (let pc = 0; pc < depth; pc += KC) {
+        const kc = Math.min(KC, depth - pc);
+        const accumulate = p.accumulate || p2 + pc > 0 ? 1 : 0;
+        x.gemm_macro(
+          packedA + 4 * MC * pc,
+          packedB + 4 * NR * pc,
+          p.c + 4 * j0,
+          m,
+          cols,
+          kc,
+          ldcBytes,
+          accumulate,
+          tile,
+        );
       }
     }
   }

@@ -28,6 +28,28 @@ const PAGE = 65536;
 /** Bytes the kernels may read past an operand's end (vector loads whose extra lanes go unused). */
 const OVERREAD = 64;
 
+/**
+ * The kernel module of each variant, compiled once per process and shared by every
+ * {@link WasmKernels} (each instantiates it over its own memory). Engines compile WebAssembly in
+ * a baseline tier first and optimise hot functions in the background; the optimised code belongs
+ * to the module, so a backend created later, or a pool thread, starts with kernels another has
+ * already warmed. Compiling per backend instead left a new multi-threaded backend running its
+ * first products in the baseline tier while the optimising compiler competed with the kernel
+ * threads for the cores (GEMM 512³ on 2 threads: 1.0–1.4× one thread in bench/wasm_bench.ts, whose
+ * 2-thread backend starts cold after the 1-thread one has warmed).
+ */
+const compiled = new Map<string, WebAssembly.Module>();
+
+function compiledKernels(fma: boolean, shared: boolean): WebAssembly.Module {
+  const key = `${fma ? "fma" : "mul-add"}/${shared ? "shared" : "own"}`;
+  let module = compiled.get(key);
+  if (!module) {
+    module = new WebAssembly.Module(kernelModuleBytes({ fma, shared }));
+    compiled.set(key, module);
+  }
+  return module;
+}
+
 /** Options of {@link WasmKernels.create}. */
 export interface WasmKernelOptions {
   /** Threads to compute with, the calling one included (≥ 1). */
@@ -106,7 +128,7 @@ export class WasmKernels {
     const fma = (options.fma ?? true) && features.relaxedSimd;
     const shared = features.sharedMemory;
     try {
-      const module = new WebAssembly.Module(kernelModuleBytes({ fma, shared }));
+      const module = compiledKernels(fma, shared);
       const memory = new WebAssembly.Memory({ initial: 16, maximum: MAX_MEMORY_PAGES, shared });
       return new WasmKernels(features, fma, module, memory, shared ? Math.max(1, options.threads) : 1);
     } catch {
