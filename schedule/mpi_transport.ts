@@ -490,20 +490,32 @@ export class MpiTransport {
     return this.#post(operation, "MPI_Ibarrier", [], (slot) => symbols.MPI_Ibarrier(handles.commWorld, slot));
   }
 
+  /**
+   * Shares every rank's byte count and copies `bytes` into a buffer as long as the longest: padding
+   * keeps the exchange one fixed-size collective (the payloads here are small).
+   */
+  async #padToLongest(
+    bytes: Uint8Array,
+    options: WaitOptions,
+    operation: string,
+  ): Promise<{ lengths: Int32Array; longest: number; padded: Uint8Array }> {
+    const lengths = new Int32Array(new SharedArrayBuffer(4 * this.size));
+    const length = new Int32Array(new SharedArrayBuffer(4));
+    length[0] = bytes.length;
+    await this.allgather(length, lengths, `${operation} (lengths)`).wait(options);
+    const longest = Math.max(...lengths);
+    const padded = new Uint8Array(new SharedArrayBuffer(longest));
+    padded.set(bytes);
+    return { lengths, longest, padded };
+  }
+
   /** Every rank's `bytes` (any length), in rank order, on every rank. */
   async allgatherBytes(
     bytes: Uint8Array,
     options: WaitOptions = {},
     operation = "allgather",
   ): Promise<Uint8Array[]> {
-    const lengths = new Int32Array(new SharedArrayBuffer(4 * this.size));
-    const length = new Int32Array(new SharedArrayBuffer(4));
-    length[0] = bytes.length;
-    await this.allgather(length, lengths, `${operation} (lengths)`).wait(options);
-    const longest = Math.max(...lengths);
-    // Padding to the longest keeps this one fixed-size collective; the payloads here are small.
-    const padded = new Uint8Array(new SharedArrayBuffer(longest));
-    padded.set(bytes);
+    const { lengths, longest, padded } = await this.#padToLongest(bytes, options, operation);
     const all = new Uint8Array(new SharedArrayBuffer(longest * this.size));
     await this.allgather(padded, all, operation).wait(options);
     return Array.from(lengths, (n, r) => all.slice(r * longest, r * longest + n));
@@ -516,13 +528,7 @@ export class MpiTransport {
     options: WaitOptions = {},
     operation = "gather",
   ): Promise<Uint8Array[] | undefined> {
-    const lengths = new Int32Array(new SharedArrayBuffer(4 * this.size));
-    const length = new Int32Array(new SharedArrayBuffer(4));
-    length[0] = bytes.length;
-    await this.allgather(length, lengths, `${operation} (lengths)`).wait(options);
-    const longest = Math.max(...lengths);
-    const padded = new Uint8Array(new SharedArrayBuffer(longest));
-    padded.set(bytes);
+    const { lengths, longest, padded } = await this.#padToLongest(bytes, options, operation);
     const all = this.rank === root ? new Uint8Array(new SharedArrayBuffer(longest * this.size)) : undefined;
     await this.gather(padded, all, root, operation).wait(options);
     return all && Array.from(lengths, (n, r) => all.slice(r * longest, r * longest + n));
