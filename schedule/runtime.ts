@@ -633,16 +633,12 @@ export class DataParallelTrainer {
             slice(this.#reduced[0]),
           );
         } else {
-          // Ring all-reduce: 2(N−1)/N of the bytes cross each link, in 2(N−1) latency-bound steps.
+          // Averaged here at once; on an emulated link the step then lasts as long as a ring all-reduce.
           const start = performance.now();
           const average = slice(this.#reduced[0]);
           averageInDeviceOrder(this.#devices.map((d) => slice(d.gradients)), average);
           for (const reduced of this.#reduced.slice(1)) slice(reduced).set(average);
-          if (link && n > 1) {
-            const seconds = (2 * (n - 1) / n) * average.byteLength / link.bandwidthBytesPerSecond +
-              2 * (n - 1) * link.latencySeconds;
-            await waitUntil(start + seconds * 1000);
-          }
+          await emulateRingAllreduce(start, average.byteLength, n, link);
         }
         return;
       }
@@ -706,11 +702,7 @@ export class DataParallelTrainer {
             );
           }
           for (const replica of replicas) replica.averageGradients(group);
-          if (link && n > 1) {
-            const seconds = (2 * (n - 1) / n) * bytes / link.bandwidthBytesPerSecond +
-              2 * (n - 1) * link.latencySeconds;
-            await waitUntil(start + seconds * 1000);
-          }
+          await emulateRingAllreduce(start, bytes, n, link);
         }
         return;
       }
@@ -863,6 +855,23 @@ async function timedTransfer(
 async function settleAll(promises: readonly Promise<unknown>[]): Promise<void> {
   const failed = (await Promise.allSettled(promises)).find((r) => r.status === "rejected");
   if (failed) throw (failed as PromiseRejectedResult).reason;
+}
+
+/**
+ * Waits until a ring all-reduce of `bytes` over `devices` devices started at `start` would have
+ * finished on `link`: 2(N−1)/N of the bytes cross each link, in 2(N−1) latency-bound steps. No link
+ * (shared memory) or one device: no wait.
+ */
+async function emulateRingAllreduce(
+  start: number,
+  bytes: number,
+  devices: number,
+  link: LinkSpec | undefined,
+): Promise<void> {
+  if (!link || devices < 2) return;
+  const seconds = (2 * (devices - 1) / devices) * bytes / link.bandwidthBytesPerSecond +
+    2 * (devices - 1) * link.latencySeconds;
+  await waitUntil(start + seconds * 1000);
 }
 
 async function firstDeviceError(computes: Promise<ComputeResult>[]): Promise<DeviceError | undefined> {
