@@ -36,7 +36,7 @@ import {
   writeFileAtomic,
 } from "../mod.ts";
 import { cpuKernelsLabel } from "./backend_label.ts";
-import { buildModel } from "../schedule/model_spec.ts";
+import { buildModel } from "../schedule/devices/model_spec.ts";
 
 const GLOBAL_BATCH = 64;
 const WARMUP = 3, TIMED = 7;

@@ -32,8 +32,8 @@ export {
   type ReductionMode,
   type StepKind,
   stepLabel,
-} from "./plan.ts";
-export { ScheduleError, type ScheduleErrorLocation } from "./errors.ts";
+} from "./plan/plan.ts";
+export { ScheduleError, type ScheduleErrorLocation } from "./plan/errors.ts";
 export {
   formatPlan,
   loadSchedule,
@@ -41,11 +41,11 @@ export {
   parseSchedule,
   schedule,
   type ScheduleTag,
-} from "./dsl.ts";
-export { type GroupTarget, ScheduleBuilder, scheduleBuilder } from "./builder.ts";
-export { checkPlan, type PlanReport, type ValidateOptions, validatePlan } from "./validate.ts";
-export { bucketed, type BuiltinName, builtinSchedule, overlap, sequential } from "./builtins.ts";
-export { explain, type ExplainOptions } from "./explain.ts";
+} from "./plan/dsl.ts";
+export { type GroupTarget, ScheduleBuilder, scheduleBuilder } from "./plan/builder.ts";
+export { checkPlan, type PlanReport, type ValidateOptions, validatePlan } from "./plan/validate.ts";
+export { bucketed, type BuiltinName, builtinSchedule, overlap, sequential } from "./plan/builtins.ts";
+export { explain, type ExplainOptions } from "./plan/explain.ts";
 export {
   calibrateProfile,
   checkProfile,
@@ -55,7 +55,7 @@ export {
   type Profile,
   type ProfileTargets,
   regroupProfile,
-} from "./profile.ts";
+} from "./simulator/profile.ts";
 export {
   alexnetScalingTable,
   commStepSeconds,
@@ -73,7 +73,7 @@ export {
   type Simulation,
   STANDARD_LINKS,
   type Topology,
-} from "./simulator.ts";
+} from "./simulator/simulator.ts";
 export {
   type AlexnetThresholds,
   type AutoPlan,
@@ -84,15 +84,15 @@ export {
   type JudgeOptions,
   type NetworkJudgement,
   type NetworkSplit,
-} from "./auto.ts";
+} from "./simulator/auto.ts";
 export {
   type ChromeTrace,
   type ChromeTraceEvent,
   type OverlapFigures,
   TraceRecorder,
   type TraceSpan,
-} from "./trace.ts";
-export { averageInDeviceOrder, hostParameterEntries } from "./host_parameters.ts";
+} from "./runtime/trace.ts";
+export { averageInDeviceOrder, hostParameterEntries } from "./runtime/host_parameters.ts";
 export {
   type DataParallelOptions,
   type DataParallelStepResult,
@@ -100,7 +100,7 @@ export {
   type HostBatch,
   type LaneEvent,
   type ReplicaTrainingOptions,
-} from "./runtime.ts";
+} from "./runtime/trainer.ts";
 export {
   type ComputeCommand,
   type ComputeResult,
@@ -108,11 +108,11 @@ export {
   DeviceError,
   type ResidentReplica,
   type ResidentRole,
-} from "./device.ts";
-export { CpuDevice } from "./cpu_device.ts";
-export { WebGpuDevice } from "./webgpu_device.ts";
-export { type LinkSpec, parseLink, transfer, type TransferTiming, waitUntil } from "./link.ts";
-export { buildModel, type ModelSpec } from "./model_spec.ts";
+} from "./devices/device.ts";
+export { CpuDevice } from "./devices/cpu_device.ts";
+export { WebGpuDevice } from "./devices/webgpu_device.ts";
+export { type LinkSpec, parseLink, transfer, type TransferTiming, waitUntil } from "./runtime/link.ts";
+export { buildModel, type ModelSpec } from "./devices/model_spec.ts";
 export {
   backwardGroupOrder,
   type GroupRange,
@@ -120,9 +120,9 @@ export {
   layoutOf,
   type ParameterLayout,
   type ParameterSlot,
-} from "./layout.ts";
-export { type MeasureOptions, measureProfile } from "./measure.ts";
-export type { ComputeSpan } from "./protocol.ts";
+} from "./devices/layout.ts";
+export { type MeasureOptions, measureProfile } from "./simulator/measure.ts";
+export type { ComputeSpan } from "./devices/protocol.ts";
 export {
   MPI_FUNCTIONS,
   MPI_LIBRARY_CANDIDATES,
@@ -130,7 +130,7 @@ export {
   type MpiHandles,
   MpiLibrary,
   type MpiSymbols,
-} from "./mpi_library.ts";
+} from "./mpi/library.ts";
 export {
   detectMpiLaunch,
   type MpiBuffer,
@@ -140,5 +140,5 @@ export {
   type MpiTransportOptions,
   TransportError,
   type WaitOptions,
-} from "./mpi_transport.ts";
-export { MpiTrainer, type MpiTrainerOptions } from "./mpi_trainer.ts";
+} from "./mpi/transport.ts";
+export { MpiTrainer, type MpiTrainerOptions } from "./mpi/trainer.ts";

@@ -1,15 +1,15 @@
 import assert from "node:assert/strict";
 import { loadCheckpoint, type ParameterEntry, randn, saveCheckpoint, SGD, uniformValues } from "../mod.ts";
-import { autoSchedule } from "../schedule/auto.ts";
-import { overlap, sequential } from "../schedule/builtins.ts";
-import { measureProfile } from "../schedule/measure.ts";
+import { autoSchedule } from "../schedule/simulator/auto.ts";
+import { overlap, sequential } from "../schedule/plan/builtins.ts";
+import { measureProfile } from "../schedule/simulator/measure.ts";
 import { tinyAlexNet } from "./fixtures/networks.ts";
-import { CpuDevice } from "../schedule/cpu_device.ts";
-import { type Device, DeviceError } from "../schedule/device.ts";
-import { parseLink } from "../schedule/link.ts";
-import type { Plan } from "../schedule/plan.ts";
-import type { ReductionMode } from "../schedule/plan.ts";
-import { type DataParallelOptions, DataParallelTrainer } from "../schedule/runtime.ts";
+import { CpuDevice } from "../schedule/devices/cpu_device.ts";
+import { type Device, DeviceError } from "../schedule/devices/device.ts";
+import { parseLink } from "../schedule/runtime/link.ts";
+import type { Plan } from "../schedule/plan/plan.ts";
+import type { ReductionMode } from "../schedule/plan/plan.ts";
+import { type DataParallelOptions, DataParallelTrainer } from "../schedule/runtime/trainer.ts";
 
 const groups = ["fc", "conv"];
 const model = {

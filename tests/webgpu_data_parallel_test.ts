@@ -19,11 +19,15 @@ import {
   type Storage,
   uniformValues,
 } from "../mod.ts";
-import { overlap, sequential } from "../schedule/builtins.ts";
-import { type Device, DeviceError } from "../schedule/device.ts";
-import type { Plan, ReductionMode } from "../schedule/plan.ts";
-import { type DataParallelOptions, DataParallelTrainer, type LaneEvent } from "../schedule/runtime.ts";
-import { WebGpuDevice } from "../schedule/webgpu_device.ts";
+import { overlap, sequential } from "../schedule/plan/builtins.ts";
+import { type Device, DeviceError } from "../schedule/devices/device.ts";
+import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
+import {
+  type DataParallelOptions,
+  DataParallelTrainer,
+  type LaneEvent,
+} from "../schedule/runtime/trainer.ts";
+import { WebGpuDevice } from "../schedule/devices/webgpu_device.ts";
 
 const probe = await createWebGpuBackend({ name: "webgpu:probe" });
 if (!probe) console.log("webgpu: no adapter, skipping the WebGPU data-parallel tests");

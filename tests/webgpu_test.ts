@@ -19,7 +19,7 @@ import {
   tidy,
   valueAndGrad,
 } from "../mod.ts";
-import { averageInDeviceOrder } from "../schedule/host_parameters.ts";
+import { averageInDeviceOrder } from "../schedule/runtime/host_parameters.ts";
 import { rng } from "./gradcheck.ts";
 
 const gpu: WebGpuBackend | null = await createWebGpuBackend();

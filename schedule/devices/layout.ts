@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { ParameterEntry } from "../engine/mod.ts";
+import type { ParameterEntry } from "../../engine/mod.ts";
 
 /** One parameter's place in the flat buffers. */
 export interface ParameterSlot {

@@ -14,7 +14,7 @@ import {
   type Module,
   type Network,
   TandemError,
-} from "../engine/mod.ts";
+} from "../../engine/mod.ts";
 
 /**
  * A model description that can cross a thread boundary:

@@ -18,8 +18,8 @@
  * @module
  */
 
-import { TandemError } from "../engine/mod.ts";
-import { MPI_THREAD_FUNNELED, MpiError, MpiLibrary } from "./mpi_library.ts";
+import { TandemError } from "../../engine/mod.ts";
+import { MPI_THREAD_FUNNELED, MpiError, MpiLibrary } from "./library.ts";
 
 /**
  * A collective did not complete in time, or the transport cannot be used any more after an earlier
@@ -27,7 +27,7 @@ import { MPI_THREAD_FUNNELED, MpiError, MpiLibrary } from "./mpi_library.ts";
  *
  * @example
  * ```ts
- * import { TransportError } from "./mpi_transport.ts";
+ * import { TransportError } from "./transport.ts";
  * const e = new TransportError(0, "reduce fc (MPI_Igather)", "did not complete within 5 s", 2);
  * console.log(e.message); // MPI rank 0, step 2: reduce fc (MPI_Igather) did not complete within 5 s
  * ```
@@ -54,7 +54,7 @@ export class TransportError extends TandemError {
  *
  * @example
  * ```ts
- * import type { MpiLaunch } from "./mpi_transport.ts";
+ * import type { MpiLaunch } from "./transport.ts";
  * const launch: MpiLaunch = { rank: 0, size: 2, localRank: 0 };
  * ```
  */
@@ -76,7 +76,7 @@ export interface MpiLaunch {
  *
  * @example
  * ```ts
- * import { detectMpiLaunch } from "./mpi_transport.ts";
+ * import { detectMpiLaunch } from "./transport.ts";
  * const env = new Map([["OMPI_COMM_WORLD_SIZE", "2"], ["OMPI_COMM_WORLD_RANK", "1"]]);
  * console.log(detectMpiLaunch(env)); // { rank: 1, size: 2, localRank: 1, localSize: 2 }
  * ```
@@ -140,7 +140,7 @@ export interface MpiTransportOptions {
  *
  * @example
  * ```ts
- * import type { MpiBuffer } from "./mpi_transport.ts";
+ * import type { MpiBuffer } from "./transport.ts";
  * const gradients: MpiBuffer = new Float32Array(new SharedArrayBuffer(4 * 1024));
  * ```
  */
@@ -152,7 +152,7 @@ export type MpiBuffer = Float32Array | Float64Array | Int32Array | Uint8Array;
  *
  * @example
  * ```ts ignore
- * import { MpiTransport } from "./mpi_transport.ts";
+ * import { MpiTransport } from "./transport.ts";
  * const mpi = MpiTransport.init();
  * const data = new Float32Array(1024).fill(mpi.rank);
  * await mpi.broadcast(data, 0, "parameters").wait({ deadline: performance.now() + 10_000 });
@@ -262,7 +262,7 @@ let initialised: MpiTransport | undefined;
  * @example
  * ```ts ignore
  * // Run as: mpirun -np 2 deno run -A script.ts
- * import { MpiTransport } from "./mpi_transport.ts";
+ * import { MpiTransport } from "./transport.ts";
  * const mpi = MpiTransport.init();
  * const all = await mpi.allgatherJson({ rank: mpi.rank, host: Deno.hostname() });
  * if (mpi.rank === 0) console.log(all);

@@ -20,7 +20,7 @@
  * @module
  */
 
-import { createWebGpuBackend, type StagedValues, type WebGpuBackend } from "../backends/webgpu/backend.ts";
+import { createWebGpuBackend, type StagedValues, type WebGpuBackend } from "../../backends/webgpu/backend.ts";
 import {
   backwardPass,
   countCorrect,
@@ -34,7 +34,7 @@ import {
   setBackend,
   Tensor,
   tidy,
-} from "../engine/mod.ts";
+} from "../../engine/mod.ts";
 import {
   type ComputeCommand,
   type ComputeResult,
@@ -74,7 +74,7 @@ interface ResidentState {
  *
  * @example
  * ```ts
- * import { DataParallelTrainer, overlap, SGD } from "../mod.ts";
+ * import { DataParallelTrainer, overlap, SGD } from "../../mod.ts";
  * import { WebGpuDevice } from "./webgpu_device.ts";
  * // const trainer = await DataParallelTrainer.create({
  * //   model, plan: overlap(["fc", "conv"]), optimizer: (p) => new SGD(p, { lr: 0.01 }),

@@ -15,7 +15,7 @@
  * @module
  */
 
-import { TandemError } from "../engine/mod.ts";
+import { TandemError } from "../../engine/mod.ts";
 
 /**
  * An MPI call returned an error code, or the library could not be loaded. Names the call and the
@@ -23,7 +23,7 @@ import { TandemError } from "../engine/mod.ts";
  *
  * @example
  * ```ts
- * import { MpiError } from "./mpi_library.ts";
+ * import { MpiError } from "./library.ts";
  * const e = new MpiError("MPI_Igather", 1, 15, "MPI_ERR_TRUNCATE: message truncated");
  * console.log(e.message); // MPI rank 1: MPI_Igather failed (error 15): MPI_ERR_TRUNCATE: message truncated
  * ```
@@ -55,7 +55,7 @@ export class MpiError extends TandemError {
  *
  * @example
  * ```ts
- * import { MPI_LIBRARY_CANDIDATES } from "./mpi_library.ts";
+ * import { MPI_LIBRARY_CANDIDATES } from "./library.ts";
  * console.log(MPI_LIBRARY_CANDIDATES[0]); // libmpi.so.40
  * ```
  */
@@ -81,7 +81,7 @@ const RTLD_NOW = 0x2, RTLD_GLOBAL = 0x100;
  *
  * @example
  * ```ts
- * import { MPI_FUNCTIONS } from "./mpi_library.ts";
+ * import { MPI_FUNCTIONS } from "./library.ts";
  * console.log(Object.keys(MPI_FUNCTIONS).includes("MPI_Iallgather")); // true
  * ```
  */
@@ -142,7 +142,7 @@ export const MPI_FUNCTIONS = {
  *
  * @example
  * ```ts
- * import type { MpiSymbols } from "./mpi_library.ts";
+ * import type { MpiSymbols } from "./library.ts";
  * const barrier = (symbols: MpiSymbols, world: Deno.PointerObject) => symbols.MPI_Barrier(world);
  * ```
  */
@@ -153,7 +153,7 @@ export type MpiSymbols = Deno.DynamicLibrary<typeof MPI_FUNCTIONS>["symbols"];
  *
  * @example
  * ```ts
- * import type { MpiHandles } from "./mpi_library.ts";
+ * import type { MpiHandles } from "./library.ts";
  * const describe = (h: MpiHandles) => Deno.UnsafePointer.value(h.commWorld).toString(16);
  * ```
  */
@@ -194,7 +194,7 @@ let opened: MpiLibrary | undefined;
  *
  * @example
  * ```ts ignore
- * import { MpiLibrary } from "./mpi_library.ts";
+ * import { MpiLibrary } from "./library.ts";
  * const mpi = MpiLibrary.open();
  * console.log(mpi.path); // libmpi.so.40
  * ```

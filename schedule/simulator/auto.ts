@@ -19,8 +19,8 @@
  * @module
  */
 
-import { overlap, sequential } from "./builtins.ts";
-import type { Plan } from "./plan.ts";
+import { overlap, sequential } from "../plan/builtins.ts";
+import type { Plan } from "../plan/plan.ts";
 import { checkProfile, groupTotals, type Profile, regroupProfile } from "./profile.ts";
 import { type CostOptions, type Link, simulate } from "./simulator.ts";
 

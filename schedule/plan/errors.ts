@@ -6,7 +6,7 @@
  * @module
  */
 
-import { TandemError } from "../engine/errors.ts";
+import { TandemError } from "../../engine/errors.ts";
 
 /**
  * Where a schedule problem is.

@@ -12,7 +12,7 @@
  * @module
  */
 
-import { type ParameterEntry, TandemError } from "../engine/mod.ts";
+import { type ParameterEntry, TandemError } from "../../engine/mod.ts";
 import type { ComputeSpan } from "./protocol.ts";
 
 /**

@@ -27,12 +27,12 @@
  * @module
  */
 
-import { ValueError } from "../engine/errors.ts";
-import { overlap as overlapPlan, sequential as sequentialPlan } from "./builtins.ts";
-import { type Interval, measure, overlapLength } from "./intervals.ts";
-import { dependenciesOf, type Lane, type Plan, type ReductionMode, type StepKind } from "./plan.ts";
+import { ValueError } from "../../engine/errors.ts";
+import { overlap as overlapPlan, sequential as sequentialPlan } from "../plan/builtins.ts";
+import { type Interval, measure, overlapLength } from "../runtime/intervals.ts";
+import { dependenciesOf, type Lane, type Plan, type ReductionMode, type StepKind } from "../plan/plan.ts";
 import { groupTotals, type Profile } from "./profile.ts";
-import { validatePlan } from "./validate.ts";
+import { validatePlan } from "../plan/validate.ts";
 
 /**
  * A point-to-point link.
@@ -250,7 +250,7 @@ export function commStepSeconds(
  *
  * @example
  * ```ts
- * import { overlap, sequential } from "./builtins.ts";
+ * import { overlap, sequential } from "../plan/builtins.ts";
  * import { simulate } from "./simulator.ts";
  * const profile = {
  *   batchSize: 32,

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { ValueError } from "../engine/errors.ts";
+import { ValueError } from "../../engine/errors.ts";
 
 /**
  * One layer's cost on one device for one iteration.

@@ -9,7 +9,7 @@
  * @module
  */
 
-import { ValueError } from "../engine/mod.ts";
+import { ValueError } from "../../engine/mod.ts";
 
 /** A link's speed. */
 export interface LinkSpec {

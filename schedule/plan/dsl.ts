@@ -32,7 +32,7 @@
  * @module
  */
 
-import { editDistance, ValueError } from "../engine/errors.ts";
+import { editDistance, ValueError } from "../../engine/errors.ts";
 import { ScheduleError } from "./errors.ts";
 import {
   laneOf,

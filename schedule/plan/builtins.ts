@@ -6,7 +6,7 @@
  * @module
  */
 
-import { ValueError } from "../engine/errors.ts";
+import { ValueError } from "../../engine/errors.ts";
 import { scheduleBuilder } from "./builder.ts";
 import type { Plan } from "./plan.ts";
 

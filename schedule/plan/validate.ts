@@ -19,7 +19,7 @@
  * @module
  */
 
-import { ValueError } from "../engine/errors.ts";
+import { ValueError } from "../../engine/errors.ts";
 import { ScheduleError } from "./errors.ts";
 import { laneOf, type Plan, type ReductionMode, type StepKind, stepLabel } from "./plan.ts";
 

@@ -7,7 +7,7 @@
  * @module
  */
 
-import { ValueError } from "../engine/errors.ts";
+import { ValueError } from "../../engine/errors.ts";
 import { checkGroupNames } from "./dsl.ts";
 import {
   laneOf,

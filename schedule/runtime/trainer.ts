@@ -43,17 +43,17 @@ import {
   type Tensor,
   tensor,
   ValueError,
-} from "../engine/mod.ts";
-import { CpuDevice } from "./cpu_device.ts";
+} from "../../engine/mod.ts";
+import { CpuDevice } from "../devices/cpu_device.ts";
 import { type Deferred, deferred } from "./deferred.ts";
-import { type ComputeResult, type Device, DeviceError } from "./device.ts";
+import { type ComputeResult, type Device, DeviceError } from "../devices/device.ts";
 import { type Interval, measure, overlapLength } from "./intervals.ts";
 import { averageInDeviceOrder, hostParameterEntries } from "./host_parameters.ts";
-import { groupRange, layoutOf, type ParameterLayout } from "./layout.ts";
+import { groupRange, layoutOf, type ParameterLayout } from "../devices/layout.ts";
 import { type LinkSpec, transfer, type TransferTiming, waitUntil } from "./link.ts";
-import { buildModel, type ModelSpec } from "./model_spec.ts";
-import { dependenciesOf, type Plan, type ReductionMode } from "./plan.ts";
-import type { ComputeSpan } from "./protocol.ts";
+import { buildModel, type ModelSpec } from "../devices/model_spec.ts";
+import { dependenciesOf, type Plan, type ReductionMode } from "../plan/plan.ts";
+import type { ComputeSpan } from "../devices/protocol.ts";
 import type { TraceRecorder } from "./trace.ts";
 
 /** One recorded span of work on a lane, in `performance.now()` milliseconds. */
@@ -151,7 +151,7 @@ export interface DataParallelStepResult {
  *
  * @example
  * ```ts
- * import { DataParallelTrainer } from "./runtime.ts";
+ * import { DataParallelTrainer } from "./trainer.ts";
  * // const trainer = await DataParallelTrainer.create({ model, plan: overlap(["fc", "conv"]), optimizer: (p) => new SGD(p, { lr: 0.01 }) });
  * // const result = await trainer.step(batch);
  * // await trainer.close();
@@ -313,8 +313,8 @@ export class DataParallelTrainer {
    *
    * @example
    * ```ts
-   * import { loadCheckpoint } from "../mod.ts";
-   * import type { DataParallelTrainer } from "./runtime.ts";
+   * import { loadCheckpoint } from "../../mod.ts";
+   * import type { DataParallelTrainer } from "./trainer.ts";
    * async function resume(trainer: DataParallelTrainer, path: string) {
    *   await loadCheckpoint(path, { parameters: trainer.parameterEntries, optimizer: trainer.optimizer });
    *   await trainer.broadcastParameters();
@@ -394,7 +394,7 @@ export class DataParallelTrainer {
    *
    * @example
    * ```ts
-   * import type { DataParallelTrainer } from "./runtime.ts";
+   * import type { DataParallelTrainer } from "./trainer.ts";
    * async function finalParameters(trainer: DataParallelTrainer): Promise<Float32Array> {
    *   await trainer.syncParameters();
    *   return trainer.masterParameters();

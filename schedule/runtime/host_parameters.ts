@@ -6,8 +6,8 @@
  * @module
  */
 
-import { fromStorage, getBackend, type ParameterEntry, TandemError, type Tensor } from "../engine/mod.ts";
-import type { ParameterLayout } from "./layout.ts";
+import { fromStorage, getBackend, type ParameterEntry, TandemError, type Tensor } from "../../engine/mod.ts";
+import type { ParameterLayout } from "../devices/layout.ts";
 
 /**
  * Named parameter entries over flat host buffers laid out by `layout`: each parameter a zero-copy
@@ -17,8 +17,8 @@ import type { ParameterLayout } from "./layout.ts";
  *
  * @example
  * ```ts
- * import { SGD } from "../mod.ts";
- * import { layoutOf } from "./layout.ts";
+ * import { SGD } from "../../mod.ts";
+ * import { layoutOf } from "../devices/layout.ts";
  * import { hostParameterEntries } from "./host_parameters.ts";
  * // const layout = layoutOf(model.namedParameters());
  * // const parameters = new Float32Array(layout.total), gradients = new Float32Array(layout.total);

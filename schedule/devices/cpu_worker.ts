@@ -20,7 +20,7 @@ import {
   type Tensor,
   tensor,
   tidy,
-} from "../mod.ts";
+} from "../../mod.ts";
 import type { ThreadsMessage } from "./cpu_device.ts";
 import { buildModel } from "./model_spec.ts";
 import type { ComputeSpan, InitMessage, StepMessage, WorkerReply } from "./protocol.ts";

@@ -12,10 +12,10 @@
  * @module
  */
 
-import { ValueError } from "../engine/errors.ts";
-import { writeFileAtomic } from "../engine/io/atomic.ts";
+import { ValueError } from "../../engine/errors.ts";
+import { writeFileAtomic } from "../../engine/io/atomic.ts";
 import { measure, overlapLength } from "./intervals.ts";
-import type { Lane } from "./plan.ts";
+import type { Lane } from "../plan/plan.ts";
 
 /**
  * One measured span on one device's lane.

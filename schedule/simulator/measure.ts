@@ -9,7 +9,7 @@
  * @module
  */
 
-import { type Module, type Network, noGrad, ops, randn, type Tensor, tidy } from "../engine/mod.ts";
+import { type Module, type Network, noGrad, ops, randn, type Tensor, tidy } from "../../engine/mod.ts";
 import type { LayerProfile, Profile } from "./profile.ts";
 
 /** Options of {@link measureProfile}. */

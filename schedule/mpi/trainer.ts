@@ -32,24 +32,24 @@ import {
   type Tensor,
   tensor,
   ValueError,
-} from "../engine/mod.ts";
-import { CpuDevice } from "./cpu_device.ts";
-import { deferred } from "./deferred.ts";
-import { type Device, DeviceError } from "./device.ts";
-import { type Interval, measure, overlapLength } from "./intervals.ts";
-import { averageInDeviceOrder, hostParameterEntries } from "./host_parameters.ts";
-import { groupRange, layoutOf, type ParameterLayout } from "./layout.ts";
-import { buildModel } from "./model_spec.ts";
+} from "../../engine/mod.ts";
+import { CpuDevice } from "../devices/cpu_device.ts";
+import { deferred } from "../runtime/deferred.ts";
+import { type Device, DeviceError } from "../devices/device.ts";
+import { type Interval, measure, overlapLength } from "../runtime/intervals.ts";
+import { averageInDeviceOrder, hostParameterEntries } from "../runtime/host_parameters.ts";
+import { groupRange, layoutOf, type ParameterLayout } from "../devices/layout.ts";
+import { buildModel } from "../devices/model_spec.ts";
 import {
   detectMpiLaunch,
   MpiTransport,
   type MpiTransportOptions,
   TransportError,
   type WaitOptions,
-} from "./mpi_transport.ts";
-import { dependenciesOf, type Plan, type ReductionMode, stepLabel } from "./plan.ts";
-import type { DataParallelStepResult, HostBatch, ReplicaTrainingOptions } from "./runtime.ts";
-import type { TraceSpan } from "./trace.ts";
+} from "./transport.ts";
+import { dependenciesOf, type Plan, type ReductionMode, stepLabel } from "../plan/plan.ts";
+import type { DataParallelStepResult, HostBatch, ReplicaTrainingOptions } from "../runtime/trainer.ts";
+import type { TraceSpan } from "../runtime/trace.ts";
 
 /**
  * Options of {@link MpiTrainer.create}; every rank must pass the same ones. Per rank: `startDevice`

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { ValueError } from "../engine/errors.ts";
+import { ValueError } from "../../engine/errors.ts";
 import { dependenciesOf, type Plan, type ReductionMode, stepLabel } from "./plan.ts";
 import { checkPlan } from "./validate.ts";
 
