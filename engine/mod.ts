@@ -57,15 +57,21 @@ export {
   type AdamHyper,
   type AdamOptions,
   checkLrPolicy,
+  disposeOptimizerState,
   type HyperBase,
   learningRate,
   type LrPolicy,
   Optimizer,
   type OptimizerState,
   type OptimizerStateInfo,
+  type PackedSlot,
+  type PackedStateHeader,
+  packOptimizerState,
   SGD,
   type SgdHyper,
   type SgdOptions,
+  type StepOptions,
+  unpackOptimizerState,
   type UpdateContext,
 } from "./optim/mod.ts";
 export {
@@ -132,6 +138,7 @@ export {
   trainStep,
   type TrainStepOptions,
 } from "./train/trainer.ts";
+export { replicaStep, type ReplicaStepOptions } from "./train/replica_step.ts";
 export {
   alexnet,
   alexnetLike,

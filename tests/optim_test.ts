@@ -447,3 +447,67 @@ Deno.test("optimizer state survives enclosing tidy scopes and steps do not leak"
   optimizer!.zeroGrad();
   dispose(params, optimizer);
 });
+
+Deno.test("undoable updates: undoIteration puts back parameters, state and counts bit for bit (SGD, Adam)", () => {
+  for (
+    const make of [
+      (p: ParameterEntry[]) => new SGD(p, { lr: 0.1, momentum: 0.9 }),
+      (p: ParameterEntry[]) => new Adam(p, { lr: 0.01 }),
+    ]
+  ) {
+    const params = makeParams();
+    const optimizer = make(params);
+    const groups = [...new Set(params.map((p) => p.group))];
+    // One full iteration first, so the state is not all zeros.
+    setGrads(params, 0);
+    optimizer.step();
+    const parametersBefore = params.map((p) => bits(p.tensor));
+    const stateBefore = optimizer.state();
+    const slotsBefore = [...stateBefore.perParameter.values()].map((s) => Object.values(s).map(bits));
+    const countsBefore = { ...stateBefore.updates };
+    setGrads(params, 1);
+    for (const g of groups) optimizer.step(g, { undoable: true });
+    assert.notDeepEqual(params.map((p) => bits(p.tensor)), parametersBefore, "the update changed nothing");
+    optimizer.undoIteration();
+    // Mutation caught: dropping the copies in `#apply` (or restoring before copying) leaves the
+    // updated values here.
+    assert.deepEqual(params.map((p) => bits(p.tensor)), parametersBefore);
+    const after = optimizer.state();
+    assert.deepEqual([...after.perParameter.values()].map((s) => Object.values(s).map(bits)), slotsBefore);
+    assert.deepEqual(after.updates, countsBefore);
+    assert.equal(after.iteration, 1);
+    // The groups are open again: the same iteration can run once more, and ends as one plain step.
+    for (const g of groups) optimizer.step(g);
+    optimizer.finishIteration();
+    const replay = makeParams();
+    const reference = make(replay);
+    setGrads(replay, 0);
+    reference.step();
+    setGrads(replay, 1);
+    reference.step();
+    assert.deepEqual(params.map((p) => bits(p.tensor)), replay.map((p) => bits(p.tensor)));
+    dispose(params, optimizer);
+    dispose(replay, reference);
+  }
+});
+
+Deno.test("plain (not undoable) updates keep no copies: undoIteration leaves them applied", () => {
+  const params = makeParams();
+  const optimizer = new SGD(params, { lr: 0.1, momentum: 0.9 });
+  setGrads(params, 0);
+  const live = memory().tensors;
+  optimizer.step(params[0].group);
+  // No copy was kept (the undo costs nothing where it is not asked for) …
+  assert.equal(memory().tensors, live);
+  const updated = params.map((p) => bits(p.tensor));
+  optimizer.undoIteration();
+  assert.deepEqual(params.map((p) => bits(p.tensor)), updated);
+  // … and finishIteration frees the copies of undoable updates.
+  optimizer.finishIteration();
+  setGrads(params, 1);
+  optimizer.step(params[0].group, { undoable: true });
+  assert.ok(memory().tensors > live, "an undoable update keeps copies until the iteration ends");
+  optimizer.finishIteration();
+  assert.equal(memory().tensors, live);
+  dispose(params, optimizer);
+});

@@ -18,8 +18,16 @@ export {
   Optimizer,
   type OptimizerState,
   type OptimizerStateInfo,
+  type StepOptions,
   toLrPolicy,
   type UpdateContext,
 } from "./optimizer.ts";
 export { checkLrPolicy, learningRate, type LrPolicy } from "./schedule.ts";
+export {
+  disposeOptimizerState,
+  type PackedSlot,
+  type PackedStateHeader,
+  packOptimizerState,
+  unpackOptimizerState,
+} from "./state_codec.ts";
 export { SGD, type SgdHyper, type SgdOptions } from "./sgd.ts";

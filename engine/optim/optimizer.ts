@@ -93,6 +93,15 @@ export interface UpdateContext {
   count: number;
 }
 
+/** Options of {@link Optimizer.step}. */
+export interface StepOptions {
+  /**
+   * Keep a copy of what this update overwrites (the group's parameters and state, on their own
+   * backend) until the iteration ends, so {@link Optimizer.undoIteration} can put it back.
+   */
+  undoable?: boolean;
+}
+
 /**
  * Base class of the optimizers: owns the parameter list, per-parameter state tensors, the
  * iteration counter and group bookkeeping; subclasses implement {@link Optimizer.update}.
@@ -117,6 +126,9 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
   #updates = new Map<string, number>();
   #groups: string[] = [];
   #groupsDone = new Set<string>();
+  /** What undoable `step(group)` calls of this iteration overwrote, for {@link Optimizer.undoIteration}. */
+  #undo: { target: Tensor; copy: Tensor }[] = [];
+  #undoCounts = new Map<string, number>();
   #disposed = false;
 
   /**
@@ -233,10 +245,10 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
    * optimizer.finishIteration();
    * ```
    */
-  step(group?: string): void {
+  step(group?: string, options: StepOptions = {}): void {
     this.#checkLive("step");
     if (group === undefined) {
-      this.#apply((p) => !this.#groupsDone.has(p.group));
+      this.#apply((p) => !this.#groupsDone.has(p.group), options);
       this.finishIteration();
       return;
     }
@@ -247,7 +259,7 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
           `call finishIteration() (or step() with no group) to end the iteration first`,
       );
     }
-    this.#apply((p) => p.group === group);
+    this.#apply((p) => p.group === group, options);
     this.#groupsDone.add(group);
   }
 
@@ -267,6 +279,38 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
     this.#checkLive("finishIteration");
     this.#iteration++;
     this.#groupsDone.clear();
+    this.#dropUndo();
+  }
+
+  /**
+   * Puts back every parameter and state slot that `step(group, { undoable: true })` changed in the
+   * current iteration, bit for bit, with their update counts, and reopens those groups: as if the
+   * iteration's undoable updates had never run. A data-parallel step that fails after applying a
+   * group's update (a device died during the rest of the backward) calls this.
+   *
+   * @example
+   * ```ts
+   * import { SGD } from "./sgd.ts";
+   * declare const optimizer: SGD;
+   * optimizer.step("fc", { undoable: true });
+   * optimizer.undoIteration(); // fc's parameters and momentum are as before
+   * ```
+   */
+  undoIteration(): void {
+    this.#checkLive("undoIteration");
+    noGrad(() => {
+      // Newest first, so a tensor saved twice ends with its oldest value.
+      for (let i = this.#undo.length - 1; i >= 0; i--) this.#undo[i].target.assign(this.#undo[i].copy);
+    });
+    for (const [name, count] of this.#undoCounts) this.#updates.set(name, count);
+    for (const p of this.parameters) if (this.#undoCounts.has(p.name)) this.#groupsDone.delete(p.group);
+    this.#dropUndo();
+  }
+
+  #dropUndo(): void {
+    for (const { copy } of this.#undo) copy.dispose();
+    this.#undo = [];
+    this.#undoCounts.clear();
   }
 
   /**
@@ -433,6 +477,7 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
    */
   dispose(): void {
     if (this.#disposed) return;
+    this.#dropUndo();
     this.#disposed = true;
     for (const slots of this.#slots.values()) for (const t of Object.values(slots)) t.dispose();
   }
@@ -450,7 +495,7 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
     }
   }
 
-  #apply(selected: (p: ParameterEntry) => boolean): void {
+  #apply(selected: (p: ParameterEntry) => boolean, options: StepOptions): void {
     const chosen = this.parameters.filter((p) => selected(p) && p.tensor.grad !== null);
     // Check every gradient before touching anything, so a bad one cannot leave a half-updated model.
     for (const p of chosen) {
@@ -467,6 +512,20 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
     }
     const rate = this.learningRate;
     noGrad(() => {
+      if (options.undoable) {
+        // Copies on the parameter's own backend (a GPU copy for device-resident replicas), made
+        // just before the update overwrites them, of this group only.
+        for (const p of chosen) {
+          if (this.#undoCounts.has(p.name)) continue;
+          this.#undoCounts.set(p.name, this.#updates.get(p.name)!);
+          for (const target of [p.tensor, ...Object.values(this.#slots.get(p.name)!)]) {
+            const copy = allocateTensor(target.backend, target.shape);
+            untrackFromScopes(copy);
+            copy.assign(target);
+            this.#undo.push({ target, copy });
+          }
+        }
+      }
       for (const p of chosen) {
         const count = this.#updates.get(p.name)! + 1;
         const context = { rate: rate * p.lrMult, decay: this.#hyper.weightDecay * p.decayMult, count };

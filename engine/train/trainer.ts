@@ -13,19 +13,12 @@ import type { Batch, DataLoader } from "../data/loader.ts";
 import { TandemError } from "../errors.ts";
 import type { ForwardContext, Module } from "../nn/module.ts";
 import { softmaxCrossEntropy } from "../ops/softmax.ts";
+import { countCorrect, replicaStep, type StepMetrics } from "./replica_step.ts";
 import type { Optimizer } from "../optim/optimizer.ts";
 import { noGrad, tidy } from "../runtime.ts";
 import type { Tensor } from "../tensor.ts";
 
-/** Loss and top-1 hits of one batch. */
-export interface StepMetrics {
-  /** Mean cross-entropy over the batch. */
-  loss: number;
-  /** Samples whose highest logit is the label. */
-  correct: number;
-  /** Samples in the batch. */
-  count: number;
-}
+export { countCorrect, type StepMetrics };
 
 /** A batch as `trainStep` needs it: images and int32 labels (a loader `Batch` fits). */
 export interface LabelledBatch {
@@ -41,25 +34,6 @@ export interface TrainStepOptions {
   seed?: number;
   /** Global index of the batch's first sample within the global batch (data-parallel shards). */
   sampleOffset?: number;
-}
-
-/**
- * Counts rows of `logits` (`[batch, classes]`, row-major) whose arg-max equals the label.
- *
- * @example
- * ```ts
- * import { countCorrect } from "./trainer.ts";
- * countCorrect(new Float32Array([0.1, 0.9, 0.8, 0.2]), new Int32Array([1, 1]), 2); // 1
- * ```
- */
-export function countCorrect(logits: Float32Array, labels: Int32Array, classes: number): number {
-  let correct = 0;
-  for (let row = 0; row < labels.length; row++) {
-    let best = 0;
-    for (let c = 1; c < classes; c++) if (logits[row * classes + c] > logits[row * classes + best]) best = c;
-    if (best === labels[row]) correct++;
-  }
-  return correct;
 }
 
 async function labelsOf(batch: LabelledBatch): Promise<Int32Array> {
@@ -82,32 +56,20 @@ export async function trainStep(
   batch: LabelledBatch,
   options: TrainStepOptions = {},
 ): Promise<StepMetrics> {
-  model.train();
   const context: ForwardContext = {
     seed: options.seed ?? 0,
     step: optimizer.iteration,
     sampleOffset: options.sampleOffset ?? 0,
   };
-  const { loss, logits } = tidy(() => {
-    const logits = model.forward(batch.images, context);
-    const loss = softmaxCrossEntropy(logits, batch.labels);
-    loss.backward();
-    return { loss, logits };
-  });
+  const labels = await labelsOf(batch);
+  let metrics: StepMetrics;
   try {
+    metrics = await replicaStep(model, optimizer.parameters, batch.images, batch.labels, labels, { context });
     optimizer.step();
   } finally {
     optimizer.zeroGrad();
   }
-  const [lossValue, logitValues, labels] = await Promise.all([loss.item(), logits.data(), labelsOf(batch)]);
-  const classes = logits.shape[1];
-  loss.dispose();
-  logits.dispose();
-  return {
-    loss: lossValue,
-    correct: countCorrect(logitValues as Float32Array, labels, classes),
-    count: labels.length,
-  };
+  return metrics;
 }
 
 /** Loss and accuracy over a whole evaluation pass. */
