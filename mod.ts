@@ -37,6 +37,7 @@ export type {
   ReduceOp,
   RowSpec,
   SgdStep,
+  StagedValues,
   Storage,
   StridedView,
   UnaryOp,
@@ -45,7 +46,6 @@ export type { Pair } from "./backends/geometry.ts";
 export { CpuBackend };
 export {
   createWebGpuBackend,
-  type StagedValues,
   type TransferEvent,
   WebGpuBackend,
   type WebGpuBackendOptions,

@@ -113,6 +113,29 @@ export interface RowSpec {
 }
 
 /**
+ * Values copied off a device by {@link Backend.stageToHost}: a host view the backend lends (for
+ * WebGPU, mapped staging memory), valid until `release()` hands its memory back for reuse.
+ *
+ * @example
+ * ```ts
+ * import type { StagedValues } from "./backend.ts";
+ * function sum(staged: StagedValues): number {
+ *   try {
+ *     return staged.values.reduce((a, b) => a + b, 0);
+ *   } finally {
+ *     staged.release();
+ *   }
+ * }
+ * ```
+ */
+export interface StagedValues {
+  /** The staged storages' values back to back, as float32 (int32 storages: reinterpret the buffer). */
+  readonly values: Float32Array;
+  /** Hands the lent memory back to the backend; `values` is unusable afterwards. */
+  release(): void;
+}
+
+/**
  * What a backend implements. All methods but {@link Backend.read} are synchronous from the engine's
  * point of view: a device backend may queue the work and finish it later, as long as the results are
  * observed in submission order.
@@ -146,6 +169,36 @@ export interface Backend {
   wrap?(data: HostArray): Storage;
   /** Returns the memory; the handle must not be used afterwards. */
   release(storage: Storage): void;
+  /**
+   * Optional: overwrites `data.length` elements of an existing `storage` from element `offset` (default
+   * 0) with host values, after every kernel queued so far has used the old ones. Lets a runtime
+   * refresh parameters or receive a peer's values in place, keeping the handles tensors hold.
+   */
+  write?(storage: Storage, data: HostArray, offset?: number): void;
+  /**
+   * Optional: starts copying `storages` back to back into host memory the backend lends until
+   * `release()`, recorded now so later kernels cannot delay it. A device-resident runtime starts it
+   * as soon as a group's gradients are queued, and reuses the memory instead of a fresh `read` each.
+   */
+  stageToHost?(storages: readonly Storage[]): Promise<StagedValues>;
+  /**
+   * Optional: `out = (inputs[0] + … + inputs[N−1]) · fround(1/N)` in float32, added in index order
+   * with one rounding per operation (no scaling for one input), `out` not among the inputs. Lets a
+   * runtime average replicas' gradients on the device, bit for bit like the host's device-order
+   * average.
+   */
+  averageInOrder?(inputs: readonly Storage[], out: Storage): void;
+  /**
+   * Optional: resolves when all queued work has finished, and throws any error it raised; how a
+   * runtime times device work and learns that a result is final, for backends that queue kernels.
+   */
+  synchronize?(): Promise<void>;
+  /**
+   * Optional: frees what the backend holds beyond its storages (WebGPU: destroys its `GPUDevice`)
+   * when its owner, e.g. a data-parallel device, is done with it. Whether the backend stays usable
+   * afterwards is the backend's to say.
+   */
+  dispose?(): void;
 
   /** Sets every element to `value`. */
   fill(out: Storage, value: number): void;

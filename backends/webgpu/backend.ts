@@ -29,6 +29,7 @@ import type {
   ReduceOp,
   RowSpec,
   SgdStep,
+  StagedValues,
   Storage,
   StridedView,
   UnaryOp,
@@ -109,28 +110,8 @@ export interface TransferEvent {
   readonly bytes: number;
 }
 
-/**
- * Values copied off the device by {@link WebGpuBackend.stageToHost}: a view of mapped staging memory,
- * valid until `release()` hands the staging buffer back for reuse.
- *
- * @example
- * ```ts
- * import type { StagedValues } from "./backend.ts";
- * function sum(staged: StagedValues): number {
- *   try {
- *     return staged.values.reduce((a, b) => a + b, 0);
- *   } finally {
- *     staged.release();
- *   }
- * }
- * ```
- */
-export interface StagedValues {
-  /** The staged storages' values back to back, as float32 (int32 storages: reinterpret the buffer). */
-  readonly values: Float32Array;
-  /** Unmaps the staging buffer and returns it to the pool; `values` is unusable afterwards. */
-  release(): void;
-}
+/** Where {@link WebGpuBackend.stageToHost} lends its values; defined by the backend contract. */
+export type { StagedValues } from "../backend.ts";
 
 /** Smallest buffer handed out: zero-length storages still need a bindable buffer. */
 const MIN_BUFFER_BYTES = 16;
@@ -278,13 +259,22 @@ export class WebGpuBackend implements Backend {
 
   /** Destroys pooled buffers and the device; the backend must not be used afterwards. */
   destroy(): void {
-    this.flush();
-    for (const list of [...this.pool.values(), ...this.stagingPool.values()]) {
-      for (const b of list) b.destroy();
+    try {
+      this.flush();
+      for (const list of [...this.pool.values(), ...this.stagingPool.values()]) {
+        for (const b of list) b.destroy();
+      }
+      this.pool.clear();
+      this.stagingPool.clear();
+    } finally {
+      // Whatever state a failure left behind, the device itself must go.
+      this.device.destroy();
     }
-    this.pool.clear();
-    this.stagingPool.clear();
-    this.device.destroy();
+  }
+
+  /** The contract's name for {@link WebGpuBackend.destroy}: frees the pools and the `GPUDevice`. */
+  dispose(): void {
+    this.destroy();
   }
 
   // ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 import { createWebGpuBackend } from "../../backends/webgpu/backend.ts";
 import {
   alexnet,
+  BackendDevice,
   cifarQuick,
   DataParallelTrainer,
   ops,
@@ -23,7 +24,6 @@ import {
   tensor,
   trainStep,
   uniformValues,
-  WebGpuDevice,
 } from "../../mod.ts";
 
 const smoke = Deno.args.includes("--smoke");
@@ -86,7 +86,8 @@ async function twoDevices(plan: Plan): Promise<number> {
     devices: 2,
     plan,
     optimizer: (p) => new SGD(p, { lr: 0.001, momentum: 0.9, weightDecay: 5e-4 }),
-    startDevice: (index, spec, layout) => WebGpuDevice.start(index, spec, layout),
+    startDevice: (index, spec, layout) =>
+      BackendDevice.start(index, spec, layout, (i) => createWebGpuBackend({ name: `webgpu:${i}` })),
   });
   const global = {
     images: new Float32Array([...hostImages, ...hostImages]),

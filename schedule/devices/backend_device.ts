@@ -1,29 +1,32 @@
 /**
- * A WebGPU device: one replica on its own `GPUDevice`, driven from the main thread. Kernels are
- * queued on the GPU and run asynchronously, so two WebGPU devices compute side by side while the
- * thread that queued them waits on the GPUs.
+ * A backend device: one replica on a backend of its own (a WebGPU `GPUDevice`, say), driven from the
+ * main thread. A device backend queues kernels and runs them asynchronously, so two such devices
+ * compute side by side while the thread that queued them waits on both.
  *
- * When every device of a run is a WebGPU device, the runtime activates each one's
- * {@link ResidentReplica}: parameters, gradients and optimizer state stay on the GPUs for the whole
- * run. A step then moves, per group, only what the data-parallel algorithm needs between devices:
- * a peer's gradients to the device that averages them, and in `master` mode device 0's new
- * parameters to the peers. Each such move takes the staging path: the group's storages are copied to
- * a reused mappable staging buffer on the source GPU (recorded as soon as the group's backward is
- * queued, so later kernels cannot hold it back), mapped, and written with `writeBuffer` on the
- * destination. Averaging in device order and the SGD/Adam updates run as WGSL kernels on the GPU that
- * owns the parameters; nothing goes through the host's optimizer.
+ * The caller supplies the backend through a factory, so this layer depends on the backend contract
+ * alone and never on a concrete backend. What the device does beyond plain training it asks of the
+ * contract's optional capabilities.
  *
- * Mixed with devices of another kind (CPU Workers), a WebGPU device falls back to host transfers:
- * group gradients are read back into `gradients` as soon as they are final, and parameters are
- * uploaded from `parameters` before every forward, where the runtime averages and updates them.
+ * When the backend can `write`, `stageToHost`, `averageInOrder` and `synchronize` (WebGPU can), the
+ * device offers a {@link ResidentReplica}, which the runtime activates when every device of a run
+ * offers one: parameters, gradients and optimizer state stay on the devices for the whole run. A step
+ * then moves, per group, only what the data-parallel algorithm needs between devices: a peer's
+ * gradients to the device that averages them, and in `master` mode device 0's new parameters to the
+ * peers. Each move stages the group's storages to host memory the source backend lends (recorded as
+ * soon as the group's backward is queued, so later kernels cannot hold it back) and writes them on
+ * the destination. Averaging in device order and the SGD/Adam updates run as the backend's kernels on
+ * the device that owns the parameters; nothing goes through the host's optimizer.
+ *
+ * Otherwise (a backend without those capabilities, or a run mixed with CPU Workers) the device takes
+ * the host path: group gradients are read back into `gradients` as soon as they are final, and
+ * parameters are written from `parameters` before every forward, where the runtime averages and
+ * updates them.
  *
  * @module
  */
 
-import { createWebGpuBackend, type StagedValues, type WebGpuBackend } from "../../backends/webgpu/backend.ts";
+import type { Backend, StagedValues, Storage } from "../../backends/backend.ts";
 import {
-  backwardPass,
-  countCorrect,
   fromStorage,
   getBackend,
   type Network,
@@ -31,9 +34,9 @@ import {
   ops,
   type ParameterEntry,
   registerBackend,
+  replicaStep,
   setBackend,
   Tensor,
-  tidy,
 } from "../../engine/mod.ts";
 import {
   type ComputeCommand,
@@ -47,6 +50,15 @@ import { groupRange, type ParameterLayout, type ParameterSlot } from "./layout.t
 import { buildModel, type ModelSpec } from "./model_spec.ts";
 import type { ComputeSpan } from "./protocol.ts";
 
+/** A backend with every capability the resident replica needs. */
+type ResidentBackend =
+  & Backend
+  & Required<Pick<Backend, "write" | "stageToHost" | "averageInOrder" | "synchronize">>;
+
+function canHoldResident(backend: Backend): backend is ResidentBackend {
+  return !!(backend.write && backend.stageToHost && backend.averageInOrder && backend.synchronize);
+}
+
 interface Slot {
   /** The replica's own parameter. */
   entry: ParameterEntry;
@@ -54,9 +66,11 @@ interface Slot {
   layout: ParameterSlot;
 }
 
-/** What a device holds on the GPU once its resident replica is active. */
+/** What a device holds on its backend once its resident replica is active. */
 interface ResidentState {
   role: ResidentRole;
+  /** The device's backend, which has every resident capability. */
+  backend: ResidentBackend;
   /** This device's gradients of the last compute, one tensor per slot. */
   own: Tensor[];
   /** The averaged gradients (the optimizer entries' `.grad`), one per slot; empty unless updating. */
@@ -70,21 +84,21 @@ interface ResidentState {
 }
 
 /**
- * Starts WebGPU devices, each on a `GPUDevice` of its own.
+ * Starts devices each on a backend of their own, made by the caller's factory.
  *
  * @example
  * ```ts
- * import { DataParallelTrainer, overlap, SGD } from "../../mod.ts";
- * import { WebGpuDevice } from "./webgpu_device.ts";
+ * import { BackendDevice, createWebGpuBackend, DataParallelTrainer, overlap, SGD } from "../../mod.ts";
  * // const trainer = await DataParallelTrainer.create({
  * //   model, plan: overlap(["fc", "conv"]), optimizer: (p) => new SGD(p, { lr: 0.01 }),
- * //   startDevice: (index, model, layout) => WebGpuDevice.start(index, model, layout),
+ * //   startDevice: (index, model, layout) =>
+ * //     BackendDevice.start(index, model, layout, (i) => createWebGpuBackend({ name: `webgpu:${i}` })),
  * // });
  * ```
  */
-export class WebGpuDevice implements Device, ResidentReplica {
-  /** Device kind. */
-  readonly kind = "webgpu";
+export class BackendDevice<B extends Backend = Backend> implements Device, ResidentReplica {
+  /** Device kind: the backend's name up to any `:`, e.g. `webgpu` for `webgpu:1`. */
+  readonly kind: string;
   /**
    * Host copy of the parameters: written by the runtime between iterations, or, once the resident
    * replica is active, filled when the runtime syncs parameters to the host.
@@ -92,9 +106,11 @@ export class WebGpuDevice implements Device, ResidentReplica {
   readonly parameters: Float32Array;
   /** Host copy of the gradients, filled group by group (not used once the resident replica is active). */
   readonly gradients: Float32Array;
-  /** This device keeps its replica on the GPU when the runtime asks for it. */
-  readonly resident: ResidentReplica = this;
-  #backend: WebGpuBackend;
+  /** This device, when its backend can keep the replica resident; `undefined` otherwise. */
+  readonly resident: ResidentReplica | undefined;
+  #backend: B;
+  /** The backend again, when it has the resident capabilities. */
+  #residentBackend: ResidentBackend | undefined;
   #model: Network;
   #slots: Slot[];
   #layout: ParameterLayout;
@@ -103,12 +119,15 @@ export class WebGpuDevice implements Device, ResidentReplica {
 
   private constructor(
     readonly index: number,
-    backend: WebGpuBackend,
+    backend: B,
     model: Network,
     slots: Slot[],
     layout: ParameterLayout,
   ) {
+    this.kind = backend.name.split(":")[0];
     this.#backend = backend;
+    this.#residentBackend = canHoldResident(backend) ? backend : undefined;
+    this.resident = this.#residentBackend ? this : undefined;
     this.#model = model;
     this.#slots = slots;
     this.#layout = layout;
@@ -116,35 +135,59 @@ export class WebGpuDevice implements Device, ResidentReplica {
     this.gradients = new Float32Array(layout.total);
   }
 
-  /** Requests a `GPUDevice`, builds the replica on it and checks it against the runtime's layout. */
-  static async start(index: number, model: ModelSpec, layout: ParameterLayout): Promise<WebGpuDevice> {
-    const backend = await createWebGpuBackend({ name: `webgpu:${index}` });
-    if (!backend) throw new DeviceError(index, "no WebGPU adapter is available");
-    registerBackend(backend);
-    const previous = getBackend().name;
-    let network: Network;
-    // Layers create their parameters on the current backend.
-    setBackend(backend.name);
+  /**
+   * Makes the device's backend with `createBackend(index)`, builds the replica on it and checks it
+   * against the runtime's layout. The backend is registered under its name, so give each device's
+   * backend a name of its own (e.g. `webgpu:${index}`). `createBackend` resolving to nothing (no
+   * adapter, say) fails the start.
+   */
+  static async start<B extends Backend>(
+    index: number,
+    model: ModelSpec,
+    layout: ParameterLayout,
+    createBackend: (index: number) => Promise<B | undefined | null>,
+  ): Promise<BackendDevice<B>> {
+    let backend: B | undefined | null;
     try {
-      network = await buildModel(model);
+      backend = await createBackend(index);
     } catch (error) {
-      throw new DeviceError(index, `failed to build the replica: ${(error as Error).message}`);
-    } finally {
-      setBackend(previous);
+      throw new DeviceError(index, `failed to create the backend: ${(error as Error).message}`);
     }
-    const byName = new Map(network.namedParameters().map((p) => [p.name, p]));
-    const slots = layout.slots.map((slot) => {
-      const entry = byName.get(slot.name);
-      if (!entry || entry.tensor.size !== slot.size) {
-        throw new DeviceError(index, `replica parameter "${slot.name}" does not match the runtime's layout`);
+    if (!backend) throw new DeviceError(index, "no backend is available (no adapter?)");
+    try {
+      registerBackend(backend);
+      const previous = getBackend().name;
+      let network: Network;
+      // Layers create their parameters on the current backend.
+      setBackend(backend.name);
+      try {
+        network = await buildModel(model);
+      } catch (error) {
+        throw new DeviceError(index, `failed to build the replica: ${(error as Error).message}`);
+      } finally {
+        setBackend(previous);
       }
-      return { entry, layout: slot };
-    });
-    return new WebGpuDevice(index, backend, network, slots, layout);
+      const byName = new Map(network.namedParameters().map((p) => [p.name, p]));
+      const slots = layout.slots.map((slot) => {
+        const entry = byName.get(slot.name);
+        if (!entry || entry.tensor.size !== slot.size) {
+          throw new DeviceError(
+            index,
+            `replica parameter "${slot.name}" does not match the runtime's layout`,
+          );
+        }
+        return { entry, layout: slot };
+      });
+      return new BackendDevice(index, backend, network, slots, layout);
+    } catch (error) {
+      // The device will never be closed: free its backend here.
+      backend.dispose?.();
+      throw error;
+    }
   }
 
-  /** The backend the replica runs on (one `GPUDevice`). */
-  get backend(): WebGpuBackend {
+  /** The backend the replica runs on. */
+  get backend(): B {
     return this.#backend;
   }
 
@@ -167,9 +210,9 @@ export class WebGpuDevice implements Device, ResidentReplica {
     const spans: ComputeSpan[] = [];
     let start = performance.now();
     if (!state) {
-      // Host path: the runtime updated `parameters`; upload them before the forward reads them.
+      // Host path: the runtime updated `parameters`; write them before the forward reads them.
       for (const { entry, layout } of this.#slots) {
-        backend.write(
+        this.#overwrite(
           entry.tensor.storage,
           this.parameters.subarray(layout.offset, layout.offset + layout.size),
         );
@@ -179,57 +222,57 @@ export class WebGpuDevice implements Device, ResidentReplica {
     const labels = new Tensor(backend, backend.upload(command.labels), [command.labels.length], {
       hostInts: command.labels,
     });
-    const { loss, logits } = tidy(() => {
-      const logits = this.#model.forward(images, {
-        seed: command.seed,
-        step: command.iteration,
-        sampleOffset: command.sampleOffset,
-      });
-      return { loss: ops.softmaxCrossEntropy(logits, labels), logits };
-    });
-    spans.push({ name: "forward", start, end: performance.now() });
-    const pass = backwardPass(loss);
+    const slotOf = new Map(this.#slots.map((slot, i) => [slot.entry, i]));
     try {
-      for (const group of command.backwardGroups) {
-        start = performance.now();
-        const members = this.#slots.map((slot, i) => ({ ...slot, i })).filter((s) => s.entry.group === group);
-        tidy(() => pass.runUntil(members.map((m) => m.entry.tensor)));
-        if (command.failInGroup === group) throw new Error(`injected failure in backward ${group}`);
-        for (const { entry, layout, i } of members) {
-          const grad = entry.tensor.grad;
-          if (state) {
-            // Resident: the gradient stays on the GPU, in the slot peers and the average read.
-            if (grad) state.own[i].assign(grad);
-            else backend.fill(state.own[i].storage, 0);
-          } else if (grad) {
-            this.gradients.set((await grad.data()) as Float32Array, layout.offset);
-          } else {
-            this.gradients.fill(0, layout.offset, layout.offset + layout.size);
-          }
-          grad?.dispose();
-          entry.tensor.grad = null;
-        }
-        if (state) {
-          // Start the copy off the GPU now, ahead of the rest of the backward.
-          if (state.role.sendsGradients) {
-            state.staged.set(group, this.#stage(members.map((m) => state.own[m.i])));
-          }
-          // The span ends, and the runtime hears of the group, when the GPU has finished it.
-          await backend.synchronize();
-        }
-        spans.push({ name: `backward ${group}`, group, start, end: performance.now() });
-        onGradients(group);
-      }
-      tidy(() => pass.runToEnd());
-      const [lossValue, logitValues] = await Promise.all([loss.item(), logits.data()]);
-      return {
-        loss: lossValue,
-        correct: countCorrect(logitValues as Float32Array, command.labels, logits.shape[1]),
-        count: command.labels.length,
-        spans,
-      };
+      const metrics = await replicaStep(
+        this.#model,
+        this.#slots.map((slot) => slot.entry),
+        images,
+        labels,
+        command.labels,
+        {
+          context: { seed: command.seed, step: command.iteration, sampleOffset: command.sampleOffset },
+          groups: command.backwardGroups,
+          onForward: () => {
+            spans.push({ name: "forward", start, end: performance.now() });
+            start = performance.now();
+          },
+          onGroup: async (group, members) => {
+            const own: Tensor[] = [];
+            for (const entry of members) {
+              const i = slotOf.get(entry)!;
+              const { layout } = this.#slots[i];
+              const grad = entry.tensor.grad;
+              if (state) {
+                // Resident: the gradient stays on the device, in the slot peers and the average read.
+                if (grad) state.own[i].assign(grad);
+                else backend.fill(state.own[i].storage, 0);
+                own.push(state.own[i]);
+              } else if (grad) {
+                this.gradients.set((await grad.data()) as Float32Array, layout.offset);
+              } else {
+                this.gradients.fill(0, layout.offset, layout.offset + layout.size);
+              }
+              grad?.dispose();
+              entry.tensor.grad = null;
+            }
+            if (state) {
+              // Start the copy off the device now, ahead of the rest of the backward.
+              if (state.role.sendsGradients) state.staged.set(group, this.#stage(state, own));
+              // The span ends, and the runtime hears of the group, when the device has finished it.
+              await state.backend.synchronize();
+            }
+            spans.push({ name: `backward ${group}`, group, start, end: performance.now() });
+            onGradients(group);
+            start = performance.now();
+          },
+        },
+      );
+      return { ...metrics, spans };
     } finally {
-      for (const t of [loss, logits, images, labels]) t.dispose();
+      images.dispose();
+      labels.dispose();
+      // A step that failed part-way leaves gradients the next one must not accumulate into.
       for (const { entry } of this.#slots) {
         entry.tensor.grad?.dispose();
         entry.tensor.grad = null;
@@ -242,8 +285,11 @@ export class WebGpuDevice implements Device, ResidentReplica {
 
   activate(role: ResidentRole): void {
     if (this.#state) throw new DeviceError(this.index, "the resident replica is already active");
+    const backend = this.#residentBackend;
+    if (!backend) {
+      throw new DeviceError(this.index, `backend "${this.#backend.name}" cannot keep the replica resident`);
+    }
     this.#guard(() => {
-      const backend = this.#backend;
       const perSlot = () =>
         this.#slots.map(({ entry }) =>
           fromStorage(backend, backend.allocate(entry.tensor.size, "float32"), entry.tensor.shape)
@@ -275,7 +321,7 @@ export class WebGpuDevice implements Device, ResidentReplica {
           decayMult: layout.decayMult,
         };
       });
-      this.#state = { role, own: perSlot(), averaged, received, entries, staged: new Map() };
+      this.#state = { role, backend, own: perSlot(), averaged, received, entries, staged: new Map() };
     });
   }
 
@@ -287,7 +333,7 @@ export class WebGpuDevice implements Device, ResidentReplica {
     const state = this.#active("stageGradients");
     // Copies started during compute are taken as they are; otherwise the copy starts now.
     const pending = state.staged.get(group) ??
-      this.#guard(() => this.#stage(this.#members(group).map((i) => state.own[i])));
+      this.#guard(() => this.#stage(state, this.#members(group).map((i) => state.own[i])));
     state.staged.delete(group);
     await this.#lend(pending, use);
   }
@@ -298,7 +344,7 @@ export class WebGpuDevice implements Device, ResidentReplica {
     if (!target) {
       throw new DeviceError(this.index, `receives no gradients from device ${from} in this role`);
     }
-    this.#guard(() => this.#scatter(group, values, (i) => target[i]));
+    this.#guard(() => this.#scatter(state, group, values, (i) => target[i]));
   }
 
   averageGradients(group: string): void {
@@ -310,28 +356,28 @@ export class WebGpuDevice implements Device, ResidentReplica {
         for (let d = 0; d < state.role.devices; d++) {
           inOrder.push(d === this.index ? state.own[i] : state.received.get(d)![i]);
         }
-        this.#backend.averageInOrder(inOrder.map((t) => t.storage), state.averaged[i].storage);
+        state.backend.averageInOrder(inOrder.map((t) => t.storage), state.averaged[i].storage);
       }
     });
   }
 
   async stageParameters(group: string, use: (values: Float32Array) => void | Promise<void>): Promise<void> {
-    this.#active("stageParameters");
+    const state = this.#active("stageParameters");
     const pending = this.#guard(() =>
-      this.#stage(this.#members(group).map((i) => this.#slots[i].entry.tensor))
+      this.#stage(state, this.#members(group).map((i) => this.#slots[i].entry.tensor))
     );
     await this.#lend(pending, use);
   }
 
   receiveParameters(group: string, values: Float32Array): void {
-    this.#active("receiveParameters");
-    this.#guard(() => this.#scatter(group, values, (i) => this.#slots[i].entry.tensor));
+    const state = this.#active("receiveParameters");
+    this.#guard(() => this.#scatter(state, group, values, (i) => this.#slots[i].entry.tensor));
   }
 
-  /** Frees the replica's buffers and the `GPUDevice`. */
+  /** Frees the replica's storages and, where the backend can, what it holds (WebGPU: the `GPUDevice`). */
   close(): Promise<void> {
     this.#model.dispose();
-    this.#backend.device.destroy();
+    this.#backend.dispose?.();
     return Promise.resolve();
   }
 
@@ -344,14 +390,33 @@ export class WebGpuDevice implements Device, ResidentReplica {
     return this.#slots.flatMap((s, i) => (s.layout.group === group ? [i] : []));
   }
 
-  /** Starts copying `tensors` back to back off the GPU. */
-  #stage(tensors: readonly Tensor[]): Promise<StagedValues> {
-    const pending = this.#backend.stageToHost(tensors.map((t) => t.storage));
+  /**
+   * Overwrites `storage` with `values` in place (tensors keep their handle): `write` where the
+   * backend has it, else a copy from a temporary upload.
+   */
+  #overwrite(storage: Storage, values: Float32Array): void {
+    const backend = this.#backend;
+    if (backend.write) {
+      backend.write(storage, values);
+      return;
+    }
+    const source = backend.upload(values);
+    try {
+      const dense = { offset: 0, strides: [1] };
+      backend.copyStrided(source, dense, storage, dense, [values.length]);
+    } finally {
+      backend.release(source);
+    }
+  }
+
+  /** Starts copying `tensors` back to back off the device. */
+  #stage(state: ResidentState, tensors: readonly Tensor[]): Promise<StagedValues> {
+    const pending = state.backend.stageToHost(tensors.map((t) => t.storage));
     pending.catch(() => {}); // awaited by whoever takes it; a step that failed first drops it
     return pending;
   }
 
-  /** Lends staged values to `use`, then hands the staging buffer back. */
+  /** Lends staged values to `use`, then hands the staging memory back. */
   async #lend(pending: Promise<StagedValues>, use: (values: Float32Array) => void | Promise<void>) {
     let staged: StagedValues;
     try {
@@ -367,21 +432,26 @@ export class WebGpuDevice implements Device, ResidentReplica {
   }
 
   /** Writes a group's flat `values` into one tensor per member slot. */
-  #scatter(group: string, values: Float32Array, target: (slot: number) => Tensor): void {
+  #scatter(
+    state: ResidentState,
+    group: string,
+    values: Float32Array,
+    target: (slot: number) => Tensor,
+  ): void {
     const range = groupRange(this.#layout, group);
     if (values.length !== range.size) {
       throw new Error(`group "${group}" holds ${range.size} values, got ${values.length}`);
     }
     for (const i of this.#members(group)) {
       const { offset, size } = this.#slots[i].layout;
-      this.#backend.write(
+      state.backend.write(
         target(i).storage,
         values.subarray(offset - range.offset, offset - range.offset + size),
       );
     }
   }
 
-  /** Releases gradient copies a failed step left untaken, so their staging buffers are reusable. */
+  /** Releases gradient copies a failed step left untaken, so their staging memory is reusable. */
   async #dropStaged(state: ResidentState): Promise<void> {
     const leftovers = [...state.staged.values()];
     state.staged.clear();
