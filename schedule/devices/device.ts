@@ -51,8 +51,6 @@ export interface ComputeCommand {
   seed: number;
   /** Groups to backward, in order. */
   backwardGroups: string[];
-  /** Fault injection for tests: throw during this group's backward. */
-  failInGroup?: string;
 }
 
 /** What a device's compute lane produced. */

@@ -1,5 +1,6 @@
 /**
- * Messages between the runtime (main thread) and a CPU device's Worker. Parameters and gradients
+ * Messages between the runtime (main thread) and a CPU device's Worker (a `node:worker_threads`
+ * Worker; messages are its `postMessage` payloads, `SharedArrayBuffer`s shared). Parameters and gradients
  * never travel in messages: they live in `SharedArrayBuffer`s both sides map, laid out by
  * `layout.ts`. Messages say what to do and report results; the latency-critical "this group's
  * gradients are final" travels through a shared signal word with `Atomics.store`/`notify`, which
@@ -33,6 +34,21 @@ export interface InitMessage {
 
 /** Main → worker: run one iteration's compute lane on a shard (see `ComputeCommand`). */
 export type StepMessage = { type: "step" } & ComputeCommand;
+
+/**
+ * Main → worker: how many threads the replica's CPU kernels may use (its share of the cores).
+ *
+ * @example
+ * ```ts
+ * import type { ThreadsMessage } from "./protocol.ts";
+ * const message: ThreadsMessage = { type: "threads", threads: 2 };
+ * ```
+ */
+export interface ThreadsMessage {
+  type: "threads";
+  /** Kernel threads, the worker's own included. */
+  threads: number;
+}
 
 /** A span of work on the worker's compute lane, in epoch milliseconds. */
 export interface ComputeSpan {
