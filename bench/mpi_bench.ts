@@ -17,13 +17,13 @@ import {
   averageInDeviceOrder,
   buildModel,
   type CpuBackend,
+  type DataParallelStepResult,
   DataParallelTrainer,
   detectMpiLaunch,
   getBackend,
   type LaneEvent,
   layoutOf,
   type ModelSpec,
-  MpiTrainer,
   MpiTransport,
   overlap,
   type ParameterEntry,
@@ -117,7 +117,7 @@ interface StepFigures {
 
 /** Times WARMUP + TIMED steps; `trainer.step` is the only thing each iteration does. */
 async function timeSteps(
-  step: (i: number) => Promise<{ seconds: number; commMs: number; hiddenCommMs: number }>,
+  step: (i: number) => Promise<DataParallelStepResult>,
   fcMs: () => number,
 ): Promise<StepFigures> {
   const seconds: number[] = [], comm: number[] = [], hidden: number[] = [], fc: number[] = [];
@@ -126,8 +126,8 @@ async function timeSteps(
     const result = await step(i);
     if (i < WARMUP) continue;
     seconds.push(result.seconds);
-    comm.push(result.commMs);
-    hidden.push(result.hiddenCommMs);
+    comm.push(result.ms.communication);
+    hidden.push(result.ms.hiddenCommunication);
     fc.push(fcMs() - before);
   }
   return {
@@ -146,7 +146,7 @@ async function acrossProcesses(mode: ReductionMode, plan: Plan): Promise<StepFig
   const onEvent = (e: LaneEvent) => {
     if (e.lane === "comm" && / fc$/.test(e.name)) fcMs += e.end - e.start;
   };
-  const trainer = await MpiTrainer.create({ model, mode, plan, optimizer, onEvent, transport: mpi });
+  const trainer = await DataParallelTrainer.create({ model, mode, plan, optimizer, onEvent, transport: mpi });
   try {
     return await timeSteps((i) => trainer.step(batchFor(i)), () => fcMs);
   } finally {

@@ -123,8 +123,8 @@ async function run(
       const result = await trainer.step(batchFor(input, i, classes));
       if (i >= WARMUP) {
         seconds.push(result.seconds);
-        comm.push(result.commMs);
-        hidden.push(result.hiddenCommMs);
+        comm.push(result.ms.communication);
+        hidden.push(result.ms.hiddenCommunication);
         fc.push(fcSpans.reduce((a, b) => a + b, 0));
       }
     }

@@ -12,37 +12,36 @@
 
 import {
   autoSchedule,
+  BackendDevice,
   builtinSchedule,
+  createWebGpuBackend,
   DataLoader,
-  type DataParallelStepResult,
   DataParallelTrainer,
   DEFAULT_LINK,
   detectMpiLaunch,
   DeviceError,
   evaluate,
   formatSummary,
-  type HostBatch,
   layoutOf,
   type LinkSpec,
   loadCheckpoint,
   loadSchedule,
   measureProfile,
+  medianFigures,
   type ModelSpec,
-  MpiTrainer,
   MpiTransport,
   type Network,
-  type Optimizer,
   type ParameterEntry,
   type ParameterLayout,
   parseLink,
   type Plan,
   saveCheckpoint,
   SGD,
+  type StepFigures,
   summarize,
   tensor,
   TraceRecorder,
   validatePlan,
-  WebGpuDevice,
   writeFileAtomic,
 } from "../mod.ts";
 import { DEFAULTS, helpText, parseTrainArgs, type TrainArgs } from "./args.ts";
@@ -86,23 +85,6 @@ export async function parametersSha256(
 
 const SCHEDULE_NAMES = ["overlap", "sequential", "bucketed", "auto"];
 
-/**
- * What the command needs from a trainer: {@link DataParallelTrainer} (devices in this process) and
- * {@link MpiTrainer} (one device per MPI rank) both provide it.
- */
-interface Trainer {
-  readonly iteration: number;
-  readonly parameterEntries: readonly ParameterEntry[];
-  readonly optimizer: Optimizer;
-  readonly layout: ParameterLayout;
-  step(batch: HostBatch): Promise<DataParallelStepResult>;
-  /** Brings device-resident parameters to the host, where `masterParameters` reads them. */
-  syncParameters(): Promise<void>;
-  masterParameters(): Float32Array | Promise<Float32Array>;
-  broadcastParameters(): void | Promise<void>;
-  close(): Promise<void>;
-}
-
 async function choosePlan(
   args: TrainArgs,
   local: Network,
@@ -145,7 +127,7 @@ async function choosePlan(
 }
 
 /** Copies the master's flat parameters into `model` by name, for evaluation on this thread. */
-async function copyMasterInto(model: Network, trainer: Trainer): Promise<void> {
+async function copyMasterInto(model: Network, trainer: DataParallelTrainer): Promise<void> {
   await trainer.syncParameters();
   const flat = await trainer.masterParameters();
   const slots = new Map(trainer.layout.slots.map((s) => [s.name, s]));
@@ -261,7 +243,8 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     trace,
     // WebGPU devices each get a GPUDevice of their own; CPU devices are Workers (the default).
     startDevice: args.backend === "webgpu"
-      ? (index: number, model: ModelSpec, layout: ParameterLayout) => WebGpuDevice.start(index, model, layout)
+      ? (index: number, model: ModelSpec, layout: ParameterLayout) =>
+        BackendDevice.start(index, model, layout, (i) => createWebGpuBackend({ name: `webgpu:${i}` }))
       : undefined,
     optimizer: (parameters: ParameterEntry[]) =>
       new SGD(parameters, {
@@ -274,9 +257,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
   const deviceKind = args.backend === "cpu" ? "CPU" : "WebGPU";
   // What connects the devices, for every output: emulation is always labelled as such.
   const linkText = transport ? `MPI (Open MPI, ${args.devices} ranks)` : link ? link.label : "shared memory";
-  const trainer: Trainer = transport
-    ? await MpiTrainer.create({ ...common, transport })
-    : await DataParallelTrainer.create({ ...common, devices: args.devices, link });
+  const trainer = await DataParallelTrainer.create({ ...common, devices: args.devices, link, transport });
   try {
     if (args.resume) {
       // Only rank 0 reads the file (other hosts need not have it); the broadcast brings the rest along.
@@ -321,7 +302,8 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
 
     const points: StepPoint[] = [];
     const heldOut: { step: number; accuracy: number }[] = [];
-    let images = 0, stepSeconds = 0, commMs = 0, hiddenMs = 0, timedSteps = 0, lastLoss = NaN;
+    let images = 0, lastLoss = NaN;
+    const timed: StepFigures[] = [];
     let failedAt: number | undefined, failure = "";
     const started = performance.now();
     try {
@@ -350,12 +332,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         images += result.count;
         lastLoss = result.loss;
         // The first step pays for JIT warm-up and would skew the split of a short run.
-        if (i > first || target - first === 1) {
-          stepSeconds += result.seconds;
-          commMs += result.commMs;
-          hiddenMs += result.hiddenCommMs;
-          timedSteps++;
-        }
+        if (i > first || target - first === 1) timed.push(result.ms);
         points.push({ step: i + 1, loss: result.loss, accuracy: result.correct / result.count });
         progress?.update({
           step: i + 1,
@@ -375,7 +352,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       progress?.done();
     }
     // Every rank's lanes go into rank 0's trace, before rank 0 alone evaluates and writes.
-    if (trainer instanceof MpiTrainer && trace && failedAt === undefined) await trainer.gatherTrace();
+    if (trace && failedAt === undefined) await trainer.gatherTrace();
     const seconds = (performance.now() - started) / 1000;
     const step = trainer.iteration;
     const extra = { data: args.data, batch: args.batch, devices: args.devices, schedule: plan.name };
@@ -425,10 +402,19 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       await writeTrace(args.trace, trace, link || transport ? linkText : "shared memory (no emulation)");
       files.trace = args.trace;
     }
-    const stepMs = timedSteps ? stepSeconds * 1000 / timedSteps : 0;
-    const commPerStep = timedSteps ? commMs / timedSteps : 0;
-    const hiddenPerStep = timedSteps ? hiddenMs / timedSteps : 0;
-    const exposed = commPerStep - hiddenPerStep;
+    // Medians per step: a garbage collection or a late Worker does not move them.
+    const stepMs = medianFigures(timed);
+    const percent = (part: number, whole: number) => whole > 0 ? (100 * part / whole).toFixed(0) : "0";
+    const timeSplit =
+      `${stepMs.total.toFixed(1)} ms per step (median): compute ${stepMs.compute.toFixed(1)} ms; ` +
+      `communication ${stepMs.communication.toFixed(1)} ms, ${
+        stepMs.hiddenCommunication.toFixed(1)
+      } ms of it ` +
+      `hidden (${percent(stepMs.hiddenCommunication, stepMs.communication)}%); update ${
+        stepMs.update.toFixed(1)
+      } ms, ${stepMs.hiddenUpdate.toFixed(1)} ms of it hidden (${
+        percent(stepMs.hiddenUpdate, stepMs.update)
+      }%)`;
     const imagesPerSecond = seconds > 0 ? images / seconds : 0;
     if (args.report) {
       const lastSteps = new Set(Array.from({ length: REPORT_TRACE_STEPS }, (_, k) => step - 1 - k));
@@ -451,9 +437,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
           ["throughput", `${imagesPerSecond.toFixed(0)} images/s`],
           [
             "step time",
-            `${stepMs.toFixed(1)} ms: communication ${commPerStep.toFixed(1)} ms, ${
-              hiddenPerStep.toFixed(1)
-            } ms of it hidden behind compute (${linkText})`,
+            `${timeSplit} (${linkText})`,
           ],
         ],
         steps: points,
@@ -471,13 +455,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       `throughput ${imagesPerSecond.toFixed(0)} images/s; ${step - first} steps in ${
         formatDuration(seconds)
       }`,
-      `step time ${stepMs.toFixed(1)} ms: compute ${
-        (stepMs - exposed).toFixed(1)
-      } ms + exposed communication ${exposed.toFixed(1)} ms; communication ${
-        commPerStep.toFixed(1)
-      } ms per step, ${hiddenPerStep.toFixed(1)} ms hidden (${
-        commPerStep > 0 ? (100 * hiddenPerStep / commPerStep).toFixed(0) : 0
-      }%)${link ? ` over an emulated link (${link.label})` : ""}`,
+      `step time ${timeSplit}${link ? ` over an emulated link (${link.label})` : ""}`,
       `parameters sha256 ${sha}`,
       Object.keys(files).length
         ? `files: ${Object.entries(files).map(([k, v]) => `${k} ${v}`).join(", ")}`
@@ -502,12 +480,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         schedule: plan.name,
         reduce: args.reduce,
         link: link ? { label: link.label, emulated: true } : null,
-        stepMs: {
-          total: stepMs,
-          compute: stepMs - exposed,
-          communication: commPerStep,
-          hiddenCommunication: hiddenPerStep,
-        },
+        stepMs,
         files,
       }));
     }

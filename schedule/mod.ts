@@ -99,8 +99,8 @@ export {
   DataParallelTrainer,
   type HostBatch,
   type LaneEvent,
-  type ReplicaTrainingOptions,
 } from "./runtime/trainer.ts";
+export { type LaneSpan, medianFigures, type StepFigures, stepFigures } from "./runtime/figures.ts";
 export {
   type ComputeCommand,
   type ComputeResult,
@@ -110,8 +110,16 @@ export {
   type ResidentRole,
 } from "./devices/device.ts";
 export { CpuDevice } from "./devices/cpu_device.ts";
-export { WebGpuDevice } from "./devices/webgpu_device.ts";
-export { type LinkSpec, parseLink, transfer, type TransferTiming, waitUntil } from "./runtime/link.ts";
+export { BackendDevice } from "./devices/backend_device.ts";
+export {
+  emulateRingAllreduce,
+  type LinkSpec,
+  parseLink,
+  timedMove,
+  transfer,
+  type TransferTiming,
+  waitUntil,
+} from "./runtime/link.ts";
 export { buildModel, type ModelSpec } from "./devices/model_spec.ts";
 export {
   backwardGroupOrder,
@@ -141,4 +149,3 @@ export {
   TransportError,
   type WaitOptions,
 } from "./mpi/transport.ts";
-export { MpiTrainer, type MpiTrainerOptions } from "./mpi/trainer.ts";

@@ -31,6 +31,7 @@ interface Result {
   step: number;
   imagesPerSecond: number;
   paramsSha256: string;
+  stepMs: Record<string, number>;
   files: Record<string, string>;
 }
 
@@ -75,8 +76,19 @@ Deno.test("cli: --json prints one object with the run's figures; --trace and --r
   assert.ok(result.imagesPerSecond > 0);
   assert.match(result.paramsSha256, /^[0-9a-f]{64}$/);
   assert.deepEqual(result.files, { trace, report });
+  // Medians per step, the update apart from the communication; each hidden part within its whole.
+  const ms = result.stepMs;
+  assert.deepEqual(
+    Object.keys(ms).sort(),
+    ["communication", "compute", "hiddenCommunication", "hiddenUpdate", "total", "update"],
+  );
+  for (const [key, value] of Object.entries(ms)) assert.ok(Number.isFinite(value) && value >= 0, key);
+  assert.ok(ms.update > 0 && ms.communication > 0 && ms.compute > 0 && ms.total >= ms.compute);
+  assert.ok(ms.hiddenCommunication <= ms.communication && ms.hiddenUpdate <= ms.update);
   const chrome = JSON.parse(await Deno.readTextFile(trace));
-  assert.ok(chrome.traceEvents.some((e: { name: string }) => e.name === "backward conv"));
+  for (const name of ["backward conv", "backward fc", "reduce fc", "update fc", "broadcast conv"]) {
+    assert.ok(chrome.traceEvents.some((e: { name: string }) => e.name === name), `trace lacks ${name}`);
+  }
   const html = await Deno.readTextFile(report);
   assert.match(html, /Training loss[\s\S]*<svg[\s\S]*device 1 communication/);
   assert.doesNotMatch(html, /<script|src="http/);

@@ -15,6 +15,7 @@ import {
   scheduleBuilder,
   ScheduleError,
   sequential,
+  stepFigures,
   stepLabel,
   TraceRecorder,
   validatePlan,
@@ -577,7 +578,17 @@ Deno.test("trace: overlap figures on hand-made spans", () => {
   const cross = new TraceRecorder();
   cross.record({ device: 1, lane: "compute", name: "backward conv", step: 0, start: 0, end: 4 });
   cross.record({ device: 0, lane: "comm", name: "reduce fc", step: 0, start: 2, end: 6 });
+  // An update is arithmetic, not communication: it does not count (it used to, overstating it).
+  cross.record({ device: 0, lane: "comm", name: "update fc", step: 0, start: 6, end: 9 });
   assert.deepEqual(cross.overlap(0), { commMs: 4, hiddenMs: 2, fraction: 0.5 });
+  assert.deepEqual(stepFigures(cross.spans, 9), {
+    total: 9,
+    compute: 4,
+    communication: 4,
+    hiddenCommunication: 2,
+    update: 3,
+    hiddenUpdate: 0,
+  });
 });
 
 Deno.test("trace: Chrome trace-event JSON names processes and threads and uses microseconds", () => {

@@ -94,13 +94,51 @@ export async function transfer(
   target: Float32Array,
   link?: LinkSpec,
 ): Promise<TransferTiming> {
+  return await timedMove(source.byteLength, link, () => target.set(source));
+}
+
+/**
+ * Runs `move` (a copy of `bytes`, however it is made) and, when a link is given, resolves no earlier
+ * than the link would have carried those bytes since the call.
+ *
+ * @example
+ * ```ts
+ * import { parseLink, timedMove } from "./link.ts";
+ * await timedMove(4096, parseLink("1GB/s"), () => {});
+ * ```
+ */
+export async function timedMove(
+  bytes: number,
+  link: LinkSpec | undefined,
+  move: () => void | Promise<void>,
+): Promise<TransferTiming> {
   const start = performance.now();
-  target.set(source);
-  if (link) {
-    const seconds = link.latencySeconds + source.byteLength / link.bandwidthBytesPerSecond;
-    await waitUntil(start + seconds * 1000);
-  }
+  await move();
+  if (link) await waitUntil(start + (link.latencySeconds + bytes / link.bandwidthBytesPerSecond) * 1000);
   return { start, end: performance.now() };
+}
+
+/**
+ * Waits until a ring all-reduce of `bytes` over `devices` devices started at `start` would have
+ * finished on `link`: 2(N−1)/N of the bytes cross each link, in 2(N−1) latency-bound steps. No link
+ * (shared memory) or one device: no wait.
+ *
+ * @example
+ * ```ts
+ * import { emulateRingAllreduce, parseLink } from "./link.ts";
+ * await emulateRingAllreduce(performance.now(), 4096, 2, parseLink("1GB/s"));
+ * ```
+ */
+export async function emulateRingAllreduce(
+  start: number,
+  bytes: number,
+  devices: number,
+  link: LinkSpec | undefined,
+): Promise<void> {
+  if (!link || devices < 2) return;
+  const seconds = (2 * (devices - 1) / devices) * bytes / link.bandwidthBytesPerSecond +
+    2 * (devices - 1) * link.latencySeconds;
+  await waitUntil(start + seconds * 1000);
 }
 
 /** Waits until `performance.now()` reaches `deadline`, without spinning a core. */

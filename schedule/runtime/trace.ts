@@ -3,7 +3,8 @@
  * Perfetto or chrome://tracing) and into the overlap figures the simulator predicts.
  *
  * Definitions, for one iteration: let C be the union of all compute intervals of all devices and K
- * the union of all communication intervals of all devices. `commMs` = |K|, the time during which
+ * the union of all communication intervals of all devices — the reduce and broadcast steps and their
+ * transfers, not the updates (see `figures.ts`). `commMs` = |K|, the time during which
  * some device communicates; `hiddenMs` = |K ∩ C|, the part of it during which some device computes;
  * `fraction` = hiddenMs / commMs (0 when there is no communication). So `commMs − hiddenMs` is
  * the time the iteration spent only communicating, which is what overlap aims to remove. Using
@@ -14,7 +15,7 @@
 
 import { ValueError } from "../../engine/errors.ts";
 import { writeFileAtomic } from "../../engine/io/atomic.ts";
-import { measure, overlapLength } from "./intervals.ts";
+import { stepFigures } from "./figures.ts";
 import type { Lane } from "../plan/plan.ts";
 
 /**
@@ -170,11 +171,8 @@ export class TraceRecorder {
 
   /** Communication and hidden communication of iteration `step` (see the module notes). */
   overlap(step: number): OverlapFigures {
-    const spans = this.#spans.filter((s) => s.step === step);
-    const compute = spans.filter((s) => s.lane === "compute");
-    const comm = spans.filter((s) => s.lane === "comm");
-    const commMs = measure(comm);
-    const hiddenMs = overlapLength(comm, compute);
+    const figures = stepFigures(this.#spans.filter((s) => s.step === step), 0);
+    const commMs = figures.communication, hiddenMs = figures.hiddenCommunication;
     return { commMs, hiddenMs, fraction: commMs > 0 ? hiddenMs / commMs : 0 };
   }
 
