@@ -7,12 +7,14 @@ import assert from "node:assert/strict";
 import { parseTrainArgs } from "../cli/args.ts";
 import { DataParallelTrainer, detectMpiLaunch, MpiError, MpiLibrary, overlap } from "../mod.ts";
 import {
+  type OptimizerName,
+  RESUME_STEP,
   RUN_SEED,
   sha256,
   tinyBatch,
   tinyGroups,
   tinyModel,
-  tinyOptimizer,
+  tinyOptimizers,
   TRAIN_STEPS,
 } from "./fixtures/mpi_rank.ts";
 
@@ -84,18 +86,35 @@ async function mpi(args: string[], limitSeconds = 90): Promise<Run> {
   return run;
 }
 
-/** The in-process run on 2 Worker devices that every MPI run must reproduce bit for bit. */
-async function inProcess(mode: "master" | "allreduce"): Promise<string> {
+/**
+ * The in-process run on 2 Worker devices that every MPI run must reproduce bit for bit (`steps` 0:
+ * the initial parameters, which training must have moved away from).
+ */
+function inProcess(
+  mode: "master" | "allreduce",
+  optimizer: OptimizerName = "sgd",
+  steps = TRAIN_STEPS,
+): Promise<string> {
+  const key = `${mode} ${optimizer} ${steps}`;
+  let hash = inProcessRuns.get(key);
+  if (!hash) inProcessRuns.set(key, hash = trainInProcess(mode, optimizer, steps));
+  return hash;
+}
+
+/** {@link inProcess}'s runs so far: several tests compare against the same one. */
+const inProcessRuns = new Map<string, Promise<string>>();
+
+async function trainInProcess(mode: "master" | "allreduce", optimizer: OptimizerName, steps: number) {
   const trainer = await DataParallelTrainer.create({
     model: tinyModel,
     devices: 2,
     mode,
     plan: overlap(tinyGroups),
-    optimizer: tinyOptimizer,
+    optimizer: tinyOptimizers[optimizer],
     seed: RUN_SEED,
   });
   try {
-    for (let step = 0; step < TRAIN_STEPS; step++) await trainer.step(tinyBatch(step));
+    for (let step = 0; step < steps; step++) await trainer.step(tinyBatch(step));
     return await sha256(trainer.masterParameters());
   } finally {
     await trainer.close();
@@ -115,6 +134,35 @@ Deno.test({
     const allreduce = await inProcess("allreduce");
     // Replicas were compared after every step inside the run (verifyReplicas), so one hash per run
     // stands for every rank.
+    assert.deepEqual(hashes, {
+      "master sequential": master,
+      "master overlap": master,
+      "allreduce sequential": allreduce,
+      "allreduce overlap": allreduce,
+    });
+  },
+});
+
+// Catches: an Adam update that is not elementwise per group (e.g. scaled by a statistic of every
+// gradient, which under `overlap` reads the conv gradients before they are gathered), Adam state or
+// update counts that differ between the ranks' optimizers in allreduce mode, and any MPI-only
+// difference from the in-process run (gather order, averaging) that SGD would not expose.
+Deno.test({
+  name: "mpi: Adam — overlap and sequential across 2 processes equal the in-process Worker run bit for bit",
+  ignore: !mpirun,
+  fn: async () => {
+    const run = await mpi(["tests/fixtures/mpi_rank.ts", "--scenario", "lossless", "--optimizer", "adam"]);
+    assert.equal(run.code, 0, run.stderr);
+    const lines = run.stdout.trim().split("\n");
+    assert.equal(lines.length, 1, `only rank 0 prints, once:\n${run.stdout}`);
+    const hashes: Record<string, string> = JSON.parse(lines[0]);
+    const master = await inProcess("master", "adam");
+    const allreduce = await inProcess("allreduce", "adam");
+    // In process the two modes apply the same update to the same averaged gradients.
+    assert.equal(allreduce, master);
+    // Training moved the parameters, and with Adam, not as SGD does.
+    assert.notEqual(master, await inProcess("master", "adam", 0));
+    assert.notEqual(master, await inProcess("master", "sgd"));
     assert.deepEqual(hashes, {
       "master sequential": master,
       "master overlap": master,
@@ -238,6 +286,109 @@ Deno.test({
     } finally {
       await Deno.remove(dir, { recursive: true });
     }
+  },
+});
+
+// Catches, in both modes and with SGD and Adam: `MpiExchange.broadcastParameters` not sending rank
+// 0's optimizer state (allreduce: rank 1's momentum, Adam moments and update counts stay fresh, so
+// its replica diverges on the first resumed step — `verifyReplicas` fails the run) or not sending
+// the iteration (master: rank 1 draws the dropout masks of iteration 0 and its gradients differ),
+// and a checkpoint that loses Adam's per-parameter update counts.
+Deno.test({
+  name:
+    "mpi: a run split by a checkpoint (rank 0 loads it) equals the straight run, both modes, SGD and Adam",
+  ignore: !mpirun,
+  fn: async () => {
+    const dir = await Deno.makeTempDir({ prefix: "tandem_mpi_test_" });
+    try {
+      for (const optimizer of ["sgd", "adam"] as const) {
+        const run = await mpi([
+          "tests/fixtures/mpi_rank.ts",
+          "--scenario",
+          "resume",
+          "--optimizer",
+          optimizer,
+          "--dir",
+          dir,
+        ]);
+        assert.equal(run.code, 0, run.stderr);
+        const lines = run.stdout.trim().split("\n");
+        assert.equal(lines.length, 1, `only rank 0 prints, once:\n${run.stdout}`);
+        const master = await inProcess("master", optimizer);
+        const allreduce = await inProcess("allreduce", optimizer);
+        // The steps after the checkpoint changed the parameters, so skipping them would show.
+        assert.notEqual(master, await inProcess("master", optimizer, RESUME_STEP));
+        assert.deepEqual(JSON.parse(lines[0]), {
+          "master straight": master,
+          "master resumed": master,
+          "allreduce straight": allreduce,
+          "allreduce resumed": allreduce,
+        }, optimizer);
+      }
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+// Catches: `--schedule auto` under mpirun printing its choice (or any line) on every rank, and ranks training on
+// different plans or groupings (the choice is measured, so it varies from run to run: rank 0 must
+// decide and broadcast plan and grouping, else the ranks' configurations differ and the job fails,
+// or their results would); and a lossy auto plan. The choice is not deterministic (overlap over a
+// measured head/body split, or sequential), so the reference is the local run with the schedule
+// the MPI run named; every schedule and grouping gives the same bits, so the hashes must be equal.
+Deno.test({
+  name: "mpi: --schedule auto under mpirun decides once on rank 0 and equals the local run of its choice",
+  ignore: !mpirun,
+  fn: async () => {
+    const run = await mpi(["cli/train.ts", ...FAST, "--steps", "3", "--schedule", "auto"]);
+    assert.equal(run.code, 0, run.stderr);
+    const lines = run.stdout.trim().split("\n");
+    assert.equal(lines.length, 1, `stdout must be one JSON line from rank 0:\n${run.stdout}`);
+    const distributed = JSON.parse(lines[0]);
+    assert.equal(distributed.transport, "mpi");
+    assert.equal(distributed.devices, 2);
+    assert.equal(distributed.step, 3);
+    const choices = [...run.stderr.matchAll(/^auto schedule: (\S+) over groups (.*) \(priced at/gm)];
+    assert.equal(choices.length, 1, `the choice is printed once (rank 0):\n${run.stderr}`);
+    assert.equal(run.stderr.match(/^ {2}why: /gm)?.length, 1, run.stderr);
+    // Rank 0 alone speaks for the job (the other rank's lines would come twice).
+    assert.equal(run.stderr.match(/^training lenet /gm)?.length, 1, run.stderr);
+    const [, chosen, chosenGroups] = choices[0];
+    console.log(`auto chose ${chosen} over groups ${chosenGroups}`);
+    assert.ok(chosen === "overlap" || chosen === "sequential", chosen);
+    assert.equal(distributed.schedule, chosen);
+    const local = async (steps: number) => {
+      const output = await new Deno.Command(Deno.execPath(), {
+        args: [
+          "run",
+          "-A",
+          "--no-check",
+          "cli/train.ts",
+          ...FAST,
+          "--steps",
+          String(steps),
+          "--transport",
+          "local",
+          "--devices",
+          "2",
+          "--schedule",
+          chosen,
+        ],
+        stdout: "piped",
+        stderr: "piped",
+        stdin: "null",
+        env: { NO_COLOR: "1" },
+      }).output();
+      assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));
+      return JSON.parse(new TextDecoder().decode(output.stdout));
+    };
+    const single = await local(3);
+    assert.equal(single.transport, "local");
+    assert.equal(single.schedule, chosen);
+    assert.equal(distributed.paramsSha256, single.paramsSha256);
+    // The last step changed the parameters: equal hashes are not those of an untrained model.
+    assert.notEqual((await local(2)).paramsSha256, single.paramsSha256);
   },
 });
 

@@ -1,0 +1,137 @@
+/**
+ * The overlap across MPI ranks: `mpirun -np 2` on loopback runs tests/fixtures/mpi_overlap.ts, one
+ * device per rank. Rank 0 reduces and applies the FC update while its device still runs the conv
+ * backward under `overlap`, and does not under `sequential` — shown causally (rank 0's conv backward
+ * held until that step's FC update) and in rank 0's lane trace. Skipped, saying so, where Open MPI's
+ * mpirun is absent.
+ */
+
+import assert from "node:assert/strict";
+import { TRACE_STEPS } from "./fixtures/mpi_overlap.ts";
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+  seconds: number;
+}
+
+async function hasMpirun(): Promise<boolean> {
+  try {
+    return (await new Deno.Command("mpirun", { args: ["--version"], stdout: "null", stderr: "null" })
+      .output())
+      .success;
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return false;
+    throw error;
+  }
+}
+
+const mpirun = await hasMpirun();
+if (!mpirun) {
+  console.log(
+    "mpi overlap: mpirun not found (apt-get install openmpi-bin libopenmpi-dev), skipping the MPI runs",
+  );
+}
+
+/** Runs tests/fixtures/mpi_overlap.ts `scenario` as 2 MPI ranks on this machine; fails the test if it hangs. */
+async function mpi(scenario: string, limitSeconds = 90): Promise<Run> {
+  const started = performance.now();
+  const output = await new Deno.Command("mpirun", {
+    args: [
+      "--allow-run-as-root",
+      "--oversubscribe",
+      // Each rank runs a Worker beside its main thread: no pinning to one core.
+      "--bind-to",
+      "none",
+      "-np",
+      "2",
+      Deno.execPath(),
+      "run",
+      "-A",
+      "--no-check",
+      "tests/fixtures/mpi_overlap.ts",
+      scenario,
+    ],
+    env: {
+      // Loopback only: shared memory between the ranks, no probing for network interfaces.
+      OMPI_MCA_btl: "self,vader",
+      // Containers often forbid the cross-process copy (CMA) vader prefers; these tests need no speed.
+      OMPI_MCA_btl_vader_single_copy_mechanism: "none",
+      NO_COLOR: "1",
+    },
+    stdout: "piped",
+    stderr: "piped",
+    stdin: "null",
+    signal: AbortSignal.timeout(limitSeconds * 1000),
+  }).output();
+  const seconds = (performance.now() - started) / 1000;
+  const decoder = new TextDecoder();
+  const run = {
+    code: output.code,
+    stdout: decoder.decode(output.stdout),
+    stderr: decoder.decode(output.stderr),
+    seconds,
+  };
+  assert.ok(
+    seconds < limitSeconds,
+    `mpirun did not finish within ${limitSeconds} s (a hang):\n${run.stderr}`,
+  );
+  return run;
+}
+
+/** Rank 0's one JSON line. */
+function report<T>(run: Run): T {
+  assert.equal(run.code, 0, run.stderr);
+  const lines = run.stdout.trim().split("\n");
+  assert.equal(lines.length, 1, `only rank 0 prints, once:\n${run.stdout}`);
+  return JSON.parse(lines[0]) as T;
+}
+
+// Catches `await Promise.all(computes);` before the communication loop in DataParallelTrainer.step:
+// rank 0 then never applies the FC update while its conv backward is held, and the job ends with the
+// gate's "did not overlap" error after 10 s. The sequential run is the control: the gate can fail,
+// and a rank failing that way ends the whole job promptly instead of leaving rank 1 in a collective.
+Deno.test({
+  name: "mpi: rank 0 applies the FC update while its conv backward waits for it (master, allreduce)",
+  ignore: !mpirun,
+  fn: async () => {
+    const overlapped = report<Record<string, number[]>>(await mpi("gated-overlap"));
+    for (const mode of ["master", "allreduce"]) {
+      assert.equal(overlapped[mode]?.length, 4, `${mode}: ${JSON.stringify(overlapped)}`);
+      assert.ok(overlapped[mode].every(Number.isFinite), `${mode}: ${overlapped[mode]}`);
+    }
+
+    const serial = await mpi("gated-sequential");
+    assert.notEqual(serial.code, 0, `sequential opened the gate:\n${serial.stdout}`);
+    assert.match(
+      serial.stderr,
+      /tandem: device 0: conv backward of step 0 waited 2 s for that step's FC update, which never came: the runtime did not overlap the FC update with the conv backward \(MPI rank 0, step 0\)/,
+    );
+    // The 2 s wait, start-up and the abort; far below the 60 s a rank would wait in a collective.
+    assert.ok(serial.seconds < 30, `the failing job took ${serial.seconds.toFixed(1)} s to end`);
+  },
+});
+
+// Catches `await Promise.all(computes);` before the communication loop in DataParallelTrainer.step:
+// rank 0's `update fc` then ends after its `backward conv` in every step.
+Deno.test({
+  name: "mpi: rank 0's trace shows its FC update ending before its conv backward under overlap only",
+  ignore: !mpirun,
+  fn: async () => {
+    const leads = report<{ overlap: number[]; sequential: number[] }>(await mpi("trace"));
+    const ms = (values: number[]) => values.map((v) => v.toFixed(1)).join(" ");
+    console.log(
+      `mpi: rank 0's update fc ends before its backward conv by (ms) overlap [${ms(leads.overlap)}]; ` +
+        `sequential [${ms(leads.sequential)}]`,
+    );
+    assert.equal(leads.overlap.length, TRACE_STEPS);
+    assert.equal(leads.sequential.length, TRACE_STEPS);
+    const ahead = (values: number[]) => values.filter((v) => v > 0).length;
+    assert.ok(
+      ahead(leads.overlap) >= 0.9 * TRACE_STEPS,
+      `overlap: update fc ended first in only ${ahead(leads.overlap)} of ${TRACE_STEPS} steps`,
+    );
+    assert.equal(ahead(leads.sequential), 0, `sequential: update fc ended before the conv backward`);
+  },
+});
