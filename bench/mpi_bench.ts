@@ -32,6 +32,7 @@ import {
   type ReductionMode,
   sequential,
   SGD,
+  spanKind,
   uniformValues,
   writeFileAtomic,
 } from "../mod.ts";
@@ -144,7 +145,7 @@ const optimizer = (p: ParameterEntry[]) => new SGD(p, { lr: 0.001, momentum: 0.9
 async function acrossProcesses(mode: ReductionMode, plan: Plan): Promise<StepFigures> {
   let fcMs = 0;
   const onEvent = (e: LaneEvent) => {
-    if (e.lane === "comm" && / fc$/.test(e.name)) fcMs += e.end - e.start;
+    if (spanKind(e) === "communication" && / fc$/.test(e.name)) fcMs += e.end - e.start;
   };
   const trainer = await DataParallelTrainer.create({ model, mode, plan, optimizer, onEvent, transport: mpi });
   try {
@@ -166,7 +167,7 @@ async function inOneProcess(mode: ReductionMode, plan: Plan): Promise<StepFigure
       plan,
       optimizer,
       onEvent: (e) => {
-        if (e.lane === "comm" && e.device === 0 && / fc$/.test(e.name)) fcMs += e.end - e.start;
+        if (spanKind(e) === "communication" && e.device === 0 && / fc$/.test(e.name)) fcMs += e.end - e.start;
       },
     });
     try {

@@ -32,6 +32,7 @@ import {
   sequential,
   SGD,
   simulate,
+  spanKind,
   uniformValues,
   writeFileAtomic,
 } from "../mod.ts";
@@ -109,7 +110,9 @@ async function run(
     optimizer: (p) => new SGD(p, { lr: 0.001, momentum: 0.9, weightDecay: 5e-4 }),
     onEvent: (e) => {
       if (e.step !== step) return;
-      if (e.lane === "comm" && e.device === 0 && / fc$/.test(e.name)) fcSpans.push(e.end - e.start);
+      if (spanKind(e) === "communication" && e.device === 0 && / fc$/.test(e.name)) {
+        fcSpans.push(e.end - e.start);
+      }
       if (e.lane === "compute" && step >= WARMUP) {
         (computeTimes[e.name] ??= []).push((e.end - e.start) / 1000);
       }

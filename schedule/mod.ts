@@ -2,8 +2,9 @@
  * Schedules for data-parallel training: a text form and a typed builder that both compile to a
  * {@link Plan}, static validation, the built-in schedules, a plain-text explanation, a cost model
  * that predicts iteration timelines, the AlexNet-like test with automatic schedule choice, a trace
- * recorder for measured timelines, and the runtimes that execute plans: Workers in one process
- * (`DataParallelTrainer`) or one process per device under Open MPI (`MpiTrainer`).
+ * recorder for measured timelines, and the trainer whose one plan executor runs them over shared
+ * memory (CPU Workers), GPU-resident replicas, or one process per device under Open MPI
+ * (`DataParallelTrainer`).
  *
  * @example
  * ```ts
@@ -100,7 +101,7 @@ export {
   type HostBatch,
   type LaneEvent,
 } from "./runtime/trainer.ts";
-export { type LaneSpan, medianFigures, type StepFigures, stepFigures } from "./runtime/figures.ts";
+export { type LaneSpan, medianFigures, spanKind, type StepFigures, stepFigures } from "./runtime/figures.ts";
 export {
   type ComputeCommand,
   type ComputeResult,
