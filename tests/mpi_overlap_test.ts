@@ -114,15 +114,16 @@ Deno.test({
 });
 
 // Catches `await Promise.all(computes);` before the communication loop in DataParallelTrainer.step:
-// rank 0's `update fc` then ends after its `backward conv` in every step.
+// rank 0's `update fc` then ends after every rank's `backward conv` in every step.
 Deno.test({
-  name: "mpi: rank 0's trace shows its FC update ending before its conv backward under overlap only",
+  name:
+    "mpi: the gathered trace shows rank 0's FC update ending before the last conv backward under overlap only",
   ignore: !mpirun,
   fn: async () => {
     const leads = report<{ overlap: number[]; sequential: number[] }>(await mpi("trace"));
     const ms = (values: number[]) => values.map((v) => v.toFixed(1)).join(" ");
     console.log(
-      `mpi: rank 0's update fc ends before its backward conv by (ms) overlap [${ms(leads.overlap)}]; ` +
+      `mpi: rank 0's update fc ends before the last backward conv by (ms) overlap [${ms(leads.overlap)}]; ` +
         `sequential [${ms(leads.sequential)}]`,
     );
     assert.equal(leads.overlap.length, TRACE_STEPS);
