@@ -12,10 +12,14 @@
  * @module
  */
 
-import { type Interval, measure, overlapLength } from "./intervals.ts";
+import { measure, overlapLength } from "./intervals.ts";
 
 /** A lane span, as recorded by the runtime. */
-export interface LaneSpan extends Interval {
+export interface LaneSpan {
+  /** Start, `performance.now()` milliseconds. */
+  start: number;
+  /** End, `performance.now()` milliseconds. */
+  end: number;
   /** `compute` (forward, backward) or `comm` (reduce, update, broadcast and their transfers). */
   lane: "compute" | "comm";
   /** What ran, e.g. `backward conv`, `reduce fc`, `update fc`, `send fc gradients`. */
