@@ -199,6 +199,13 @@ export interface Backend {
    * afterwards is the backend's to say.
    */
   dispose?(): void;
+  /**
+   * Optional: a storage over elements `[offset, offset + length)` of `storage` itself, without
+   * copying, for backends whose memory can be addressed in part (CPU). Writes through either are
+   * seen by the other; releasing the view frees nothing. Lets an optimizer update part of a
+   * parameter (a chunk that has arrived) while the rest is still on the wire.
+   */
+  view?(storage: Storage, offset: number, length: number): Storage;
 
   /** Sets every element to `value`. */
   fill(out: Storage, value: number): void;

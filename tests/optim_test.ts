@@ -511,3 +511,63 @@ Deno.test("plain (not undoable) updates keep no copies: undoIteration leaves the
   assert.equal(memory().tensors, live);
   dispose(params, optimizer);
 });
+
+Deno.test("range updates: a group stepped in parts, cutting parameters, in any order, equals one whole step bit for bit", () => {
+  const makers = [
+    (p: ParameterEntry[]) => new SGD(p, { lr: 0.1, momentum: 0.9, weightDecay: 0.01 }),
+    (p: ParameterEntry[]) => new Adam(p, { lr: 0.01, weightDecay: 0.01 }),
+  ];
+  for (const make of makers) {
+    const whole = makeParams(), parts = makeParams();
+    const a = make(whole), b = make(parts);
+    // Group sizes in this fixture: conv 6 + 2 = 8 elements, fc 6 + 3 = 9 elements.
+    for (let step = 0; step < 3; step++) {
+      setGrads(whole, step);
+      setGrads(parts, step);
+      a.step();
+      // Parts that cut conv1.weight / conv1.bias and fc.weight / fc.bias, taken out of order.
+      b.step("conv", { range: { start: 5, end: 8 } });
+      b.step("conv", { range: { start: 0, end: 5 } });
+      b.step("fc", { range: { start: 7, end: 9 } });
+      b.step("fc", { range: { start: 0, end: 3 } });
+      b.step("fc", { range: { start: 3, end: 7 } });
+      b.finishIteration();
+    }
+    // Mutation caught: committing a parameter's update count after its first part (instead of once
+    // all its elements are done) changes Adam's bias correction for the later parts.
+    assert.deepEqual(parts.map((p) => bits(p.tensor)), whole.map((p) => bits(p.tensor)));
+    const sa = a.state(), sb = b.state();
+    assert.deepEqual(sb.updates, sa.updates);
+    assert.deepEqual(
+      [...sb.perParameter.values()].map((s) => Object.values(s).map(bits)),
+      [...sa.perParameter.values()].map((s) => Object.values(s).map(bits)),
+    );
+    dispose(whole, a);
+    dispose(parts, b);
+  }
+});
+
+Deno.test("range updates: overlaps, unfinished groups and undo are handled", () => {
+  const params = makeParams();
+  const optimizer = new SGD(params, { lr: 0.1, momentum: 0.9 });
+  setGrads(params, 0);
+  optimizer.step();
+  setGrads(params, 1);
+  const before = params.map((p) => bits(p.tensor));
+  optimizer.step("fc", { range: { start: 0, end: 4 }, undoable: true });
+  assert.throws(() => optimizer.step("fc", { range: { start: 3, end: 5 } }), /overlap \[0, 4\)/);
+  assert.throws(() => optimizer.step("fc", { range: { start: 5, end: 10 } }), /must lie in \[0, 9\)/);
+  assert.throws(() => optimizer.step("fc"), /already updated/);
+  assert.throws(() => optimizer.finishIteration(), /group "fc" is updated in part only \(4 of 9 elements\)/);
+  assert.throws(() => optimizer.state(), /in part only/);
+  optimizer.step("fc", { range: { start: 4, end: 9 }, undoable: true });
+  assert.notDeepEqual(params.map((p) => bits(p.tensor)), before);
+  // Mutation caught: undo copies taken of the short-lived views themselves (freed when the step
+  // returns) restore nothing.
+  optimizer.undoIteration();
+  assert.deepEqual(params.map((p) => bits(p.tensor)), before);
+  optimizer.step("fc", { range: { start: 0, end: 9 } });
+  optimizer.step("conv");
+  optimizer.finishIteration();
+  dispose(params, optimizer);
+});

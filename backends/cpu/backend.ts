@@ -54,8 +54,11 @@ import { WasmKernels } from "./wasm/kernels.ts";
  * ```
  */
 export class CpuStorage implements Storage {
-  /** Wraps `data` without copying. */
-  constructor(readonly data: HostArray) {}
+  /**
+   * Wraps `data` without copying. A `view` is part of another storage's array, which releasing it
+   * must leave alone.
+   */
+  constructor(readonly data: HostArray, readonly view = false) {}
   get length(): number {
     return this.data.length;
   }
@@ -204,6 +207,18 @@ export class CpuBackend implements Backend {
     return new CpuStorage(data);
   }
 
+  /** Elements `[offset, offset + length)` of `storage`'s array, shared; see {@link Backend.view}. */
+  view(storage: Storage, offset: number, length: number): Storage {
+    const data = (storage as CpuStorage).data;
+    if (
+      !Number.isInteger(offset) || !Number.isInteger(length) || offset < 0 || length < 0 ||
+      offset + length > data.length
+    ) {
+      throw new RangeError(`view: [${offset}, ${offset + length}) is outside a storage of ${data.length}`);
+    }
+    return new CpuStorage(data.subarray(offset, offset + length), true);
+  }
+
   read(storage: Storage): Promise<HostArray> {
     return Promise.resolve(this.readSync(storage));
   }
@@ -221,6 +236,7 @@ export class CpuBackend implements Backend {
   release(storage: Storage): void {
     // Arrays in kernel memory go back to its heap; large ordinary arrays this backend allocated
     // are recycled; the rest (wrapped host memory included) are left to the garbage collector.
+    if ((storage as CpuStorage).view) return;
     const data = (storage as CpuStorage).data;
     if (!this.wasm?.freeArray(data)) this.arrays.give(data);
   }

@@ -26,7 +26,7 @@
 import { formatShape, TandemError, ValueError } from "../errors.ts";
 import type { ParameterEntry } from "../nn/parameter.ts";
 import { noGrad, tidy, untrackFromScopes } from "../runtime.ts";
-import { allocateTensor, type Tensor } from "../tensor.ts";
+import { allocateTensor, Tensor } from "../tensor.ts";
 import { checkLrPolicy, learningRate, type LrPolicy } from "./schedule.ts";
 
 /** What every optimizer's hyper-parameters share: its kind and its learning-rate policy. */
@@ -100,6 +100,13 @@ export interface StepOptions {
    * backend) until the iteration ends, so {@link Optimizer.undoIteration} can put it back.
    */
   undoable?: boolean;
+  /**
+   * Update only elements `[start, end)` of the group — its parameters laid end to end in this
+   * optimizer's order — as soon as that part's gradients are final (a chunk off the network); the
+   * group is done once every element has been updated, each exactly once. Updates are elementwise,
+   * so any split gives the bits of one whole update. Needs a backend with `view` (CPU).
+   */
+  range?: { start: number; end: number };
 }
 
 /**
@@ -127,8 +134,12 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
   #groups: string[] = [];
   #groupsDone = new Set<string>();
   /** What undoable `step(group)` calls of this iteration overwrote, for {@link Optimizer.undoIteration}. */
-  #undo: { target: Tensor; copy: Tensor }[] = [];
+  #undo: { target: Tensor; copy: Tensor; view: boolean }[] = [];
   #undoCounts = new Map<string, number>();
+  /** Per group stepped in part this iteration: the element ranges updated so far. */
+  #partsDone = new Map<string, { start: number; end: number }[]>();
+  /** Per parameter stepped in part this iteration: elements updated so far. */
+  #elementsDone = new Map<string, number>();
   #disposed = false;
 
   /**
@@ -253,7 +264,11 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
       return;
     }
     this.#checkGroup("step", group);
-    if (this.#groupsDone.has(group)) {
+    if (options.range) {
+      this.#applyRange(group, options.range, options);
+      return;
+    }
+    if (this.#groupsDone.has(group) || this.#partsDone.has(group)) {
       throw new TandemError(
         `step("${group}"): group "${group}" was already updated in iteration ${this.#iteration}; ` +
           `call finishIteration() (or step() with no group) to end the iteration first`,
@@ -277,6 +292,7 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
    */
   finishIteration(): void {
     this.#checkLive("finishIteration");
+    this.#checkNoParts("finishIteration");
     this.#iteration++;
     this.#groupsDone.clear();
     this.#dropUndo();
@@ -304,11 +320,33 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
     });
     for (const [name, count] of this.#undoCounts) this.#updates.set(name, count);
     for (const p of this.parameters) if (this.#undoCounts.has(p.name)) this.#groupsDone.delete(p.group);
+    this.#partsDone.clear();
+    this.#elementsDone.clear();
     this.#dropUndo();
   }
 
+  /** Throws while a group has been updated in part only: its iteration cannot end or be saved. */
+  #checkNoParts(op: string): void {
+    for (const [group, parts] of this.#partsDone) {
+      const done = parts.reduce((n, r) => n + r.end - r.start, 0);
+      throw new TandemError(
+        `${op}: group "${group}" is updated in part only (${done} of ${
+          this.#groupSize(group)
+        } elements) in ` +
+          `iteration ${this.#iteration}; step the rest of its range first`,
+      );
+    }
+  }
+
+  #groupSize(group: string): number {
+    return this.parameters.reduce((n, p) => n + (p.group === group ? p.tensor.size : 0), 0);
+  }
+
   #dropUndo(): void {
-    for (const { copy } of this.#undo) copy.dispose();
+    for (const { target, copy, view } of this.#undo) {
+      copy.dispose();
+      if (view) target.dispose();
+    }
     this.#undo = [];
     this.#undoCounts.clear();
   }
@@ -347,6 +385,7 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
    */
   state(): OptimizerState<H> {
     this.#checkLive("state");
+    this.#checkNoParts("state");
     if (this.#groupsDone.size > 0) {
       throw new TandemError(
         `state: iteration ${this.#iteration} is half done (groups ${[...this.#groupsDone].join(", ")} ` +
@@ -495,9 +534,105 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
     }
   }
 
-  #apply(selected: (p: ParameterEntry) => boolean, options: StepOptions): void {
-    const chosen = this.parameters.filter((p) => selected(p) && p.tensor.grad !== null);
-    // Check every gradient before touching anything, so a bad one cannot leave a half-updated model.
+  /** `step(group, { range })`: see {@link StepOptions.range}. */
+  #applyRange(group: string, range: { start: number; end: number }, options: StepOptions): void {
+    const total = this.#groupSize(group);
+    const { start, end } = range;
+    if (!Number.isInteger(start) || !Number.isInteger(end) || start < 0 || end <= start || end > total) {
+      throw new ValueError("step", `range [${start}, ${end}) of group "${group}" must lie in [0, ${total})`);
+    }
+    if (this.#groupsDone.has(group)) {
+      throw new TandemError(
+        `step("${group}"): group "${group}" was already updated in iteration ${this.#iteration}`,
+      );
+    }
+    const parts = this.#partsDone.get(group) ?? [];
+    const clash = parts.find((r) => r.start < end && start < r.end);
+    if (clash) {
+      throw new TandemError(
+        `step("${group}"): elements [${start}, ${end}) overlap [${clash.start}, ${clash.end}), already updated ` +
+          `in iteration ${this.#iteration}`,
+      );
+    }
+    // The parameters the range covers, and which of their elements.
+    const pieces: { p: ParameterEntry; from: number; to: number }[] = [];
+    let offset = 0;
+    for (const p of this.parameters) {
+      if (p.group !== group) continue;
+      const from = Math.max(start, offset) - offset, to = Math.min(end, offset + p.tensor.size) - offset;
+      if (from < to) pieces.push({ p, from, to });
+      offset += p.tensor.size;
+    }
+    const chosen = pieces.filter(({ p }) => p.tensor.grad !== null);
+    this.#checkGradients(chosen.map(({ p }) => p));
+    const backend = this.parameters[0].tensor.backend;
+    if (chosen.length && !backend.view) {
+      throw new ValueError(
+        "step",
+        `updating part of a group needs a backend with views; "${backend.name}" has none`,
+      );
+    }
+    const rate = this.learningRate;
+    const views: Tensor[] = [];
+    const viewOf = (t: Tensor, from: number, to: number) => {
+      const v = new Tensor(t.backend, t.backend.view!(t.storage, from, to - from), [to - from]);
+      // Freed by this optimizer, whatever scope the caller runs in.
+      untrackFromScopes(v);
+      return v;
+    };
+    const view = (t: Tensor, from: number, to: number) => {
+      const v = viewOf(t, from, to);
+      views.push(v);
+      return v;
+    };
+    try {
+      noGrad(() => {
+        for (const { p, from, to } of chosen) {
+          const slots = this.#slots.get(p.name)!;
+          const partSlots = Object.fromEntries(Object.entries(slots).map(([k, t]) => [k, view(t, from, to)]));
+          const param = view(p.tensor, from, to);
+          if (options.undoable) {
+            // The undo keeps views of its own on the same elements: these die with this call.
+            const targets = [p.tensor, ...Object.values(slots)].map((t) => viewOf(t, from, to));
+            this.#saveForUndo(p.name, targets, true);
+          }
+          const count = this.#updates.get(p.name)! + 1;
+          const context = { rate: rate * p.lrMult, decay: this.#hyper.weightDecay * p.decayMult, count };
+          tidy(() => this.update(param, view(p.tensor.grad!, from, to), partSlots, context));
+          // The count moves once the whole parameter has been updated, as one whole update moves it.
+          const done = (this.#elementsDone.get(p.name) ?? 0) + to - from;
+          this.#elementsDone.set(p.name, done);
+          if (done === p.tensor.size) {
+            this.#elementsDone.delete(p.name);
+            this.#updates.set(p.name, count);
+          }
+        }
+      });
+    } finally {
+      for (const v of views) v.dispose();
+    }
+    parts.push({ start, end });
+    if (parts.reduce((n, r) => n + r.end - r.start, 0) === total) {
+      this.#partsDone.delete(group);
+      this.#groupsDone.add(group);
+    } else {
+      this.#partsDone.set(group, parts);
+    }
+  }
+
+  /** Copies of `targets` kept until the iteration ends, for {@link Optimizer.undoIteration}. */
+  #saveForUndo(name: string, targets: Tensor[], view = false): void {
+    if (!this.#undoCounts.has(name)) this.#undoCounts.set(name, this.#updates.get(name)!);
+    for (const target of targets) {
+      const copy = allocateTensor(target.backend, target.shape);
+      untrackFromScopes(copy);
+      copy.assign(target);
+      this.#undo.push({ target, copy, view });
+    }
+  }
+
+  /** Every gradient fits its parameter, checked before anything is touched. */
+  #checkGradients(chosen: readonly ParameterEntry[]): void {
     for (const p of chosen) {
       const g = p.tensor.grad!;
       const shapesDiffer = g.shape.length !== p.tensor.shape.length ||
@@ -510,19 +645,20 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
         );
       }
     }
+  }
+
+  #apply(selected: (p: ParameterEntry) => boolean, options: StepOptions): void {
+    const chosen = this.parameters.filter((p) => selected(p) && p.tensor.grad !== null);
+    // Check every gradient before touching anything, so a bad one cannot leave a half-updated model.
+    this.#checkGradients(chosen);
     const rate = this.learningRate;
     noGrad(() => {
       if (options.undoable) {
         // Copies on the parameter's own backend (a GPU copy for device-resident replicas), made
         // just before the update overwrites them, of this group only.
         for (const p of chosen) {
-          if (this.#undoCounts.has(p.name)) continue;
-          this.#undoCounts.set(p.name, this.#updates.get(p.name)!);
-          for (const target of [p.tensor, ...Object.values(this.#slots.get(p.name)!)]) {
-            const copy = allocateTensor(target.backend, target.shape);
-            untrackFromScopes(copy);
-            copy.assign(target);
-            this.#undo.push({ target, copy });
+          if (!this.#undoCounts.has(p.name)) {
+            this.#saveForUndo(p.name, [p.tensor, ...Object.values(this.#slots.get(p.name)!)]);
           }
         }
       }
