@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { loadCheckpoint, type ParameterEntry, randn, saveCheckpoint, SGD, uniformValues } from "../mod.ts";
+import { loadCheckpoint, type ParameterEntry, saveCheckpoint, SGD } from "../mod.ts";
 import { autoSchedule } from "../schedule/simulator/auto.ts";
 import { overlap, sequential } from "../schedule/plan/builtins.ts";
 import { measureProfile } from "../schedule/simulator/measure.ts";
@@ -10,20 +10,14 @@ import { parseLink } from "../schedule/runtime/link.ts";
 import type { Plan } from "../schedule/plan/plan.ts";
 import type { ReductionMode } from "../schedule/plan/plan.ts";
 import { type DataParallelOptions, DataParallelTrainer } from "../schedule/runtime/trainer.ts";
-
-const groups = ["fc", "conv"];
-const model = {
-  kind: "module" as const,
-  url: new URL("./fixtures/networks.ts", import.meta.url).href,
-  exportName: "tinyAlexNet",
-  args: [1],
-};
-
-function batch(step: number, size: number) {
-  const images = randn([size, 1, 16, 16], { seed: 100 + step }).dataSync() as Float32Array;
-  const labels = Int32Array.from(uniformValues(size, { seed: 200 + step }), (u) => Math.floor(u * 5));
-  return { images, labels, shape: [size, 1, 16, 16] };
-}
+import {
+  bits,
+  relativeDifference,
+  tinyBatch as batch,
+  tinyGroups as groups,
+  tinyModel as model,
+  tinyOptimizers,
+} from "./fixtures/data_parallel.ts";
 
 async function train(
   plan: Plan,
@@ -34,7 +28,7 @@ async function train(
     model,
     devices,
     plan,
-    optimizer: (p) => new SGD(p, { lr: 0.01, momentum: 0.9, weightDecay: 5e-4 }),
+    optimizer: tinyOptimizers.sgd,
     seed: 4,
     verifyReplicas: true,
     ...options,
@@ -49,19 +43,6 @@ async function train(
   } finally {
     await trainer.close();
   }
-}
-
-function bits(a: Float32Array): Uint32Array {
-  return new Uint32Array(a.buffer, a.byteOffset, a.length);
-}
-
-function relativeDifference(a: Float32Array, b: Float32Array): number {
-  let diff = 0, norm = 0;
-  for (let i = 0; i < a.length; i++) {
-    diff += (a[i] - b[i]) ** 2;
-    norm += b[i] ** 2;
-  }
-  return Math.sqrt(diff / norm);
 }
 
 Deno.test("overlap and sequential give bit-identical parameters (master and allreduce), replicas stay equal", async () => {
@@ -193,7 +174,7 @@ Deno.test("data-parallel training resumes from a checkpoint bit for bit", async 
       devices: 2,
       mode,
       plan: overlap(groups),
-      optimizer: (p) => new SGD(p, { lr: 0.01, momentum: 0.9, weightDecay: 5e-4 }),
+      optimizer: tinyOptimizers.sgd,
       verifyReplicas: true,
     });
   const dir = await Deno.makeTempDir();

@@ -22,18 +22,12 @@ import {
   splitDataset,
   syntheticDataset,
 } from "../engine/data/mod.ts";
+import { tempDirs } from "./fixtures/process.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-async function withTempDir(fn: (dir: string) => Promise<void>): Promise<void> {
-  const dir = await Deno.makeTempDir({ prefix: "tandem-data-test-" });
-  try {
-    await fn(dir);
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
-}
+const withTempDir = tempDirs("tandem-data-test-");
 
 async function gzip(bytes: Uint8Array): Promise<Uint8Array> {
   const stream = new Blob([bytes as Uint8Array<ArrayBuffer>]).stream().pipeThrough(

@@ -8,31 +8,25 @@
  */
 
 import assert from "node:assert/strict";
-import { randn, SGD, uniformValues } from "../mod.ts";
+import { SGD } from "../mod.ts";
 import { DeviceError } from "../schedule/devices/device.ts";
 import { overlap, sequential } from "../schedule/plan/builtins.ts";
 import type { Plan } from "../schedule/plan/plan.ts";
 import { type DataParallelOptions, DataParallelTrainer } from "../schedule/runtime/trainer.ts";
+import {
+  bits,
+  networks,
+  tinyBatch as batch,
+  tinyGroups as groups,
+  tinyModel as model,
+} from "./fixtures/data_parallel.ts";
 import { startFailing } from "./fixtures/devices.ts";
 import type { DeathKind } from "./fixtures/networks.ts";
-
-const groups = ["fc", "conv"];
-const networks = new URL("./fixtures/networks.ts", import.meta.url).href;
-const model = { kind: "module" as const, url: networks, exportName: "tinyAlexNet", args: [1] };
+import { evalLines } from "./fixtures/process.ts";
 
 /** tiny-alexnet whose replica on device 1 dies as `death` says in the forward of `step`. */
 function dying(death: DeathKind, step: number) {
   return { kind: "module" as const, url: networks, exportName: "dyingAlexNet", args: [1, death, step] };
-}
-
-function batch(step: number, size = 12) {
-  const images = randn([size, 1, 16, 16], { seed: 100 + step }).dataSync() as Float32Array;
-  const labels = Int32Array.from(uniformValues(size, { seed: 200 + step }), (u) => Math.floor(u * 5));
-  return { images, labels, shape: [size, 1, 16, 16] };
-}
-
-function bits(a: Float32Array): Uint32Array {
-  return new Uint32Array(a.buffer, a.byteOffset, a.length);
 }
 
 /** Two devices under `plan`, with a 30 s timeout that no test here may ever reach. */
@@ -167,16 +161,7 @@ Deno.test("a process whose devices ran (kernel threads included) and died exits 
       console.log(outcomes.map((o) => o.status === "fulfilled" ? "ok" : o.reason.message).join(" | "));
     }
   `;
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["eval", "--ext=ts", script],
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
-  const { code, stdout, stderr } = await child.output();
-  clearTimeout(timer);
-  assert.equal(code, 0, new TextDecoder().decode(stderr));
-  assert.deepEqual(new TextDecoder().decode(stdout).trim().split("\n"), [
+  assert.deepEqual(await evalLines(script, 60_000), [
     "ok | ok",
     "ok | device 1: worker exited with code 3 during iteration 1",
   ]);

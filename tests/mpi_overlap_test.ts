@@ -8,84 +8,13 @@
 
 import assert from "node:assert/strict";
 import { TRACE_STEPS } from "./fixtures/mpi_overlap.ts";
+import { mpi, type MpiRun, probeMpirun, rank0Report as report } from "./fixtures/mpirun.ts";
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-  seconds: number;
-}
-
-async function hasMpirun(): Promise<boolean> {
-  try {
-    return (await new Deno.Command("mpirun", { args: ["--version"], stdout: "null", stderr: "null" })
-      .output())
-      .success;
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return false;
-    throw error;
-  }
-}
-
-const mpirun = await hasMpirun();
-if (!mpirun) {
-  console.log(
-    "mpi overlap: mpirun not found (apt-get install openmpi-bin libopenmpi-dev), skipping the MPI runs",
-  );
-}
+const mpirun = await probeMpirun("mpi overlap");
 
 /** Runs tests/fixtures/mpi_overlap.ts `scenario` as 2 MPI ranks on this machine; fails the test if it hangs. */
-async function mpi(scenario: string, limitSeconds = 90): Promise<Run> {
-  const started = performance.now();
-  const output = await new Deno.Command("mpirun", {
-    args: [
-      "--allow-run-as-root",
-      "--oversubscribe",
-      // Each rank runs a Worker beside its main thread: no pinning to one core.
-      "--bind-to",
-      "none",
-      "-np",
-      "2",
-      Deno.execPath(),
-      "run",
-      "-A",
-      "--no-check",
-      "tests/fixtures/mpi_overlap.ts",
-      scenario,
-    ],
-    env: {
-      // Loopback only: shared memory between the ranks, no probing for network interfaces.
-      OMPI_MCA_btl: "self,vader",
-      // Containers often forbid the cross-process copy (CMA) vader prefers; these tests need no speed.
-      OMPI_MCA_btl_vader_single_copy_mechanism: "none",
-      NO_COLOR: "1",
-    },
-    stdout: "piped",
-    stderr: "piped",
-    stdin: "null",
-    signal: AbortSignal.timeout(limitSeconds * 1000),
-  }).output();
-  const seconds = (performance.now() - started) / 1000;
-  const decoder = new TextDecoder();
-  const run = {
-    code: output.code,
-    stdout: decoder.decode(output.stdout),
-    stderr: decoder.decode(output.stderr),
-    seconds,
-  };
-  assert.ok(
-    seconds < limitSeconds,
-    `mpirun did not finish within ${limitSeconds} s (a hang):\n${run.stderr}`,
-  );
-  return run;
-}
-
-/** Rank 0's one JSON line. */
-function report<T>(run: Run): T {
-  assert.equal(run.code, 0, run.stderr);
-  const lines = run.stdout.trim().split("\n");
-  assert.equal(lines.length, 1, `only rank 0 prints, once:\n${run.stdout}`);
-  return JSON.parse(lines[0]) as T;
+function mpiScenario(scenario: string): Promise<MpiRun> {
+  return mpi(["tests/fixtures/mpi_overlap.ts", scenario]);
 }
 
 // Catches `await Promise.all(computes);` before the communication loop in DataParallelTrainer.step:
@@ -96,13 +25,13 @@ Deno.test({
   name: "mpi: rank 0 applies the FC update while its conv backward waits for it (master, allreduce)",
   ignore: !mpirun,
   fn: async () => {
-    const overlapped = report<Record<string, number[]>>(await mpi("gated-overlap"));
+    const overlapped = report<Record<string, number[]>>(await mpiScenario("gated-overlap"));
     for (const mode of ["master", "allreduce"]) {
       assert.equal(overlapped[mode]?.length, 4, `${mode}: ${JSON.stringify(overlapped)}`);
       assert.ok(overlapped[mode].every(Number.isFinite), `${mode}: ${overlapped[mode]}`);
     }
 
-    const serial = await mpi("gated-sequential");
+    const serial = await mpiScenario("gated-sequential");
     assert.notEqual(serial.code, 0, `sequential opened the gate:\n${serial.stdout}`);
     assert.match(
       serial.stderr,
@@ -120,7 +49,7 @@ Deno.test({
     "mpi: the gathered trace shows rank 0's FC update ending before the last conv backward under overlap only",
   ignore: !mpirun,
   fn: async () => {
-    const leads = report<{ overlap: number[]; sequential: number[] }>(await mpi("trace"));
+    const leads = report<{ overlap: number[]; sequential: number[] }>(await mpiScenario("trace"));
     const ms = (values: number[]) => values.map((v) => v.toFixed(1)).join(" ");
     console.log(
       `mpi: rank 0's update fc ends before the last backward conv by (ms) overlap [${ms(leads.overlap)}]; ` +

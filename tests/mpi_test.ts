@@ -17,74 +17,10 @@ import {
   tinyOptimizers,
   TRAIN_STEPS,
 } from "./fixtures/mpi_rank.ts";
+import { mpi, probeMpirun, rank0Report } from "./fixtures/mpirun.ts";
+import { tempDirs } from "./fixtures/process.ts";
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-  seconds: number;
-}
-
-async function hasMpirun(): Promise<boolean> {
-  try {
-    return (await new Deno.Command("mpirun", { args: ["--version"], stdout: "null", stderr: "null" })
-      .output())
-      .success;
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return false;
-    throw error;
-  }
-}
-
-const mpirun = await hasMpirun();
-if (!mpirun) {
-  console.log("mpi: mpirun not found (apt-get install openmpi-bin libopenmpi-dev), skipping the MPI runs");
-}
-
-/** Runs `deno run -A --no-check …args` as 2 MPI ranks on this machine; fails the test if it hangs. */
-async function mpi(args: string[], limitSeconds = 90): Promise<Run> {
-  const started = performance.now();
-  const output = await new Deno.Command("mpirun", {
-    args: [
-      "--allow-run-as-root",
-      "--oversubscribe",
-      // Each rank runs a Worker beside its main thread: no pinning to one core.
-      "--bind-to",
-      "none",
-      "-np",
-      "2",
-      Deno.execPath(),
-      "run",
-      "-A",
-      "--no-check",
-      ...args,
-    ],
-    env: {
-      // Loopback only: shared memory between the ranks, no probing for network interfaces.
-      OMPI_MCA_btl: "self,vader",
-      // Containers often forbid the cross-process copy (CMA) vader prefers; these tests need no speed.
-      OMPI_MCA_btl_vader_single_copy_mechanism: "none",
-      NO_COLOR: "1",
-    },
-    stdout: "piped",
-    stderr: "piped",
-    stdin: "null",
-    signal: AbortSignal.timeout(limitSeconds * 1000),
-  }).output();
-  const seconds = (performance.now() - started) / 1000;
-  const decoder = new TextDecoder();
-  const run = {
-    code: output.code,
-    stdout: decoder.decode(output.stdout),
-    stderr: decoder.decode(output.stderr),
-    seconds,
-  };
-  assert.ok(
-    seconds < limitSeconds,
-    `mpirun did not finish within ${limitSeconds} s (a hang):\n${run.stderr}`,
-  );
-  return run;
-}
+const mpirun = await probeMpirun("mpi");
 
 /**
  * The in-process run on 2 Worker devices that every MPI run must reproduce bit for bit (`steps` 0:
@@ -121,25 +57,52 @@ async function trainInProcess(mode: "master" | "allreduce", optimizer: Optimizer
   }
 }
 
+/** The `lossless` scenario's line when every run equals the in-process run of its mode. */
+function everySchedule(master: string, allreduce: string): Record<string, string> {
+  return {
+    "master sequential": master,
+    "master overlap": master,
+    "allreduce sequential": allreduce,
+    "allreduce overlap": allreduce,
+  };
+}
+
+const withTempDir = tempDirs("tandem_mpi_test_");
+
+/** What the train command's `--json` line holds that these tests read. */
+interface TrainReport {
+  transport: string;
+  devices: number;
+  step: number;
+  schedule: string;
+  paramsSha256: string;
+}
+
+/** The JSON line of the train command run locally, in this process's environment and `env`. */
+async function trainLocally(args: string[], env?: Record<string, string>): Promise<TrainReport> {
+  const output = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "--no-check", "cli/train.ts", ...args],
+    stdout: "piped",
+    stderr: "piped",
+    stdin: "null",
+    env,
+  }).output();
+  assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));
+  return JSON.parse(new TextDecoder().decode(output.stdout));
+}
+
 Deno.test({
   name: "mpi: overlap and sequential across 2 processes equal the in-process Worker run bit for bit",
   ignore: !mpirun,
   fn: async () => {
-    const run = await mpi(["tests/fixtures/mpi_rank.ts", "--scenario", "lossless"]);
-    assert.equal(run.code, 0, run.stderr);
-    const lines = run.stdout.trim().split("\n");
-    assert.equal(lines.length, 1, `only rank 0 prints, once:\n${run.stdout}`);
-    const hashes: Record<string, string> = JSON.parse(lines[0]);
+    const hashes = rank0Report<Record<string, string>>(
+      await mpi(["tests/fixtures/mpi_rank.ts", "--scenario", "lossless"]),
+    );
     const master = await inProcess("master");
     const allreduce = await inProcess("allreduce");
     // Replicas were compared after every step inside the run (verifyReplicas), so one hash per run
     // stands for every rank.
-    assert.deepEqual(hashes, {
-      "master sequential": master,
-      "master overlap": master,
-      "allreduce sequential": allreduce,
-      "allreduce overlap": allreduce,
-    });
+    assert.deepEqual(hashes, everySchedule(master, allreduce));
   },
 });
 
@@ -151,11 +114,9 @@ Deno.test({
   name: "mpi: Adam — overlap and sequential across 2 processes equal the in-process Worker run bit for bit",
   ignore: !mpirun,
   fn: async () => {
-    const run = await mpi(["tests/fixtures/mpi_rank.ts", "--scenario", "lossless", "--optimizer", "adam"]);
-    assert.equal(run.code, 0, run.stderr);
-    const lines = run.stdout.trim().split("\n");
-    assert.equal(lines.length, 1, `only rank 0 prints, once:\n${run.stdout}`);
-    const hashes: Record<string, string> = JSON.parse(lines[0]);
+    const hashes = rank0Report<Record<string, string>>(
+      await mpi(["tests/fixtures/mpi_rank.ts", "--scenario", "lossless", "--optimizer", "adam"]),
+    );
     const master = await inProcess("master", "adam");
     const allreduce = await inProcess("allreduce", "adam");
     // In process the two modes apply the same update to the same averaged gradients.
@@ -163,12 +124,7 @@ Deno.test({
     // Training moved the parameters, and with Adam, not as SGD does.
     assert.notEqual(master, await inProcess("master", "adam", 0));
     assert.notEqual(master, await inProcess("master", "sgd"));
-    assert.deepEqual(hashes, {
-      "master sequential": master,
-      "master overlap": master,
-      "allreduce sequential": allreduce,
-      "allreduce overlap": allreduce,
-    });
+    assert.deepEqual(hashes, everySchedule(master, allreduce));
   },
 });
 
@@ -224,25 +180,14 @@ Deno.test({
     "mpi: the train command under mpirun prints once and equals the local 2-device run; the trace has both ranks",
   ignore: !mpirun,
   fn: async () => {
-    const dir = await Deno.makeTempDir({ prefix: "tandem_mpi_test_" });
-    try {
+    await withTempDir(async (dir) => {
       const trace = `${dir}/trace.json`;
       const run = await mpi(["cli/train.ts", ...FAST, "--steps", "3", "--trace", trace]);
-      assert.equal(run.code, 0, run.stderr);
-      const lines = run.stdout.trim().split("\n");
-      assert.equal(lines.length, 1, `stdout must be one JSON line from rank 0:\n${run.stdout}`);
-      const distributed = JSON.parse(lines[0]);
+      const distributed = rank0Report<TrainReport>(run, "stdout must be one JSON line from rank 0");
       assert.equal(distributed.transport, "mpi");
       assert.equal(distributed.devices, 2);
       assert.equal(distributed.step, 3);
-      const local = await new Deno.Command(Deno.execPath(), {
-        args: ["run", "-A", "--no-check", "cli/train.ts", ...FAST, "--steps", "3", "--devices", "2"],
-        stdout: "piped",
-        stderr: "piped",
-        stdin: "null",
-      }).output();
-      assert.equal(local.code, 0, new TextDecoder().decode(local.stderr));
-      const single = JSON.parse(new TextDecoder().decode(local.stdout));
+      const single = await trainLocally([...FAST, "--steps", "3", "--devices", "2"]);
       assert.equal(single.transport, "local");
       assert.equal(distributed.paramsSha256, single.paramsSha256);
       const chrome = JSON.parse(await Deno.readTextFile(trace));
@@ -252,9 +197,7 @@ Deno.test({
         ) => `${e.pid} ${e.cat}`),
       );
       assert.deepEqual([...lanes].sort(), ["0 comm", "0 compute", "1 comm", "1 compute"]);
-    } finally {
-      await Deno.remove(dir, { recursive: true });
-    }
+    });
   },
 });
 
@@ -263,8 +206,7 @@ Deno.test({
     "mpi: resuming under mpirun (allreduce: rank 0's optimizer state reaches every rank) equals a straight run",
   ignore: !mpirun,
   fn: async () => {
-    const dir = await Deno.makeTempDir({ prefix: "tandem_mpi_test_" });
-    try {
+    await withTempDir(async (dir) => {
       const checkpoint = `${dir}/two.safetensors`;
       const allreduce = [...FAST, "--reduce", "allreduce"];
       const first = await mpi(["cli/train.ts", ...allreduce, "--steps", "2", "--checkpoint", checkpoint]);
@@ -272,20 +214,9 @@ Deno.test({
       const resumed = await mpi(["cli/train.ts", ...allreduce, "--steps", "4", "--resume", checkpoint]);
       assert.equal(resumed.code, 0, resumed.stderr);
       assert.match(resumed.stderr, /resumed from .*two\.safetensors at step 2/);
-      const straight = await new Deno.Command(Deno.execPath(), {
-        args: ["run", "-A", "--no-check", "cli/train.ts", ...allreduce, "--steps", "4", "--devices", "2"],
-        stdout: "piped",
-        stderr: "piped",
-        stdin: "null",
-      }).output();
-      assert.equal(straight.code, 0, new TextDecoder().decode(straight.stderr));
-      assert.equal(
-        JSON.parse(resumed.stdout).paramsSha256,
-        JSON.parse(new TextDecoder().decode(straight.stdout)).paramsSha256,
-      );
-    } finally {
-      await Deno.remove(dir, { recursive: true });
-    }
+      const straight = await trainLocally([...allreduce, "--steps", "4", "--devices", "2"]);
+      assert.equal(JSON.parse(resumed.stdout).paramsSha256, straight.paramsSha256);
+    });
   },
 });
 
@@ -299,35 +230,31 @@ Deno.test({
     "mpi: a run split by a checkpoint (rank 0 loads it) equals the straight run, both modes, SGD and Adam",
   ignore: !mpirun,
   fn: async () => {
-    const dir = await Deno.makeTempDir({ prefix: "tandem_mpi_test_" });
-    try {
+    await withTempDir(async (dir) => {
       for (const optimizer of ["sgd", "adam"] as const) {
-        const run = await mpi([
-          "tests/fixtures/mpi_rank.ts",
-          "--scenario",
-          "resume",
-          "--optimizer",
-          optimizer,
-          "--dir",
-          dir,
-        ]);
-        assert.equal(run.code, 0, run.stderr);
-        const lines = run.stdout.trim().split("\n");
-        assert.equal(lines.length, 1, `only rank 0 prints, once:\n${run.stdout}`);
+        const hashes = rank0Report<Record<string, string>>(
+          await mpi([
+            "tests/fixtures/mpi_rank.ts",
+            "--scenario",
+            "resume",
+            "--optimizer",
+            optimizer,
+            "--dir",
+            dir,
+          ]),
+        );
         const master = await inProcess("master", optimizer);
         const allreduce = await inProcess("allreduce", optimizer);
         // The steps after the checkpoint changed the parameters, so skipping them would show.
         assert.notEqual(master, await inProcess("master", optimizer, RESUME_STEP));
-        assert.deepEqual(JSON.parse(lines[0]), {
+        assert.deepEqual(hashes, {
           "master straight": master,
           "master resumed": master,
           "allreduce straight": allreduce,
           "allreduce resumed": allreduce,
         }, optimizer);
       }
-    } finally {
-      await Deno.remove(dir, { recursive: true });
-    }
+    });
   },
 });
 
@@ -342,10 +269,7 @@ Deno.test({
   ignore: !mpirun,
   fn: async () => {
     const run = await mpi(["cli/train.ts", ...FAST, "--steps", "3", "--schedule", "auto"]);
-    assert.equal(run.code, 0, run.stderr);
-    const lines = run.stdout.trim().split("\n");
-    assert.equal(lines.length, 1, `stdout must be one JSON line from rank 0:\n${run.stdout}`);
-    const distributed = JSON.parse(lines[0]);
+    const distributed = rank0Report<TrainReport>(run, "stdout must be one JSON line from rank 0");
     assert.equal(distributed.transport, "mpi");
     assert.equal(distributed.devices, 2);
     assert.equal(distributed.step, 3);
@@ -358,31 +282,11 @@ Deno.test({
     console.log(`auto chose ${chosen} over groups ${chosenGroups}`);
     assert.ok(chosen === "overlap" || chosen === "sequential", chosen);
     assert.equal(distributed.schedule, chosen);
-    const local = async (steps: number) => {
-      const output = await new Deno.Command(Deno.execPath(), {
-        args: [
-          "run",
-          "-A",
-          "--no-check",
-          "cli/train.ts",
-          ...FAST,
-          "--steps",
-          String(steps),
-          "--transport",
-          "local",
-          "--devices",
-          "2",
-          "--schedule",
-          chosen,
-        ],
-        stdout: "piped",
-        stderr: "piped",
-        stdin: "null",
-        env: { NO_COLOR: "1" },
-      }).output();
-      assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));
-      return JSON.parse(new TextDecoder().decode(output.stdout));
-    };
+    const local = (steps: number) =>
+      trainLocally(
+        [...FAST, "--steps", String(steps), "--transport", "local", "--devices", "2", "--schedule", chosen],
+        { NO_COLOR: "1" },
+      );
     const single = await local(3);
     assert.equal(single.transport, "local");
     assert.equal(single.schedule, chosen);

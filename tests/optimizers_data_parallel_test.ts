@@ -8,61 +8,33 @@
  */
 
 import assert from "node:assert/strict";
-import { createWebGpuBackend } from "../backends/webgpu/backend.ts";
-import {
-  Adam,
-  loadCheckpoint,
-  type Optimizer,
-  type ParameterEntry,
-  randn,
-  saveCheckpoint,
-  SGD,
-  uniformValues,
-} from "../mod.ts";
-import { BackendDevice } from "../schedule/devices/backend_device.ts";
-import type { ParameterLayout } from "../schedule/devices/layout.ts";
-import type { ModelSpec } from "../schedule/devices/model_spec.ts";
+import { loadCheckpoint, saveCheckpoint } from "../mod.ts";
 import { overlap, sequential } from "../schedule/plan/builtins.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
 import { DataParallelTrainer } from "../schedule/runtime/trainer.ts";
+import {
+  bits,
+  type OptimizerName,
+  OPTIMIZERS,
+  probeWebGpu,
+  relativeDifference,
+  startGpuDevice,
+  tinyBatch,
+  tinyGroups as groups,
+  tinyModel as model,
+  tinyOptimizers,
+  webgpuTests,
+} from "./fixtures/data_parallel.ts";
 
-const probe = await createWebGpuBackend({ name: "webgpu:probe" });
-if (!probe) console.log("webgpu: no adapter, skipping the WebGPU optimizer data-parallel tests");
-else probe.device.destroy();
-
-const groups = ["fc", "conv"];
-const model = {
-  kind: "module" as const,
-  url: new URL("./fixtures/networks.ts", import.meta.url).href,
-  exportName: "tinyAlexNet",
-  args: [1],
-};
-
-type OptimizerName = "sgd" | "adam";
-const OPTIMIZERS: readonly OptimizerName[] = ["sgd", "adam"];
-
-const optimizerFactories: Record<OptimizerName, (p: ParameterEntry[]) => Optimizer> = {
-  sgd: (p) => new SGD(p, { lr: 0.01, momentum: 0.9, weightDecay: 5e-4 }),
-  adam: (p) => new Adam(p, { lr: 1e-3, weightDecay: 5e-4 }),
-};
+const gpuTest = webgpuTests(
+  await probeWebGpu("webgpu: no adapter, skipping the WebGPU optimizer data-parallel tests"),
+);
 
 type Exchange = "shared memory" | "GPU-resident";
 
 /** The batches of tests/data_parallel_test.ts (shared memory) and tests/webgpu_data_parallel_test.ts (GPU). */
 function batch(exchange: Exchange, step: number) {
-  const [size, seed] = exchange === "shared memory" ? [12, 100] : [8, 300];
-  const images = randn([size, 1, 16, 16], { seed: seed + step }).dataSync() as Float32Array;
-  const labels = Int32Array.from(uniformValues(size, { seed: seed + 100 + step }), (u) => Math.floor(u * 5));
-  return { images, labels, shape: [size, 1, 16, 16] };
-}
-
-function bits(a: Float32Array): Uint32Array {
-  return new Uint32Array(a.buffer, a.byteOffset, a.length);
-}
-
-/** A device on a `GPUDevice` of its own. */
-function startGpuDevice(index: number, spec: ModelSpec, layout: ParameterLayout) {
-  return BackendDevice.start(index, spec, layout, (i) => createWebGpuBackend({ name: `webgpu:${i}` }));
+  return exchange === "shared memory" ? tinyBatch(step, 12, 100) : tinyBatch(step, 8, 300);
 }
 
 function create(
@@ -76,7 +48,7 @@ function create(
     devices: 2,
     mode,
     plan,
-    optimizer: optimizerFactories[optimizer],
+    optimizer: tinyOptimizers[optimizer],
     seed: 4,
     // Every step ends with every replica compared to device 0's, bit for bit.
     verifyReplicas: true,
@@ -212,10 +184,6 @@ async function checkResume(exchange: Exchange, optimizer: OptimizerName): Promis
   }
 }
 
-function gpuTest(name: string, fn: () => Promise<void>): void {
-  Deno.test({ name: `webgpu: ${name}`, ignore: probe === null, fn });
-}
-
 // Catches: an update that is not elementwise per group — e.g. Adam scaling its step by a statistic
 // of every parameter's gradient (global-norm clipping), which under `overlap` reads the conv
 // gradients before they are final — and `allreduce` replicas applying a different update than the
@@ -242,12 +210,7 @@ gpuTest(
     for (const optimizer of OPTIMIZERS) {
       // Two CPU devices trained on the same (GPU) batches.
       const cpu = (await train("shared memory", optimizer, "master", overlap(groups), "GPU-resident")).final;
-      let diff = 0, norm = 0;
-      for (let i = 0; i < cpu.length; i++) {
-        diff += (gpu[optimizer][i] - cpu[i]) ** 2;
-        norm += cpu[i] ** 2;
-      }
-      const relative = Math.sqrt(diff / norm);
+      const relative = relativeDifference(gpu[optimizer], cpu);
       console.log(
         `${optimizer}: two WebGPU devices vs two CPU devices, relative L2 ${relative.toExponential(2)}`,
       );

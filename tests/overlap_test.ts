@@ -14,31 +14,31 @@
  */
 
 import assert from "node:assert/strict";
-import { createWebGpuBackend } from "../backends/webgpu/backend.ts";
 import {
-  BackendDevice,
   DataParallelTrainer,
   DeviceError,
   type HostBatch,
   overlap,
-  type ParameterEntry,
   type Plan,
-  randn,
   type ReductionMode,
   sequential,
-  SGD,
   TraceRecorder,
-  uniformValues,
 } from "../mod.ts";
+import {
+  networks,
+  probeWebGpu,
+  startGpuDevice,
+  syntheticBatch,
+  tinyBatch,
+  tinyGroups as groups,
+  tinyModel,
+  tinyOptimizers,
+} from "./fixtures/data_parallel.ts";
 import { gatedTrainerOptions, type StartDevice } from "./fixtures/gated_device.ts";
 
-const probe = await createWebGpuBackend({ name: "webgpu:probe" });
-if (!probe) console.log("overlap: no WebGPU adapter, skipping the GPU-resident overlap tests");
-else probe.device.destroy();
+const webgpu = await probeWebGpu("overlap: no WebGPU adapter, skipping the GPU-resident overlap tests");
 
-const groups = ["fc", "conv"];
-const networks = new URL("./fixtures/networks.ts", import.meta.url).href;
-const optimizer = (p: ParameterEntry[]) => new SGD(p, { lr: 0.01, momentum: 0.9, weightDecay: 5e-4 });
+const optimizer = tinyOptimizers.sgd;
 
 /** A model and its batches. */
 interface Workload {
@@ -46,17 +46,10 @@ interface Workload {
   batch: (step: number) => HostBatch;
 }
 
-function batchOf(size: number, sample: number[], classes: number, step: number): HostBatch {
-  const shape = [size, ...sample];
-  const images = randn(shape, { seed: 500 + step }).dataSync() as Float32Array;
-  const labels = Int32Array.from(uniformValues(size, { seed: 600 + step }), (u) => Math.floor(u * classes));
-  return { images, labels, shape };
-}
-
 /** The tiny AlexNet-shaped net: enough for the causal tests, which do not depend on timing. */
 const tiny: Workload = {
-  model: { kind: "module", url: networks, exportName: "tinyAlexNet", args: [1] },
-  batch: (step) => batchOf(8, [1, 16, 16], 5, step),
+  model: tinyModel,
+  batch: (step) => tinyBatch(step, 8, 500),
 };
 
 /**
@@ -65,7 +58,7 @@ const tiny: Workload = {
  */
 const wide: Workload = {
   model: { kind: "module", url: networks, exportName: "wideConvNet", args: [1, 64] },
-  batch: (step) => batchOf(16, [3, 32, 32], 10, step),
+  batch: (step) => syntheticBatch(step, { size: 16, seed: 500, sample: [3, 32, 32], classes: 10 }),
 };
 
 /** How one exchange's devices are started. */
@@ -83,12 +76,11 @@ const cases: ExchangeCase[] = [
   { exchange: "shared memory", traced: wide, ignore: false },
   {
     exchange: "GPU-resident",
-    start: (index, model, layout) =>
-      BackendDevice.start(index, model, layout, (i) => createWebGpuBackend({ name: `webgpu:${i}` })),
+    start: startGpuDevice,
     // On a software adapter (llvmpipe) the wide net takes seconds a step; the GPU-resident runtime
     // queues the FC update ahead of device 0's last synchronize whatever the net's size.
     traced: tiny,
-    ignore: probe === null,
+    ignore: !webgpu,
   },
 ];
 

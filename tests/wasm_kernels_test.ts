@@ -22,6 +22,7 @@ import { WasmKernels } from "../backends/cpu/wasm/kernels.ts";
 import { kernelModuleBytes } from "../backends/cpu/wasm/module.ts";
 import { type Conv2dGeometry, conv2dGeometry } from "../backends/geometry.ts";
 import type { MatmulSpec } from "../backends/backend.ts";
+import { evalLines } from "./fixtures/process.ts";
 import { mulberry32 } from "./reference/random.ts";
 
 const rand = mulberry32(0x5eed7);
@@ -470,16 +471,7 @@ Deno.test("wasm threads: a process using the kernel threads exits by itself", as
     cpu.matmul(a, a, out, { batch: 1, m: 256, n: 256, k: 256, transA: false, transB: false, aBatchStride: 0, bBatchStride: 0 });
     console.log(cpu.readSync(out)[0]);
   `;
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["eval", "--ext=ts", script],
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
-  const { code, stdout, stderr } = await child.output();
-  clearTimeout(timer);
-  assert.equal(code, 0, new TextDecoder().decode(stderr));
-  assert.deepEqual(new TextDecoder().decode(stdout).trim().split("\n"), ["2", "256"]);
+  assert.deepEqual(await evalLines(script, 30_000), ["2", "256"]);
 });
 
 // ---------------------------------------------------------------------------------------------

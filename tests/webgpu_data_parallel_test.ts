@@ -8,17 +8,8 @@
  */
 
 import assert from "node:assert/strict";
-import { createWebGpuBackend, type TransferEvent, type WebGpuBackend } from "../backends/webgpu/backend.ts";
-import {
-  loadCheckpoint,
-  type Optimizer,
-  type ParameterEntry,
-  randn,
-  saveCheckpoint,
-  SGD,
-  type Storage,
-  uniformValues,
-} from "../mod.ts";
+import type { TransferEvent, WebGpuBackend } from "../backends/webgpu/backend.ts";
+import { loadCheckpoint, type Optimizer, type ParameterEntry, saveCheckpoint, type Storage } from "../mod.ts";
 import { overlap, sequential } from "../schedule/plan/builtins.ts";
 import { type Device, DeviceError } from "../schedule/devices/device.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
@@ -27,39 +18,23 @@ import {
   DataParallelTrainer,
   type LaneEvent,
 } from "../schedule/runtime/trainer.ts";
-import { BackendDevice } from "../schedule/devices/backend_device.ts";
-import type { ModelSpec } from "../schedule/devices/model_spec.ts";
-import type { ParameterLayout } from "../schedule/devices/layout.ts";
+import type { BackendDevice } from "../schedule/devices/backend_device.ts";
+import {
+  bits,
+  probeWebGpu,
+  relativeDifference,
+  startGpuDevice,
+  tinyBatch,
+  tinyGroups as groups,
+  tinyModel as model,
+  tinyOptimizers,
+  webgpuTests,
+} from "./fixtures/data_parallel.ts";
 
-const probe = await createWebGpuBackend({ name: "webgpu:probe" });
-if (!probe) console.log("webgpu: no adapter, skipping the WebGPU data-parallel tests");
-else probe.device.destroy();
-
-const groups = ["fc", "conv"];
-const model = {
-  kind: "module" as const,
-  url: new URL("./fixtures/networks.ts", import.meta.url).href,
-  exportName: "tinyAlexNet",
-  args: [1],
-};
+const gpuTest = webgpuTests(await probeWebGpu("webgpu: no adapter, skipping the WebGPU data-parallel tests"));
 
 function batch(step: number) {
-  const images = randn([8, 1, 16, 16], { seed: 300 + step }).dataSync() as Float32Array;
-  const labels = Int32Array.from(uniformValues(8, { seed: 400 + step }), (u) => Math.floor(u * 5));
-  return { images, labels, shape: [8, 1, 16, 16] };
-}
-
-function bits(a: Float32Array): Uint32Array {
-  return new Uint32Array(a.buffer, a.byteOffset, a.length);
-}
-
-/** A device on a `GPUDevice` of its own. */
-function startGpuDevice(index: number, spec: ModelSpec, layout: ParameterLayout) {
-  return BackendDevice.start(index, spec, layout, (i) => createWebGpuBackend({ name: `webgpu:${i}` }));
-}
-
-function gpuTest(name: string, fn: () => Promise<void>): void {
-  Deno.test({ name: `webgpu: ${name}`, ignore: probe === null, fn });
+  return tinyBatch(step, 8, 300);
 }
 
 /** A trainer on two devices (WebGPU unless `gpu` is false), recording the optimizers it creates. */
@@ -76,7 +51,7 @@ async function createTrainer(
     mode,
     plan,
     optimizer: (p: ParameterEntry[]) => {
-      const optimizer = new SGD(p, { lr: 0.01, momentum: 0.9, weightDecay: 5e-4 });
+      const optimizer = tinyOptimizers.sgd(p);
       optimizers.push(optimizer);
       return optimizer;
     },
@@ -97,15 +72,6 @@ async function train(plan: Plan, mode: ReductionMode, gpu: boolean): Promise<Flo
   } finally {
     await trainer.close();
   }
-}
-
-function relativeDifference(a: Float32Array, b: Float32Array): number {
-  let diff = 0, norm = 0;
-  for (let i = 0; i < b.length; i++) {
-    diff += (a[i] - b[i]) ** 2;
-    norm += b[i] ** 2;
-  }
-  return Math.sqrt(diff / norm);
 }
 
 gpuTest(
