@@ -45,6 +45,16 @@ export interface ExchangeContext {
   record(device: number, name: string, start: number, end: number): void;
 }
 
+/** When the parts of a pipelined exchange ran, `[start, end]` in `performance.now()` ms. */
+export interface PipelineSpans {
+  /** From posting the first chunk to averaging the last. */
+  reduce: [number, number];
+  /** From the first chunk's update to the last one's, where updates ran. */
+  update?: [number, number];
+  /** From the first chunk sent back to the last one received, where parameters were sent. */
+  broadcast?: [number, number];
+}
+
 /** Loss and hits of the whole global batch. */
 export interface CombinedResult {
   /** Mean loss over the global batch (shard means averaged in device order). */
@@ -85,6 +95,16 @@ export interface Exchange {
   reduce(group: string, context: ExchangeContext): Promise<void>;
   /** Sends the master's new parameters of `group` to the peers; false where nothing is sent. */
   broadcast(group: string, context: ExchangeContext): Promise<boolean>;
+  /**
+   * Optional: a plan's adjacent `reduce g`, `update g` (and `broadcast g`) run as one pipeline over
+   * chunks of the group — each chunk averaged, updated through `update(range)` and sent back as soon
+   * as it arrives, while later chunks are still on the wire (MPI). Returns when each part ran.
+   */
+  pipeline?(
+    group: string,
+    options: { update?: (range: { start: number; end: number }) => void; broadcast: boolean },
+    context: ExchangeContext,
+  ): Promise<PipelineSpans>;
   /** The global batch's figures from this process's devices' results (all ranks' under MPI). */
   combine(results: readonly ComputeResult[], context: ExchangeContext): Promise<CombinedResult>;
   /**

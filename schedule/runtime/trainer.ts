@@ -75,6 +75,11 @@ export interface DataParallelOptions {
   transport?: MpiTransport | true;
   /** Options for the transport `transport: true` starts. */
   transportOptions?: MpiTransportOptions;
+  /**
+   * MPI: gradients and parameters travel in chunks of at most this many bytes, pipelined so that
+   * averaging, updating and sending back one chunk overlap the transfer of the next (default 256 KiB).
+   */
+  chunkBytes?: number;
   /** Run seed for dropout (default 0). */
   seed?: number;
   /** A device (or rank) that does not answer within this many seconds fails the step (default 120). */
@@ -349,30 +354,57 @@ export class DataParallelTrainer {
     const lastBackward = plan.steps.findLastIndex((s) => s.kind === "backward");
 
     try {
+      const waitForBackward = async (index: number) => {
+        for (const dep of dependenciesOf(plan, index)) {
+          const needed = plan.steps[dep];
+          if (needed.kind === "backward") await Promise.all(ready.map((r) => r.get(needed.group!)!.promise));
+        }
+      };
+      // Where a failed step is undone, an update after every backward waits for the devices to
+      // finish (their gradients are final already, so the wait is short): then no device can fail
+      // the step behind it any more. It
+      // copies for the undo only where a failure can still follow: a device still computing, or a
+      // later step of an exchange whose steps can fail.
+      const late = (index: number) => index > lastBackward;
+      const undoable = (index: number) =>
+        exchange.rollsBack && (!late(index) ||
+          (exchange.transfersCanFail &&
+            plan.steps.slice(index + 1).some((s) => s.kind === "reduce" || s.kind === "broadcast")));
+      const same = (index: number, kind: string, group: string) =>
+        plan.steps[index]?.kind === kind && plan.steps[index]?.group === group;
       for (let i = 0; i < plan.steps.length; i++) {
         const planStep = plan.steps[i];
         if (planStep.lane !== "comm") continue;
         const group = planStep.group!;
-        for (const dep of dependenciesOf(plan, i)) {
-          const needed = plan.steps[dep];
-          if (needed.kind === "backward") await Promise.all(ready.map((r) => r.get(needed.group!)!.promise));
+        await waitForBackward(i);
+        if (planStep.kind === "reduce" && exchange.pipeline && same(i + 1, "update", group)) {
+          // reduce g; update g (; broadcast g) as one chunked pipeline: each chunk updated and sent
+          // back while the next is still arriving.
+          const withBroadcast = same(i + 2, "broadcast", group);
+          await waitForBackward(i + 1);
+          if (late(i + 1) && exchange.rollsBack) await Promise.all(computes);
+          const options = { undoable: undoable(i + 1) };
+          const spans = await exchange.pipeline(group, {
+            update: (range) => {
+              for (const optimizer of exchange.optimizers) optimizer.step(group, { ...options, range });
+            },
+            broadcast: withBroadcast,
+          }, context);
+          record(exchange.rank, "comm", `reduce ${group}`, ...spans.reduce);
+          if (spans.update && exchange.optimizers.length) {
+            record(exchange.rank, "comm", `update ${group}`, ...spans.update);
+          }
+          if (spans.broadcast) record(exchange.rank, "comm", `broadcast ${group}`, ...spans.broadcast);
+          i += withBroadcast ? 2 : 1;
+          continue;
         }
-        // An update after every backward waits for the devices to finish (their gradients are final
-        // already, so the wait is short): then no device can fail the step behind it any more.
-        const late = i > lastBackward;
-        if (planStep.kind === "update" && late) await Promise.all(computes);
+        if (planStep.kind === "update" && late(i) && exchange.rollsBack) await Promise.all(computes);
         const start = performance.now();
         if (planStep.kind === "reduce") {
           await exchange.reduce(group, context);
           record(exchange.rank, "comm", `reduce ${group}`, start, performance.now());
         } else if (planStep.kind === "update") {
-          // A copy for the undo only where a failure can still follow: a device still computing,
-          // or a later step of an exchange whose steps can fail.
-          const undoable = exchange.rollsBack &&
-            (!late ||
-              (exchange.transfersCanFail &&
-                plan.steps.slice(i + 1).some((s) => s.kind === "reduce" || s.kind === "broadcast")));
-          for (const optimizer of exchange.optimizers) optimizer.step(group, { undoable });
+          for (const optimizer of exchange.optimizers) optimizer.step(group, { undoable: undoable(i) });
           if (exchange.optimizers.length) {
             record(exchange.rank, "comm", `update ${group}`, start, performance.now());
           }
