@@ -192,10 +192,44 @@ export async function createCluster(hosts: number, rate: string, delay?: string)
   }
 }
 
-/** A token bucket at `rate` (burst sized for ~1 ms at that rate), after a netem delay if given. */
+/**
+ * Bits per second of a tc rate (`1gbit`, `100mbit`, `125mbps` …).
+ *
+ * @example
+ * ```ts
+ * import { rateBitsPerSecond } from "./cluster.ts";
+ * rateBitsPerSecond("1gbit"); // 1e9
+ * ```
+ */
+export function rateBitsPerSecond(rate: string): number {
+  const match = RATE.exec(rate);
+  if (!match) throw new CliError(`not a tc rate: "${rate}"`);
+  const value = parseFloat(rate);
+  const unit = rate.slice(String(value).length === rate.length ? rate.length : rate.search(/[a-z]/));
+  const scale: Record<string, number> = {
+    bit: 1,
+    kbit: 1e3,
+    mbit: 1e6,
+    gbit: 1e9,
+    tbit: 1e12,
+    bps: 8,
+    kbps: 8e3,
+    mbps: 8e6,
+    gbps: 8e9,
+    tbps: 8e12,
+  };
+  return value * scale[unit];
+}
+
+/**
+ * A token bucket at `rate` after a netem delay if given. The bucket holds 1 ms of traffic (at least
+ * 32 KiB): enough for the kernel's timer, small enough that a transfer cannot outrun the rate for
+ * long; the queue holds 5 ms, as a switch port's buffer would, not seconds of bufferbloat.
+ */
 async function shape(ns: string, device: string, rate: string, delay?: string): Promise<void> {
   const base = ["-n", ns, "qdisc", "add", "dev", device];
-  const tbf = ["tbf", "rate", rate, "burst", "1mb", "latency", "200ms"];
+  const burst = Math.max(32 * 1024, Math.round(rateBitsPerSecond(rate) / 8 / 1000));
+  const tbf = ["tbf", "rate", rate, "burst", String(burst), "latency", "5ms"];
   if (delay) {
     await run("tc", [...base, "root", "handle", "1:", "netem", "delay", delay], "add a link delay");
     await run("tc", [...base, "parent", "1:1", "handle", "10:", ...tbf], "shape a link");

@@ -77,7 +77,7 @@ export interface DataParallelOptions {
   transportOptions?: MpiTransportOptions;
   /**
    * MPI: gradients and parameters travel in chunks of at most this many bytes, pipelined so that
-   * averaging, updating and sending back one chunk overlap the transfer of the next (default 256 KiB).
+   * averaging, updating and sending back one chunk overlap the transfer of the next (default 1 MiB).
    */
   chunkBytes?: number;
   /** Run seed for dropout (default 0). */

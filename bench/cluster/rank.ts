@@ -1,0 +1,182 @@
+/**
+ * One cluster-benchmark run, as every MPI rank runs it (`bench/cluster/bench.ts` launches it across
+ * the hosts of `deno task cluster`): trains a net for a few steps under one schedule and reduction,
+ * gathers every rank's trace to rank 0, and prints there one JSON line of figures, all medians over
+ * the timed steps:
+ *
+ * - `stepMs`, `bestStepMs`, `imagesPerSecond`;
+ * - `computeMs` (rank 0's forward and backward), `fcCommMs` (its FC reduce and broadcast, transfers
+ *   only), `fcExchangeMs` (from the FC reduce's start to the end of its broadcast — or of its update,
+ *   in allreduce mode — the whole exchange the link carries), `fcBytes`;
+ * - `hiddenFraction`: rank 0's communication that overlapped compute (trace);
+ * - the schedule actually run (`auto` names its choice).
+ *
+ * Usage: `deno run -A bench/cluster/rank.ts '<json config>'`, config `{ net, schedule, mode, batch,
+ * steps, warmup, linkBytesPerSecond }`; `net` is `alexnet-like`, `alexnet` or `probe:<MB>`.
+ *
+ * @module
+ */
+
+import {
+  autoSchedule,
+  builtinSchedule,
+  DataParallelTrainer,
+  layoutOf,
+  measureProfile,
+  type ModelSpec,
+  MpiTransport,
+  type Plan,
+  randn,
+  SGD,
+  spanKind,
+  TraceRecorder,
+  uniformValues,
+} from "../../mod.ts";
+import { buildModel } from "../../schedule/devices/model_spec.ts";
+
+/** What one run does. */
+export interface RankConfig {
+  /** `alexnet-like`, `alexnet` or `probe:<MB>` (one FC layer of that many MB). */
+  net: string;
+  /** `sequential`, `overlap`, `bucketed` or `auto`. */
+  schedule: string;
+  /** `master` or `allreduce`. */
+  mode: "master" | "allreduce";
+  /** Global batch. */
+  batch: number;
+  /** Timed steps. */
+  steps: number;
+  /** Warm-up steps before them. */
+  warmup: number;
+  /** The link's rate, for `auto` to price transfers. */
+  linkBytesPerSecond: number;
+}
+
+/** The model spec of a config's net. */
+export function specOf(net: string): ModelSpec {
+  if (net.startsWith("probe:")) {
+    return {
+      kind: "module",
+      url: new URL("./nets.ts", import.meta.url).href,
+      exportName: "exchangeProbe",
+      args: [Number(net.slice("probe:".length))],
+    };
+  }
+  if (net === "alexnet" || net === "alexnet-like") return { kind: "builtin", name: net };
+  throw new Error(`unknown net "${net}"`);
+}
+
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted.length ? sorted[Math.floor(sorted.length / 2)] : 0;
+};
+
+if (import.meta.main) {
+  const transport = MpiTransport.init({ spinMs: Number(Deno.env.get("SPIN_MS") ?? 2) });
+  try {
+    const config = JSON.parse(Deno.args[0]) as RankConfig;
+    let spec = specOf(config.net);
+    const reference = await buildModel(spec);
+    const groups = layoutOf(reference.namedParameters()).groups.map((g) => g.name);
+    let plan: Plan;
+    if (config.schedule === "auto") {
+      // Measured on rank 0 and sent to every rank, as the train command does: ranks must agree.
+      const choice = transport.rank === 0
+        ? (() => {
+          const perRank = config.batch / transport.size;
+          const profile = measureProfile(reference, perRank, { description: config.net });
+          const auto = autoSchedule(
+            profile,
+            {
+              bandwidthBytesPerSecond: config.linkBytesPerSecond,
+              latencySeconds: 50e-6,
+              label: "cluster link",
+            },
+            transport.size,
+          );
+          return { plan: auto as Plan, assignment: auto.assignment };
+        })()
+        : null;
+      const shared = await transport.broadcastJson(
+        choice,
+        0,
+        { deadline: performance.now() + 600_000 },
+        "auto",
+      );
+      plan = shared!.plan;
+      spec = { ...spec, groups: shared!.assignment };
+    } else {
+      plan = builtinSchedule(config.schedule as "sequential", groups);
+    }
+    const [channels, height, width] = reference.inputShape;
+    const classes = reference.classes;
+    reference.dispose();
+    const trace = new TraceRecorder();
+    const trainer = await DataParallelTrainer.create({
+      transport,
+      model: spec,
+      plan,
+      mode: config.mode,
+      optimizer: (p) => new SGD(p, { lr: 1e-4, momentum: 0.9, weightDecay: 5e-4 }),
+      trace,
+      timeoutSeconds: 600,
+    });
+    const shape = [config.batch, channels, height, width];
+    const batchOf = (step: number) => ({
+      images: randn(shape, { seed: 100 + step }).dataSync() as Float32Array,
+      labels: Int32Array.from(
+        uniformValues(config.batch, { seed: 200 + step }),
+        (u) => Math.floor(u * classes),
+      ),
+      shape,
+    });
+    const results = [];
+    for (let step = 0; step < config.warmup + config.steps; step++) {
+      results.push(await trainer.step(batchOf(step)));
+    }
+    await trainer.gatherTrace();
+    const fcBytes = trainer.layout.groups.filter((g) => /fc/.test(g.name)).reduce(
+      (n, g) => n + g.size * 4,
+      0,
+    );
+    await trainer.close();
+    if (transport.rank === 0) {
+      const timed = results.slice(config.warmup);
+      const perStep = timed.map((r) => {
+        const spans = trace.spans.filter((s) => s.step === r.iteration && s.device === 0);
+        const fc = spans.filter((s) =>
+          s.lane === "comm" && / fc\d*$/.test(s.name) && !s.name.startsWith("send")
+        );
+        const fcComm = fc.filter((s) => spanKind(s) === "communication");
+        const exchange = fc.length
+          ? Math.max(...fc.map((s) => s.end)) - Math.min(...fc.map((s) => s.start))
+          : 0;
+        return { fcComm: fcComm.reduce((n, s) => n + s.end - s.start, 0), exchange };
+      });
+      console.log(JSON.stringify({
+        net: config.net,
+        schedule: plan.name,
+        requested: config.schedule,
+        groups: plan.groups,
+        mode: config.mode,
+        ranks: transport.size,
+        batch: config.batch,
+        stepMs: median(timed.map((r) => r.ms.total)),
+        bestStepMs: Math.min(...timed.map((r) => r.ms.total)),
+        computeMs: median(timed.map((r) => r.ms.compute)),
+        commMs: median(timed.map((r) => r.ms.communication)),
+        updateMs: median(timed.map((r) => r.ms.update)),
+        hiddenFraction: median(timed.map((r) => r.hiddenFraction)),
+        fcCommMs: median(perStep.map((s) => s.fcComm)),
+        fcExchangeMs: median(perStep.map((s) => s.exchange)),
+        fcBytes,
+        imagesPerSecond: config.batch / (median(timed.map((r) => r.ms.total)) / 1000),
+      }));
+    }
+    transport.finalize();
+    Deno.exit(0);
+  } catch (error) {
+    console.error(`cluster rank ${transport.rank}: ${(error as Error)?.stack ?? error}`);
+    transport.abort(1);
+  }
+}
