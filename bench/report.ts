@@ -9,21 +9,47 @@
  * core), the same kernels on one thread, on one thread with plain SIMD128 (no relaxed-SIMD fused
  * multiply-add, as on runtimes without it), and its pure-TypeScript kernels.
  *
+ * The AlexNet-like default's training step also runs beside PyTorch (`bench/peers/pytorch.ts`:
+ * Debian's python3-torch 1.13, CPU): Tandem on one device and on 2 devices (`DataParallelTrainer`,
+ * overlap, shared memory) against PyTorch in one process and as DistributedDataParallel over gloo
+ * with 2 processes on loopback. Without python3-torch those rows say why.
+ *
  * Run: `npx deno task bench:report` (a few minutes, most of it tfjs-cpu's one cifar10_quick step).
- * `--skip-slow` leaves out the tfjs-cpu training step.
+ * `--skip-slow` leaves out the tfjs-cpu training step. `--only pytorch` runs only the PyTorch section
+ * (about 15 s) and prints it without writing `bench/RESULTS.md`.
  *
  * @module
  */
 
 import { CpuBackend } from "../backends/cpu/backend.ts";
 import { describeWasmFeatures } from "../backends/cpu/wasm/features.ts";
-import { getBackend, registerBackend, writeFileAtomic } from "../mod.ts";
+import {
+  alexnetLike,
+  DataParallelTrainer,
+  getBackend,
+  type ModelSpec,
+  overlap,
+  randn,
+  registerBackend,
+  SGD,
+  tensor,
+  trainStep,
+  uniformValues,
+  writeFileAtomic,
+} from "../mod.ts";
+import { pytorchAvailable, type PytorchResult, runPytorch } from "./peers/pytorch.ts";
 import { checkConvRewrite, cifarQuickStep, tf, TFJS_VERSION, useBackend } from "./peers/tfjs.ts";
 import { FC_SHAPES, gemmFlops, type GemmShape, squareShape } from "./gemm_shapes.ts";
 import { cifarQuickStepSeconds, tandemGemmSeconds, tfGemmSeconds } from "./kernel_timing.ts";
 
 const started = performance.now();
 const skipSlow = Deno.args.includes("--skip-slow");
+const onlyIndex = Deno.args.indexOf("--only");
+const only = onlyIndex >= 0 ? Deno.args[onlyIndex + 1] : undefined;
+if (onlyIndex >= 0 && only !== "pytorch") {
+  console.error(`report: --only takes "pytorch", got ${only === undefined ? "nothing" : `"${only}"`}`);
+  Deno.exit(2);
+}
 /** tfjs-cpu GEMMs predicted (from its 1024³ rate) to take longer than this are skipped. */
 const TFJS_CPU_GEMM_LIMIT_S = 20;
 /** A tfjs-cpu training step slower than this is timed once. */
@@ -65,6 +91,172 @@ const runtimeLine = `${describeWasmFeatures()}; the default backend's GEMM uses 
     : "`f32x4.mul` + `f32x4.add` (no relaxed SIMD)"
 } on ${tandemThreads} thread${tandemThreads > 1 ? "s" : ""}`;
 console.log(`WebAssembly: ${runtimeLine}`);
+
+// ---------------------------------------------------------------- training step beside PyTorch
+
+/** Warm-up and timed steps of every row of the PyTorch section. */
+const PEER_WARMUP = 3, PEER_TIMED = 10;
+/** SGD as the PyTorch peer runs it (Caffe's multipliers: biases lr ×2, no decay, in both). */
+const peerSgd = { lr: 0.01, momentum: 0.9, weightDecay: 5e-4 };
+
+/** Milliseconds of each timed AlexNet-like step of `trainStep` on the default backend (one device). */
+async function tandemOneDeviceMs(): Promise<number[]> {
+  const model = alexnetLike();
+  const images = randn([BATCH, ...model.inputShape], { seed: 1 });
+  const labels = tensor(
+    Int32Array.from(uniformValues(BATCH, { seed: 2 }), (u) => Math.floor(u * model.classes)),
+    { dtype: "int32" },
+  );
+  const optimizer = new SGD(model.namedParameters(), peerSgd);
+  const ms: number[] = [];
+  try {
+    for (let i = 0; i < PEER_WARMUP + PEER_TIMED; i++) {
+      const t0 = performance.now();
+      await trainStep(model, optimizer, { images, labels });
+      if (i >= PEER_WARMUP) ms.push(performance.now() - t0);
+    }
+  } finally {
+    optimizer.dispose();
+    model.dispose();
+    images.dispose();
+    labels.dispose();
+  }
+  return ms;
+}
+
+/** Milliseconds of each timed AlexNet-like step on 2 CPU devices (Workers), overlap, shared memory. */
+async function tandemTwoDevicesMs(): Promise<number[]> {
+  const spec: ModelSpec = {
+    kind: "module",
+    url: new URL("../engine/models/mod.ts", import.meta.url).href,
+    exportName: "alexnetLike",
+  };
+  const shape = [BATCH, 1, 28, 28];
+  const batch = {
+    images: randn(shape, { seed: 1 }).dataSync() as Float32Array,
+    labels: Int32Array.from(uniformValues(BATCH, { seed: 2 }), (u) => Math.floor(u * 10)),
+    shape,
+  };
+  const trainer = await DataParallelTrainer.create({
+    model: spec,
+    devices: 2,
+    plan: overlap(["fc", "conv"]),
+    optimizer: (p) => new SGD(p, peerSgd),
+  });
+  const ms: number[] = [];
+  try {
+    for (let i = 0; i < PEER_WARMUP + PEER_TIMED; i++) {
+      const result = await trainer.step(batch);
+      if (i >= PEER_WARMUP) ms.push(result.seconds * 1000);
+    }
+  } finally {
+    await trainer.close();
+  }
+  return ms;
+}
+
+/**
+ * The section "Training step beside PyTorch": the AlexNet-like default at global batch 64, Tandem on
+ * 1 and 2 devices, PyTorch in one process (2 threads) and as DDP with 2 processes (1 thread each).
+ */
+async function pytorchSection(threads: number): Promise<{ table: string; notes: string }> {
+  const sortedMs = (xs: number[]) => [...xs].sort((a, b) => a - b);
+  const bestOf = (xs: number[]) => sortedMs(xs)[0];
+  const medianOf = (xs: number[]) => sortedMs(xs)[Math.floor(xs.length / 2)];
+  const ms = (x: number) => `${x.toFixed(x >= 100 ? 0 : 1)} ms`;
+  const ratio = (x: number) => `${x.toFixed(2)}×`;
+  console.log(`AlexNet-like step beside PyTorch: Tandem, 1 device (${threads} threads) …`);
+  const one = await tandemOneDeviceMs();
+  console.log("AlexNet-like step beside PyTorch: Tandem, 2 devices (overlap, shared memory) …");
+  const two = await tandemTwoDevicesMs();
+  const unavailable = await pytorchAvailable();
+  const peer = async (world: number, threads: number): Promise<PytorchResult | string> => {
+    if (unavailable) return `unavailable: ${unavailable}`;
+    console.log(`AlexNet-like step beside PyTorch: PyTorch, ${world} process(es) × ${threads} thread(s) …`);
+    try {
+      return await runPytorch({
+        net: "alexnet-like",
+        batch: BATCH,
+        world,
+        threads,
+        warmup: PEER_WARMUP,
+        steps: PEER_TIMED,
+        timeoutSeconds: 300,
+      });
+    } catch (error) {
+      return `failed: ${(error as Error).message}`;
+    }
+  };
+  const torchOne = await peer(1, 2);
+  const torchDdp = await peer(2, 1);
+  const how = `best and median of ${PEER_TIMED} after ${PEER_WARMUP} warm-up steps`;
+  const tandemRow = (label: string, layout: string, steps: number[], against: PytorchResult | string) => {
+    const b = bestOf(steps), m = medianOf(steps);
+    const vs = typeof against === "string"
+      ? "—"
+      : `${ratio(b / against.bestMs)} / ${ratio(m / against.medianMs)}`;
+    return `| ${label} | ${layout} | ${ms(b)} | ${ms(m)} | ${
+      (BATCH / (m / 1000)).toFixed(0)
+    } | ${vs} | ${how} |`;
+  };
+  const torchRow = (label: string, layout: string, r: PytorchResult | string) =>
+    typeof r === "string"
+      ? `| ${label} | ${layout} | — | — | — | — | ${r.replace(/\|/g, "\\|")} |`
+      : `| ${label.replace("PyTorch", `PyTorch ${r.version}`)} | ${layout} | ${ms(r.bestMs)} | ${
+        ms(r.medianMs)
+      } | ${
+        r.imagesPerSecond.toFixed(0)
+      } | 1× | best and median of ${r.stepsMs.length} after ${r.warmup} warm-up steps (rank 0) |`;
+  const table = [
+    "| implementation | processes × threads | step time (best) | median | images/s (median) | Tandem / PyTorch, same layout (best / median) | how timed |",
+    "|---|---|---:|---:|---:|---:|---|",
+    tandemRow(
+      "**Tandem**, default CPU backend, 1 device (`trainStep`)",
+      `1 × ${threads}`,
+      one,
+      torchOne,
+    ),
+    tandemRow(
+      "**Tandem**, `DataParallelTrainer`, 2 CPU devices (Workers), overlap, shared memory",
+      `1 × (2 devices × ${Math.max(1, Math.floor(threads / 2))})`,
+      two,
+      torchDdp,
+    ),
+    torchRow("PyTorch, one process", "1 × 2", torchOne),
+    torchRow("PyTorch DDP over gloo, loopback", "2 × 1", torchDdp),
+  ].join("\n");
+  const blas = ([["one process", torchOne], ["each DDP process", torchDdp]] as const)
+    .flatMap(([label, r]) => typeof r === "string" ? [] : [`${label}: ${r.blas}`]).join("; ");
+  const notes = [
+    "Same net on both sides: the AlexNet-like default (1×28×28, 10 classes, 1,088,458 parameters — the " +
+    "peer builds it layer for layer, Caffe's ceil-mode 3×3/2 max pooling, conv2 in 2 groups, dropout 0.5 " +
+    "after fc6 and fc7, and checks the count), global batch 64 of synthetic data (one fixed batch), softmax " +
+    "cross-entropy, SGD lr 0.01, momentum 0.9, weight decay 5e-4 on weights only, biases at twice the rate " +
+    "(Caffe's multipliers, PyTorch parameter groups). A step is forward, loss, backward, gradient exchange " +
+    "and update, and reading the loss back; images/s is the global batch over the median step. Tandem's " +
+    "2 devices are Workers of this process with one kernel thread each, the communication on the main " +
+    "thread; PyTorch's DDP runs 2 processes of one intra-op thread each (each rank 32 samples, default " +
+    "25 MB buckets), meeting at a barrier before each step outside the timed span. The ratio column " +
+    "divides Tandem's step time by PyTorch's in the same layout (1 × 2 threads, or 2 × 1): above 1× " +
+    "PyTorch is faster.",
+    blas
+      ? `PyTorch's kernels (${blas}). OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset in the peer's own ` +
+        "environment, so OpenBLAS detects the core itself."
+      : "",
+  ].filter((l) => l).join("\n\n");
+  return { table, notes };
+}
+
+if (only === "pytorch") {
+  const { table, notes } = await pytorchSection(tandemThreads);
+  console.log(`\n## Training step beside PyTorch\n\n${table}\n\n${notes}\n`);
+  console.log(
+    `Machine: ${machine.cores} cores, ${machine.cpu}, Deno ${machine.deno}; measured ${machine.date}; ` +
+      `took ${((performance.now() - started) / 1000).toFixed(0)} s. bench/RESULTS.md not written (--only).`,
+  );
+  for (const backend of [tandemDefault, tandemOne, tandemSimd128, tandemTs]) backend.dispose();
+  Deno.exit(0);
+}
 
 // ---------------------------------------------------------------- GEMM
 
@@ -241,6 +433,9 @@ const trainNotes = [
 ].join("\n\n");
 console.log("\n" + trainTable + "\n\n" + trainNotes + "\n");
 
+const peerSection = await pytorchSection(tandemThreads);
+console.log("\n" + peerSection.table + "\n\n" + peerSection.notes + "\n");
+
 // ---------------------------------------------------------------- schedule figures (read, not rerun)
 
 async function readOrNull(name: string): Promise<{ text: string; mtime: Date | null } | null> {
@@ -300,7 +495,7 @@ const markdown = [
   "# Tandem against its peers, measured side by side",
   "",
   `Machine: ${machineLine} Written by \`npx deno task bench:report\` (\`bench/report.ts\`); every figure in ` +
-  "sections 1 and 2 comes from this one run. fp32 throughout.",
+  "sections 1 to 3 comes from this one run. fp32 throughout.",
   "",
   "## 1. GEMM",
   "",
@@ -325,11 +520,17 @@ const markdown = [
   "",
   trainNotes,
   "",
-  "## 3. Data-parallel schedules: overlap vs sequential on 2 devices",
+  "## 3. Training step beside PyTorch: AlexNet-like default, global batch 64",
+  "",
+  peerSection.table,
+  "",
+  peerSection.notes,
+  "",
+  "## 4. Data-parallel schedules: overlap vs sequential on 2 devices",
   "",
   scheduleSection,
   "",
-  "## 4. AlexNet on 2–8 GPUs (simulator)",
+  "## 5. AlexNet on 2–8 GPUs (simulator)",
   "",
   scalingSection,
   "",

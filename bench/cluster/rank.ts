@@ -72,7 +72,7 @@ const median = (values: number[]) => {
 };
 
 if (import.meta.main) {
-  const transport = MpiTransport.init({ spinMs: Number(Deno.env.get("SPIN_MS") ?? 2) });
+  const transport = MpiTransport.init();
   try {
     const config = JSON.parse(Deno.args[0]) as RankConfig;
     let spec = specOf(config.net);
@@ -90,7 +90,6 @@ if (import.meta.main) {
             {
               bandwidthBytesPerSecond: config.linkBytesPerSecond,
               latencySeconds: 50e-6,
-              label: "cluster link",
             },
             transport.size,
           );
@@ -158,6 +157,8 @@ if (import.meta.main) {
         schedule: plan.name,
         requested: config.schedule,
         groups: plan.groups,
+        plan,
+        assignment: spec.groups,
         mode: config.mode,
         ranks: transport.size,
         batch: config.batch,

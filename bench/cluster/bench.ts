@@ -1,0 +1,281 @@
+/**
+ * `deno task bench:cluster`: Tandem across 2 hosts joined by a real, tc-shaped link (the network
+ * namespaces of `deno task cluster`), beside PyTorch's DistributedDataParallel on the same hosts,
+ * link, nets, global batch and optimizer, and beside the simulator's prediction for every row;
+ * written to `bench/CLUSTER.md` in one run.
+ *
+ * Rows: nets (the AlexNet-like default; Caffe's bvlc_alexnet at 227×227 on synthetic data) ×
+ * schedules (sequential, overlap, bucketed, auto) × reductions (master, allreduce) × links (1 and
+ * 10 Gbit/s), and the FC exchange alone (`probe:<MB>` nets: one FC layer, a step that is almost all
+ * exchange) at 4, 16, 64 MB. Each Tandem row is `bench/cluster/rank.ts` under mpirun on the hosts.
+ *
+ * Run as root: `npx deno task bench:cluster [--quick] [--alexnet-batch N]` (tens of minutes; leave
+ * the machine otherwise idle). `--quick` runs the AlexNet-like rows and the probes only.
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import {
+  calibrateProfile,
+  groupTotals,
+  measureProfile,
+  type Plan,
+  type Profile,
+  regroupProfile,
+  simulate,
+  writeFileAtomic,
+} from "../../mod.ts";
+import { buildModel } from "../../schedule/devices/model_spec.ts";
+import {
+  type Cluster,
+  createCluster,
+  missingRequirement,
+  mpirunArguments,
+  rateBitsPerSecond,
+  removeCluster,
+} from "../../cli/cluster.ts";
+import { pytorchAvailable, pytorchCommand, type PytorchResult } from "../peers/pytorch.ts";
+import { type RankConfig, specOf } from "./rank.ts";
+
+const { values: flags } = parseArgs({
+  args: Deno.args,
+  options: { quick: { type: "boolean" }, "alexnet-batch": { type: "string" }, links: { type: "string" } },
+});
+const LINKS = (flags.links ?? "1gbit,10gbit").split(",");
+const SCHEDULES = ["sequential", "overlap", "bucketed", "auto"];
+const MODES = ["master", "allreduce"] as const;
+/** Global batches: 64 for the AlexNet-like net as everywhere else; AlexNet's as given. */
+const NETS = [
+  { net: "alexnet-like", batch: 64, steps: 5, warmup: 2 },
+  ...(flags.quick
+    ? []
+    : [{ net: "alexnet", batch: Number(flags["alexnet-batch"] ?? 64), steps: 3, warmup: 1 }]),
+];
+const PROBES = [4, 16, 64];
+
+const missing = await missingRequirement();
+if (missing) {
+  console.error(`bench:cluster: cannot build the hosts: ${missing}`);
+  Deno.exit(2);
+}
+
+interface RankResult {
+  net: string;
+  schedule: string;
+  requested: string;
+  groups: string[];
+  plan: Plan;
+  /** Layer → group of an automatic schedule's split. */
+  assignment?: Record<string, string>;
+  mode: "master" | "allreduce";
+  batch: number;
+  stepMs: number;
+  bestStepMs: number;
+  computeMs: number;
+  hiddenFraction: number;
+  fcCommMs: number;
+  fcExchangeMs: number;
+  fcBytes: number;
+  imagesPerSecond: number;
+}
+
+const decoder = new TextDecoder();
+
+/** Runs `argv` as one rank per host of `cluster`; rank 0's last stdout line as JSON. */
+async function across<T>(cluster: Cluster, argv: string[], what: string): Promise<T> {
+  const output = await new Deno.Command("ip", {
+    args: [
+      "netns",
+      "exec",
+      cluster.namespaces[0],
+      "mpirun",
+      ...mpirunArguments(cluster.addresses, cluster.subnet, cluster.agent),
+      ...argv,
+    ],
+    env: { PMIX_MCA_gds: "hash", XDG_RUNTIME_DIR: Deno.env.get("XDG_RUNTIME_DIR") ?? "/tmp" },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(3_600_000),
+  }).output();
+  const stdout = decoder.decode(output.stdout).trim();
+  if (!output.success) throw new Error(`${what} failed:\n${decoder.decode(output.stderr).slice(-3000)}`);
+  return JSON.parse(stdout.split("\n").at(-1)!) as T;
+}
+
+function tandem(cluster: Cluster, config: RankConfig): Promise<RankResult> {
+  const script = new URL("./rank.ts", import.meta.url).pathname;
+  return across(
+    cluster,
+    [Deno.execPath(), "run", "-A", script, JSON.stringify(config)],
+    `${config.net} ${config.schedule}`,
+  );
+}
+
+/** The per-layer profile of a net at its per-rank batch, as the simulator and `auto` use it. */
+const profiles = new Map<string, Profile>();
+async function profileOf(net: string, perRank: number): Promise<Profile> {
+  const key = `${net}/${perRank}`;
+  if (!profiles.has(key)) {
+    const reference = await buildModel(specOf(net));
+    profiles.set(key, measureProfile(reference, perRank, { description: net }));
+    reference.dispose();
+  }
+  return profiles.get(key)!;
+}
+
+const ms = (v: number) => `${v.toFixed(v < 10 ? 1 : 0)} ms`;
+const lines: string[] = [];
+const say = (line = "") => {
+  console.log(line);
+  lines.push(line);
+};
+
+const pytorchWhy = await pytorchAvailable();
+say("# Tandem across hosts on a real link, beside PyTorch DDP");
+say();
+say(
+  `Measured ${new Date().toISOString().slice(0, 10)} by \`npx deno task bench:cluster\` on one ` +
+    `${navigator.hardwareConcurrency}-core machine: 2 hosts are network namespaces joined through a bridge by ` +
+    `veth links shaped with tc (tbf: 1 ms of burst, 5 ms of queue) in both directions; Open MPI over TCP only, ` +
+    `one rank (one CPU device, 1 kernel thread) per host; SGD momentum 0.9, weight decay 5e-4; synthetic data. ` +
+    `Medians of the timed steps after warm-up. Both hosts share the machine's ${navigator.hardwareConcurrency} cores, ` +
+    `so compute is as on 2 cores, not 2 machines.`,
+);
+say();
+say(
+  "Columns: **step** median step; **FC comm** rank 0's FC reduce and broadcast (transfers, not the update); " +
+    "**hidden** (T_seq − T_ovl) / T_fc_comm against this net and mode's `sequential` row; **trace** the part of " +
+    "rank 0's communication that overlapped its compute; **rate** FC gradient bytes over the FC exchange's span " +
+    "(first byte out to last parameter back), as a fraction of the link rate per direction; **sim.** the " +
+    "simulator's step for the same plan on the per-layer profile scaled to the measured compute, and its error.",
+);
+
+for (const rate of LINKS) {
+  const bytesPerSecond = rateBitsPerSecond(rate) / 8;
+  const cluster = await createCluster(2, rate);
+  try {
+    say();
+    say(`## ${rate} link`);
+    say();
+    say("FC exchange alone (`probe:<MB>`: one FC layer; the step is almost all exchange), overlap schedule:");
+    say();
+    say("| FC gradients | mode | exchange | rate (of link) |");
+    say("| --- | --- | --- | --- |");
+    for (const megabytes of PROBES) {
+      for (const mode of MODES) {
+        const r = await tandem(cluster, {
+          net: `probe:${megabytes}`,
+          schedule: "overlap",
+          mode,
+          batch: 8,
+          steps: 5,
+          warmup: 2,
+          linkBytesPerSecond: bytesPerSecond,
+        });
+        const achieved = r.fcBytes / (r.fcExchangeMs / 1000);
+        say(
+          `| ${(r.fcBytes / 1e6).toFixed(1)} MB | ${mode} | ${ms(r.fcExchangeMs)} | ${
+            (achieved * 8 / 1e9).toFixed(2)
+          } Gbit/s (${(100 * achieved / bytesPerSecond).toFixed(0)}%) |`,
+        );
+      }
+    }
+    for (const { net, batch, steps, warmup } of NETS) {
+      say();
+      say(`### ${net}, global batch ${batch} (${batch / 2} per host)`);
+      say();
+      say("| schedule | mode | step | images/s | FC comm | hidden | trace | rate | sim. (error) |");
+      say("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+      const profile = await profileOf(net, batch / 2);
+      for (const mode of MODES) {
+        let seq: RankResult | undefined;
+        for (const schedule of SCHEDULES) {
+          const r = await tandem(cluster, {
+            net,
+            schedule,
+            mode,
+            batch,
+            steps,
+            warmup,
+            linkBytesPerSecond: bytesPerSecond,
+          });
+          if (schedule === "sequential") seq = r;
+          const hidden = seq && schedule !== "sequential" && seq.fcCommMs > 0
+            ? ((seq.stepMs - r.stepMs) / seq.fcCommMs).toFixed(2)
+            : "—";
+          const achieved = r.fcExchangeMs > 0 ? r.fcBytes / (r.fcExchangeMs / 1000) : 0;
+          // The simulator on the measured profile, scaled to the compute this run measured.
+          let sim = "—";
+          try {
+            const grouped = r.assignment ? regroupProfile(profile, r.assignment) : profile;
+            const totals = groupTotals(grouped);
+            const modelled = totals.reduce((n, t) => n + t.backwardSeconds, 0) +
+              grouped.layers.reduce((n, l) => n + l.forwardSeconds, 0);
+            const scaled = calibrateProfile(grouped, {
+              forwardSeconds: grouped.layers.reduce((n, l) => n + l.forwardSeconds, 0) *
+                (r.computeMs / 1000) / modelled,
+              backwardSeconds: Object.fromEntries(
+                totals.map((t) => [t.group, t.backwardSeconds * (r.computeMs / 1000) / modelled]),
+              ),
+            });
+            const predicted = simulate(r.plan, scaled, {
+              link: { bandwidthBytesPerSecond: bytesPerSecond, latencySeconds: 50e-6 },
+              devices: 2,
+              mode,
+            }).stepSeconds * 1000;
+            sim = `${ms(predicted)} (${((predicted - r.stepMs) / r.stepMs * 100).toFixed(0)}%)`;
+          } catch (error) {
+            sim = `— (${(error as Error).message.split("\n")[0].slice(0, 60)})`;
+          }
+          say(
+            `| ${
+              r.requested === "auto" ? `auto → ${r.schedule} [${r.groups.join(", ")}]` : r.schedule
+            } | ${mode} | ${ms(r.stepMs)} | ${r.imagesPerSecond.toFixed(0)} | ${
+              ms(r.fcCommMs)
+            } | ${hidden} | ${(r.hiddenFraction * 100).toFixed(0)}% | ${
+              (100 * achieved / bytesPerSecond).toFixed(0)
+            }% | ${sim} |`,
+          );
+        }
+      }
+      // PyTorch DDP on the same hosts and link: one process per host, default buckets, gloo.
+      if (pytorchWhy) {
+        say(`| PyTorch DDP | — | ${pytorchWhy} | | | | | | |`);
+      } else {
+        const result = await across<PytorchResult>(
+          cluster,
+          [
+            "-x",
+            "OMPI_COMM_WORLD_RANK",
+            ...pytorchCommand({
+              net: net as "alexnet-like" | "alexnet",
+              batch,
+              steps,
+              warmup,
+              threads: 1,
+              master: `${cluster.addresses[0]}:29517`,
+              timeoutSeconds: 3000,
+            }),
+          ],
+          `PyTorch ${net}`,
+        );
+        say(
+          `| PyTorch ${result.version} DDP (gloo, default buckets) | allreduce | ${ms(result.medianMs)} | ${
+            result.imagesPerSecond.toFixed(0)
+          } | | | | | |`,
+        );
+      }
+    }
+  } finally {
+    await removeCluster(cluster);
+  }
+}
+
+await writeFileAtomic(
+  new URL("../CLUSTER.md", import.meta.url).pathname,
+  [new TextEncoder().encode(lines.join("\n") + "\n")],
+);
+console.log("written to bench/CLUSTER.md");
+Deno.exit(0);
