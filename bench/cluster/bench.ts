@@ -91,9 +91,16 @@ async function across<T>(cluster: Cluster, argv: string[], what: string): Promis
       cluster.namespaces[0],
       "mpirun",
       ...mpirunArguments(cluster.addresses, cluster.subnet, cluster.agent),
+      "-x",
+      "GLOO_SOCKET_IFNAME",
       ...argv,
     ],
-    env: { PMIX_MCA_gds: "hash", XDG_RUNTIME_DIR: Deno.env.get("XDG_RUNTIME_DIR") ?? "/tmp" },
+    // gloo (PyTorch) must take the hosts' link, not the loopback address their shared hostname has.
+    env: {
+      PMIX_MCA_gds: "hash",
+      XDG_RUNTIME_DIR: Deno.env.get("XDG_RUNTIME_DIR") ?? "/tmp",
+      GLOO_SOCKET_IFNAME: "eth0",
+    },
     stdin: "null",
     stdout: "piped",
     stderr: "piped",

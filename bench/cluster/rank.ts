@@ -6,7 +6,7 @@
  *
  * - `stepMs`, `bestStepMs`, `imagesPerSecond`;
  * - `computeMs` (rank 0's forward and backward), `fcCommMs` (its FC reduce and broadcast, transfers
- *   only), `fcExchangeMs` (from the FC reduce's start to the end of its broadcast — or of its update,
+ *   only; the FC group is the plan's first, nearest the output), `fcExchangeMs` (from the FC reduce's start to the end of its broadcast — or of its update,
  *   in allreduce mode — the whole exchange the link carries), `fcBytes`;
  * - `hiddenFraction`: rank 0's communication that overlapped compute (trace);
  * - the schedule actually run (`auto` names its choice).
@@ -134,17 +134,16 @@ if (import.meta.main) {
       results.push(await trainer.step(batchOf(step)));
     }
     await trainer.gatherTrace();
-    const fcBytes = trainer.layout.groups.filter((g) => /fc/.test(g.name)).reduce(
-      (n, g) => n + g.size * 4,
-      0,
-    );
+    // The FC exchange: the group nearest the output (`fc`, or an automatic split's `head`).
+    const fcGroup = plan.groups[0];
+    const fcBytes = trainer.layout.groups.find((g) => g.name === fcGroup)!.size * 4;
     await trainer.close();
     if (transport.rank === 0) {
       const timed = results.slice(config.warmup);
       const perStep = timed.map((r) => {
         const spans = trace.spans.filter((s) => s.step === r.iteration && s.device === 0);
         const fc = spans.filter((s) =>
-          s.lane === "comm" && / fc\d*$/.test(s.name) && !s.name.startsWith("send")
+          s.lane === "comm" && ["reduce", "update", "broadcast"].some((k) => s.name === `${k} ${fcGroup}`)
         );
         const fcComm = fc.filter((s) => spanKind(s) === "communication");
         const exchange = fc.length
