@@ -336,6 +336,49 @@ export function mpirunArguments(addresses: string[], subnet: string, agent?: str
 }
 
 /**
+ * A command that runs `argv` as one MPI rank per host of `cluster` (mpirun started in the first
+ * host's namespace). What every launch across the hosts shares: the train command's and the
+ * benchmarks'.
+ *
+ * @example
+ * ```ts ignore
+ * import { commandAcross, createCluster } from "./cluster.ts";
+ * const cluster = await createCluster(2, "1gbit");
+ * await commandAcross(cluster, ["hostname"], { stdout: "inherit" }).output();
+ * ```
+ */
+export function commandAcross(
+  cluster: Cluster,
+  argv: string[],
+  options: Deno.CommandOptions = {},
+): Deno.Command {
+  return new Deno.Command("ip", {
+    ...options,
+    args: [
+      "netns",
+      "exec",
+      cluster.namespaces[0],
+      "mpirun",
+      ...mpirunArguments(cluster.addresses, cluster.subnet, cluster.agent),
+      // gloo (PyTorch's transport, for the benchmarks) must take the hosts' link, not the loopback
+      // address their shared hostname resolves to.
+      "-x",
+      "GLOO_SOCKET_IFNAME",
+      ...argv,
+    ],
+    env: {
+      ...options.env,
+      // Mesa's software WebGPU adapter (for --backend webgpu) warns without a runtime directory.
+      XDG_RUNTIME_DIR: Deno.env.get("XDG_RUNTIME_DIR") ?? "/tmp",
+      // PMIx's shared-memory store complains about permissions when a job ends early; its hash
+      // store does the same job quietly.
+      PMIX_MCA_gds: "hash",
+      GLOO_SOCKET_IFNAME: "eth0",
+    },
+  });
+}
+
+/**
  * Builds the cluster, runs the train command across it, removes the cluster, and returns the exit
  * status (the train command's, 130 after Ctrl-C).
  */
@@ -361,34 +404,17 @@ export async function runCluster(argv: string[]): Promise<number> {
   Deno.addSignalListener("SIGTERM", onSignal);
   try {
     const train = new URL("./train.ts", import.meta.url).pathname;
-    child = new Deno.Command("ip", {
-      args: [
-        "netns",
-        "exec",
-        cluster.namespaces[0],
-        "mpirun",
-        ...mpirunArguments(cluster.addresses, cluster.subnet, cluster.agent),
-        Deno.execPath(),
-        "run",
-        "-A",
-        train,
-        "--transport",
-        "mpi",
-        // One device per rank: the train command checks --devices against the ranks it finds.
-        ...(args.train.includes("--devices") ? [] : ["--devices", String(args.hosts)]),
-        ...args.train,
-      ],
-      // Mesa's software WebGPU adapter (for --backend webgpu) warns without a runtime directory.
-      env: {
-        XDG_RUNTIME_DIR: Deno.env.get("XDG_RUNTIME_DIR") ?? "/tmp",
-        // PMIx's shared-memory store complains about permissions when a job ends early; its hash
-        // store does the same job quietly.
-        PMIX_MCA_gds: "hash",
-      },
-      stdin: "null",
-      stdout: "inherit",
-      stderr: "inherit",
-    }).spawn();
+    child = commandAcross(cluster, [
+      Deno.execPath(),
+      "run",
+      "-A",
+      train,
+      "--transport",
+      "mpi",
+      // One device per rank: the train command checks --devices against the ranks it finds.
+      ...(args.train.includes("--devices") ? [] : ["--devices", String(args.hosts)]),
+      ...args.train,
+    ], { stdin: "null", stdout: "inherit", stderr: "inherit" }).spawn();
     const { code } = await child.status;
     return interrupted ? EXIT_INTERRUPTED : code;
   } finally {

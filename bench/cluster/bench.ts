@@ -29,9 +29,9 @@ import {
 import { buildModel } from "../../schedule/devices/model_spec.ts";
 import {
   type Cluster,
+  commandAcross,
   createCluster,
   missingRequirement,
-  mpirunArguments,
   rateBitsPerSecond,
   removeCluster,
 } from "../../cli/cluster.ts";
@@ -84,23 +84,7 @@ const decoder = new TextDecoder();
 
 /** Runs `argv` as one rank per host of `cluster`; rank 0's last stdout line as JSON. */
 async function across<T>(cluster: Cluster, argv: string[], what: string): Promise<T> {
-  const output = await new Deno.Command("ip", {
-    args: [
-      "netns",
-      "exec",
-      cluster.namespaces[0],
-      "mpirun",
-      ...mpirunArguments(cluster.addresses, cluster.subnet, cluster.agent),
-      "-x",
-      "GLOO_SOCKET_IFNAME",
-      ...argv,
-    ],
-    // gloo (PyTorch) must take the hosts' link, not the loopback address their shared hostname has.
-    env: {
-      PMIX_MCA_gds: "hash",
-      XDG_RUNTIME_DIR: Deno.env.get("XDG_RUNTIME_DIR") ?? "/tmp",
-      GLOO_SOCKET_IFNAME: "eth0",
-    },
+  const output = await commandAcross(cluster, argv, {
     stdin: "null",
     stdout: "piped",
     stderr: "piped",
