@@ -362,9 +362,8 @@ export class DataParallelTrainer {
       };
       // Where a failed step is undone, an update after every backward waits for the devices to
       // finish (their gradients are final already, so the wait is short): then no device can fail
-      // the step behind it any more. It
-      // copies for the undo only where a failure can still follow: a device still computing, or a
-      // later step of an exchange whose steps can fail.
+      // the step behind it any more. An update copies for the undo only where a failure can still
+      // follow: a device still computing, or a later step of an exchange whose steps can fail.
       const late = (index: number) => index > lastBackward;
       const undoable = (index: number) =>
         exchange.rollsBack && (!late(index) ||
@@ -384,17 +383,17 @@ export class DataParallelTrainer {
           await waitForBackward(i + 1);
           if (late(i + 1) && exchange.rollsBack) await Promise.all(computes);
           const options = { undoable: undoable(i + 1) };
-          const spans = await exchange.pipeline(group, {
+          const parts = await exchange.pipeline(group, {
             update: (range) => {
               for (const optimizer of exchange.optimizers) optimizer.step(group, { ...options, range });
             },
             broadcast: withBroadcast,
           }, context);
-          record(exchange.rank, "comm", `reduce ${group}`, ...spans.reduce);
-          if (spans.update && exchange.optimizers.length) {
-            record(exchange.rank, "comm", `update ${group}`, ...spans.update);
+          record(exchange.rank, "comm", `reduce ${group}`, ...parts.reduce);
+          if (parts.update && exchange.optimizers.length) {
+            record(exchange.rank, "comm", `update ${group}`, ...parts.update);
           }
-          if (spans.broadcast) record(exchange.rank, "comm", `broadcast ${group}`, ...spans.broadcast);
+          if (parts.broadcast) record(exchange.rank, "comm", `broadcast ${group}`, ...parts.broadcast);
           i += withBroadcast ? 2 : 1;
           continue;
         }
