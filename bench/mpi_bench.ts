@@ -37,6 +37,7 @@ import {
   writeFileAtomic,
 } from "../mod.ts";
 import { cpuKernelsLabel } from "./backend_label.ts";
+import { localMpirunArguments } from "../cli/cluster.ts";
 
 const RANKS = 2;
 
@@ -45,13 +46,7 @@ if (!detectMpiLaunch()) {
   try {
     const status = await new Deno.Command("mpirun", {
       args: [
-        "--allow-run-as-root",
-        "--oversubscribe",
-        // mpirun pins each rank to one core by default; a rank runs a Worker beside its main thread.
-        "--bind-to",
-        "none",
-        "-np",
-        String(RANKS),
+        ...localMpirunArguments(RANKS),
         Deno.execPath(),
         "run",
         "-A",

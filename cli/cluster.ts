@@ -295,6 +295,21 @@ export async function removeCluster(cluster: Cluster): Promise<void> {
 }
 
 /**
+ * mpirun's arguments for `ranks` ranks on this one machine (tests, benchmarks): as root, more ranks
+ * than cores allowed, and no pinning — mpirun pins each rank to one core by default, and a rank runs
+ * its device's Worker beside its main thread.
+ *
+ * @example
+ * ```ts
+ * import { localMpirunArguments } from "./cluster.ts";
+ * localMpirunArguments(2); // ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2"]
+ * ```
+ */
+export function localMpirunArguments(ranks: number): string[] {
+  return ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", String(ranks)];
+}
+
+/**
  * mpirun's arguments for one rank per host over TCP only, as on real machines; `agent` replaces ssh
  * where the hosts are namespaces of this machine.
  *
