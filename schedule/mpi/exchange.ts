@@ -44,7 +44,13 @@ import type {
 import { averageInDeviceOrder, hostParameterEntries } from "../runtime/host_parameters.ts";
 import type { DataParallelOptions } from "../runtime/trainer.ts";
 import type { TraceRecorder, TraceSpan } from "../runtime/trace.ts";
-import { detectMpiLaunch, MpiTransport, TransportError, type WaitOptions } from "./transport.ts";
+import {
+  detectMpiLaunch,
+  eagerMessageBytes,
+  MpiTransport,
+  TransportError,
+  type WaitOptions,
+} from "./transport.ts";
 
 /** Kernel threads for one of `ranksOnHost` ranks sharing this host's cores (at least 1). */
 function cpuThreadsPerRank(ranksOnHost: number): number {
@@ -61,14 +67,6 @@ interface Piece {
   /** Elements. */
   size: number;
 }
-
-/**
- * Bytes of one message: below Open MPI's TCP eager limit (64 KiB with headers), so a message goes
- * out without a handshake. Larger ones need the receiver to answer first, and a broadcast posted
- * behind a stream of gathers then waits for them: measured on a 1 Gbit/s link, 256 KiB messages ran
- * gather-then-broadcast at 50% of the link, 32 KiB ones at 90–98% in both directions at once.
- */
-export const MESSAGE_BYTES = 32 * 1024;
 
 /** Default chunk (averaged, updated and sent back as one): 1 MiB keeps per-update costs small. */
 export const DEFAULT_CHUNK_BYTES = 1024 * 1024;
@@ -303,9 +301,14 @@ export class MpiExchange implements Exchange {
     return spans;
   }
 
-  /** Bytes of one message: {@link MESSAGE_BYTES}, or a whole chunk where chunks are smaller. */
+  /**
+   * Bytes of one message: as large as still goes out without a handshake ({@link eagerMessageBytes};
+   * larger ones stall a broadcast behind the gathers — measured on a 1 Gbit/s link, 256 KiB messages
+   * over the default 64 KiB limit ran master mode at 47% of the link), or a whole chunk where chunks
+   * are smaller.
+   */
   get #messageBytes(): number {
-    return Math.min(MESSAGE_BYTES, this.#chunkBytes);
+    return Math.min(eagerMessageBytes(), this.#chunkBytes);
   }
 
   /** `group`'s flat range in messages. */
