@@ -1,5 +1,5 @@
 /**
- * One cluster-benchmark run, as every MPI rank runs it (`bench/cluster/bench.ts` launches it across
+ * One cluster-benchmark run, as every MPI rank runs it (`bench/cluster/report.ts` launches it across
  * the hosts of `deno task cluster`): trains a net for a few steps under one schedule and reduction,
  * gathers every rank's trace to rank 0, and prints there one JSON line of figures, all medians over
  * the timed steps:

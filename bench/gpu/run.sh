@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 npm ci --no-audit --no-fund >&2
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
-./node_modules/.bin/deno run -A bench/gpu/gpu_bench.ts "$@"
+./node_modules/.bin/deno run -A bench/gpu/gpu_report.ts "$@"

@@ -184,7 +184,7 @@ say(
     `Open MPI (${mpi.library.path}) with ${mpi.size} ranks on one host (shared-memory BTL \`vader\`), ` +
     `the ${
       cpuKernelsLabel(getBackend() as CpuBackend)
-    }, one CPU device (a Worker) per rank. Written by \`bench/mpi_bench.ts\`.`,
+    }, one CPU device (a Worker) per rank. Written by \`bench/mpi_report.ts\`.`,
 );
 
 say();
