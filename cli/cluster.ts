@@ -231,7 +231,16 @@ async function shape(ns: string, device: string, rate: string, delay?: string): 
   const burst = Math.max(32 * 1024, Math.round(rateBitsPerSecond(rate) / 8 / 1000));
   const tbf = ["tbf", "rate", rate, "burst", String(burst), "latency", "5ms"];
   if (delay) {
-    await run("tc", [...base, "root", "handle", "1:", "netem", "delay", delay], "add a link delay");
+    try {
+      await run("tc", [...base, "root", "handle", "1:", "netem", "delay", delay], "add a link delay");
+    } catch (error) {
+      if (!/qdisc kind is unknown/.test((error as Error).message)) throw error;
+      throw new CliError(
+        `--delay needs the kernel's netem queueing discipline (sch_netem), which this kernel lacks; ` +
+          `run without --delay`,
+        EXIT_USAGE,
+      );
+    }
     await run("tc", [...base, "parent", "1:1", "handle", "10:", ...tbf], "shape a link");
   } else {
     await run("tc", [...base, "root", ...tbf], "shape a link");

