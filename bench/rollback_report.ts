@@ -77,22 +77,14 @@ const oldSnapshot = timeCalls(() => {
     for (const t of Object.values(slots)) (t.dataSync() as Float32Array).slice();
   }
 });
-const plainFc = timeCalls(() => {
-  optimizer.step("fc");
-  optimizer.finishIteration();
-});
-const undoableFc = timeCalls(() => {
-  optimizer.step("fc", { undoable: true });
-  optimizer.finishIteration();
-});
-const plainConv = timeCalls(() => {
-  optimizer.step("conv");
-  optimizer.finishIteration();
-});
-const undoableConv = timeCalls(() => {
-  optimizer.step("conv", { undoable: true });
-  optimizer.finishIteration();
-});
+/** One group's update on its own, plain or undoable. */
+const updateOf = (group: string, undoable: boolean) =>
+  timeCalls(() => {
+    optimizer.step(group, { undoable });
+    optimizer.finishIteration();
+  });
+const plainFc = updateOf("fc", false), undoableFc = updateOf("fc", true);
+const plainConv = updateOf("conv", false), undoableConv = updateOf("conv", true);
 optimizer.dispose();
 
 // (3) whole steps on 2 CPU devices.
