@@ -567,6 +567,46 @@ Deno.test("wasm ReLU and its gradient: the TypeScript kernels' bits, NaN, ±0, i
   }
 });
 
+// Mutations tried, each made this test fail: loading the bias of channel c + 1; summing only lanes
+// 0–1 of each vector; skipping the scalar tail of each row.
+Deno.test("wasm bias add and row sums: the broadcast add's bits; row sums within float64 rounding", async () => {
+  const { binaryKernel } = await import("../backends/cpu/elementwise.ts");
+  for (const [outer, channels, inner] of [[2, 3, 1], [3, 5, 7], [4, 32, 784], [64, 768, 1], [1, 1, 4099]]) {
+    const n = outer * channels * inner;
+    const x = randomArray(n), bias = randomArray(channels + 2);
+    const want = new Float32Array(n), got = new Float32Array(n).fill(9);
+    const shape = [outer, channels, inner];
+    binaryKernel(
+      "add",
+      x,
+      { offset: 0, strides: [channels * inner, inner, 1] },
+      bias,
+      {
+        offset: 2,
+        strides: [0, 1, 0],
+      },
+      want,
+      shape,
+    );
+    assert.ok(single!.addChannels(x, bias.subarray(2), got, outer, inner));
+    assertSameBits(got, want, `add ${shape}`);
+  }
+  // Sizes around the 8-float step, rows starting unaligned; |x| up to 1e4 so float32 accumulation
+  // would show. The float64 sum rounded once differs from the exact sum by at most half an ulp,
+  // and the reference's own float64 order by far less than another half.
+  for (const [rows, size] of [[1, 1], [3, 7], [5, 8], [4, 9], [7, 31], [2048, 784], [3, 50176]]) {
+    const x = randomArray(rows * size + 1).map((v, i) => v * (i % 3 === 0 ? 1e4 : 1));
+    const got = new Float32Array(rows).fill(9);
+    assert.ok(single!.sumRows(x.subarray(1), got, rows, size));
+    for (let r = 0; r < rows; r++) {
+      let exact = 0;
+      for (let s = 0; s < size; s++) exact += x[1 + r * size + s];
+      const ulp = Math.max(2 ** -149, 2 ** (Math.floor(Math.log2(Math.abs(exact) || 1)) - 23));
+      assert.ok(Math.abs(got[r] - exact) <= ulp, `sum row ${r} of ${rows}×${size}: ${got[r]} vs ${exact}`);
+    }
+  }
+});
+
 Deno.test("wasm kernels: arrays allocated in kernel memory are used in place and freed once", () => {
   const kernels = WasmKernels.create({ threads: 1 })!;
   const a = kernels.allocateArray(64 * 64, "float32")!, b = kernels.allocateArray(64 * 64, "float32")!;

@@ -275,10 +275,48 @@ export class CpuBackend implements Backend {
       op === "reluGrad" && this.wasm && isDenseView(aView, shape) && isDenseView(bView, shape) &&
       this.wasm.reluGrad(f32(a), aView.offset, f32(b), bView.offset, f32(out))
     ) return;
+    if (op === "add" && this.wasm && this.#addChannels(a, aView, b, bView, out, shape)) return;
     binaryKernel(op, f32(a), aView, f32(b), bView, f32(out), shape);
   }
 
+  /**
+   * A dense tensor plus a vector broadcast along one axis (a bias over NCHW channels or over FC
+   * rows) in one SIMD pass; false for any other layout. Addition commutes bit for bit, so either
+   * operand may be the vector.
+   */
+  #addChannels(
+    a: Storage,
+    aView: StridedView,
+    b: Storage,
+    bView: StridedView,
+    out: Storage,
+    shape: readonly number[],
+  ): boolean {
+    const dense = isDenseView(aView, shape) && aView.offset === 0
+      ? [a, bView] as const
+      : isDenseView(bView, shape) && bView.offset === 0
+      ? [b, aView] as const
+      : undefined;
+    if (!dense) return false;
+    const [x, vector] = dense;
+    let axis = -1;
+    for (let d = 0; d < shape.length; d++) {
+      if (shape[d] === 1 || vector.strides[d] === 0) continue;
+      if (axis >= 0 || vector.strides[d] !== 1) return false;
+      axis = d;
+    }
+    if (axis < 0) return false;
+    const outer = shape.slice(0, axis).reduce((p, n) => p * n, 1);
+    const inner = shape.slice(axis + 1).reduce((p, n) => p * n, 1);
+    const values = f32(x === a ? b : a);
+    const bias = values.subarray(vector.offset, vector.offset + shape[axis]);
+    return this.wasm!.addChannels(f32(x), bias, f32(out), outer, inner);
+  }
+
   reduce(op: ReduceOp, x: Storage, out: Storage, outer: number, size: number, inner: number): void {
+    if (op === "sum" && inner === 1 && size >= 8 && this.wasm?.sumRows(f32(x), f32(out), outer, size)) {
+      return;
+    }
     reduceKernel(op, f32(x), f32(out), outer, size, inner);
   }
 

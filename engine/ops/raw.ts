@@ -83,8 +83,8 @@ export function permuteRaw(x: Tensor, perm: readonly number[]): Tensor {
 }
 
 /**
- * Reduces `x` over `axes` with `op`. Contiguous axes reduce in place as an `[outer, size, inner]`
- * view; scattered axes are first moved to the end.
+ * Reduces `x` over `axes` with `op`, each contiguous run of axes as an `[outer, size, inner]`
+ * view of the storage (see the note inside on scattered axes).
  */
 export function reduceRaw(
   op: ReduceOp,
@@ -102,22 +102,30 @@ export function reduceRaw(
       throw new ShapeError(opName, `cannot take the max over an empty axis of ${formatShape(x.shape)}`);
     }
   }
-  let source = x;
-  let lo = reduced[0] ?? rank, hi = (reduced[reduced.length - 1] ?? rank - 1) + 1;
-  const contiguous = reduced.length === hi - lo || reduced.length === 0;
-  if (!contiguous) {
-    const perm = [...x.shape.keys()].filter((a) => !reduced.includes(a)).concat(reduced);
-    source = permuteRaw(x, perm);
-    lo = rank - reduced.length;
-    hi = rank;
+  // Reduced axes that are not one contiguous run (a bias gradient sums N, H and W of NCHW) are
+  // reduced run by run, the last run first, each a contiguous `[outer, size, inner]` pass: no
+  // transposed copy of the input is ever made.
+  const runs: [number, number][] = [];
+  for (const axis of reduced) {
+    const last = runs[runs.length - 1];
+    if (last && last[1] === axis) last[1] = axis + 1;
+    else runs.push([axis, axis + 1]);
   }
-  const outer = sizeOf(source.shape.slice(0, lo));
-  const size = sizeOf(source.shape.slice(lo, hi));
-  const inner = sizeOf(source.shape.slice(hi));
-  const out = allocateTensor(x.backend, outShape);
-  x.backend.reduce(op, source.storage, out.storage, outer, size, inner);
-  if (source !== x) source.dispose();
-  return out;
+  if (runs.length === 0) runs.push([rank, rank]);
+  let source = x;
+  let shape = [...x.shape];
+  for (let r = runs.length - 1; r >= 0; r--) {
+    const [lo, hi] = runs[r];
+    const outer = sizeOf(shape.slice(0, lo));
+    const size = sizeOf(shape.slice(lo, hi));
+    const inner = sizeOf(shape.slice(hi));
+    shape = shape.map((d, i) => (i >= lo && i < hi ? 1 : d));
+    const out = allocateTensor(x.backend, r === 0 ? outShape : shape);
+    x.backend.reduce(op, source.storage, out.storage, outer, size, inner);
+    if (source !== x) source.dispose();
+    source = out;
+  }
+  return source;
 }
 
 /** Sums a broadcast gradient back down to `shape` (the inverse of broadcasting). */

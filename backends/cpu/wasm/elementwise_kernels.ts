@@ -1,7 +1,10 @@
 /**
- * Generates the elementwise kernels that pay in WebAssembly: ReLU and its gradient. In TypeScript
- * both branch on the sign of each value, and on activations that branch is a coin flip (≈ 4.5 ns
- * per element here, most of it mispredictions); lane-wise compares and blends do not branch.
+ * Generates the elementwise kernels that pay in WebAssembly: ReLU and its gradient, the per-channel
+ * bias add and the row sums behind bias gradients. In TypeScript ReLU branches on the sign of each
+ * value, and on activations that branch is a coin flip (≈ 4.5 ns per element here, most of it
+ * mispredictions); lane-wise compares and blends do not branch. The bias add and the row sums are
+ * memory-bound, and TypeScript's strided loops (one dependent float64 add per element for a sum)
+ * ran them at a fraction of the bandwidth.
  *
  * Semantics are the TypeScript kernels', bit for bit: `relu(x) = x > 0 ? x : 0` is
  * `f32x4.pmax(0, x)` (which is `0 < x ? x : 0`: NaN and −0 give +0), and
@@ -28,6 +31,16 @@ export const ELEMENTWISE_EXPORTS = {
   relu: "relu",
   /** `(dy, y, out, n)`: out = y > 0 ? dy : 0 over n floats. */
   reluGrad: "relu_grad",
+  /**
+   * `(x, bias, out, outer, channels, inner)`: `out[o, c, i] = x[o, c, i] + bias[c]` (one float32
+   * rounding, as the TypeScript broadcast add).
+   */
+  addChannels: "add_channels",
+  /**
+   * `(x, out, rows, size)`: `out[r] = Σ_s x[r·size + s]`, accumulated in float64 (as the TypeScript
+   * reduction) over four interleaved partial sums, then rounded once to float32.
+   */
+  sumRows: "sum_rows",
 } as const;
 
 /**
@@ -100,6 +113,60 @@ export function emitElementwiseKernels(builder: ModuleBuilder): void {
       load(f, y, offset, single);
       f.localGet(zero).f32x4Gt();
       f.v128Bitselect();
+    });
+  });
+  builder.addFunction(ELEMENTWISE_EXPORTS.addChannels, [i32, i32, i32, i32, i32, i32], [], (f) => {
+    const [x, bias, out, outer, channels, inner] = [0, 1, 2, 3, 4, 5];
+    const o = f.local(i32), c = f.local(i32), plane = f.local(i32), xPlane = f.local(i32);
+    const outPlane = f.local(i32), b = f.local(v128);
+    f.localGet(inner).i32Const(2).i32Shl().localSet(plane);
+    f.localGet(x).localSet(xPlane);
+    f.localGet(out).localSet(outPlane);
+    f.forRange(o, () => f.i32Const(0), () => f.localGet(outer), 1, () => {
+      f.forRange(c, () => f.i32Const(0), () => f.localGet(channels), 1, () => {
+        f.localGet(bias).localGet(c).i32Const(2).i32Shl().i32Add().v128Load32Splat().localSet(b);
+        writeLanes(f, inner, outPlane, (offset, single) => {
+          load(f, xPlane, offset, single);
+          f.localGet(b).f32x4Add();
+        });
+        f.localGet(xPlane).localGet(plane).i32Add().localSet(xPlane);
+        f.localGet(outPlane).localGet(plane).i32Add().localSet(outPlane);
+      });
+    });
+  });
+  builder.addFunction(ELEMENTWISE_EXPORTS.sumRows, [i32, i32, i32, i32], [], (f) => {
+    const [x, out, rows, size] = [0, 1, 2, 3];
+    const r = f.local(i32), p = f.local(i32), end = f.local(i32), rowEnd = f.local(i32);
+    const v = f.local(v128), a0 = f.local(v128), a1 = f.local(v128), a2 = f.local(v128);
+    const a3 = f.local(v128), tail = f.local(ValType.f64);
+    const zero = f.local(v128);
+    f.localGet(x).localSet(p);
+    f.forRange(r, () => f.i32Const(0), () => f.localGet(rows), 1, () => {
+      for (const a of [a0, a1, a2, a3]) f.localGet(zero).localSet(a);
+      f.localGet(p).localGet(size).i32Const(2).i32Shl().i32Add().localSet(rowEnd);
+      f.localGet(rowEnd).i32Const(32).i32Sub().localSet(end);
+      // Eight floats per step: lanes 0–1 and 2–3 of each vector into their own float64 pair.
+      f.block().loop();
+      f.localGet(p).localGet(end).i32GtS().brIf(1);
+      for (const [at, lo, hi] of [[0, a0, a1], [16, a2, a3]] as const) {
+        f.localGet(p).v128Load(at).localSet(v);
+        f.localGet(lo).localGet(v).f64x2PromoteLowF32x4().f64x2Add().localSet(lo);
+        f.localGet(hi).localGet(v).localGet(v).shuffleF32Lanes([2, 3, 0, 1]).f64x2PromoteLowF32x4().f64x2Add()
+          .localSet(hi);
+      }
+      f.localGet(p).i32Const(32).i32Add().localSet(p);
+      f.br(0).end().end();
+      // The last < 8 floats one at a time.
+      f.localGet(zero).f64x2ExtractLane(0).localSet(tail);
+      f.block().loop();
+      f.localGet(p).localGet(rowEnd).i32GeS().brIf(1);
+      f.localGet(tail).localGet(p).f32Load().f64PromoteF32().f64Add().localSet(tail);
+      f.localGet(p).i32Const(4).i32Add().localSet(p);
+      f.br(0).end().end();
+      f.localGet(a0).localGet(a2).f64x2Add().localGet(a1).localGet(a3).f64x2Add().f64x2Add().localSet(v);
+      f.localGet(out).localGet(r).i32Const(2).i32Shl().i32Add();
+      f.localGet(v).f64x2ExtractLane(0).localGet(v).f64x2ExtractLane(1).f64Add().localGet(tail).f64Add();
+      f.f32DemoteF64().f32Store();
     });
   });
 }

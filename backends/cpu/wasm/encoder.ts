@@ -139,6 +139,9 @@ const Simd = {
   f32x4Pmin: 0xea,
   f32x4Pmax: 0xeb,
   f32x4ConvertI32x4S: 0xfa,
+  f64x2ExtractLane: 0x21,
+  f64x2Add: 0xf0,
+  f64x2PromoteLowF32x4: 0x5f,
   f32x4RelaxedMadd: 0x105,
   f32x4RelaxedNmadd: 0x106,
 } as const;
@@ -441,6 +444,18 @@ export class FunctionWriter {
   f32ConvertI32S(): this {
     return this.#op(0xb2);
   }
+  /** `f64.add`. */
+  f64Add(): this {
+    return this.#op(0xa0);
+  }
+  /** `f64.promote_f32`: exact. */
+  f64PromoteF32(): this {
+    return this.#op(0xbb);
+  }
+  /** `f32.demote_f64`: rounds to nearest float32. */
+  f32DemoteF64(): this {
+    return this.#op(0xb6);
+  }
 
   // ------------------------------------------------------------ SIMD128
 
@@ -487,6 +502,20 @@ export class FunctionWriter {
   /** `f32x4.splat`. */
   f32x4Splat(): this {
     return this.#simd(Simd.f32x4Splat);
+  }
+  /** `f64x2.promote_low_f32x4`: lanes 0 and 1 widened exactly. */
+  f64x2PromoteLowF32x4(): this {
+    return this.#simd(Simd.f64x2PromoteLowF32x4);
+  }
+  /** `f64x2.add`. */
+  f64x2Add(): this {
+    return this.#simd(Simd.f64x2Add);
+  }
+  /** `f64x2.extract_lane lane`. */
+  f64x2ExtractLane(lane: number): this {
+    this.#simd(Simd.f64x2ExtractLane);
+    this.code.push(lane);
+    return this;
   }
   /** `i32x4.splat`. */
   i32x4Splat(): this {

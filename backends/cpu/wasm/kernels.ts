@@ -472,6 +472,36 @@ export class WasmKernels {
     }
   }
 
+  /**
+   * `out[o, c, i] = x[o, c, i] + bias[c]` over `[outer, channels, inner]` (the TypeScript broadcast
+   * add's bits); false when out of memory.
+   */
+  addChannels(x: Float32Array, bias: Float32Array, out: Float32Array, outer: number, inner: number): boolean {
+    try {
+      const xAt = this.#stage(x, out.length, true), biasAt = this.#stage(bias, bias.length, true);
+      const outAt = this.#stage(out, out.length, false);
+      if (xAt === undefined || biasAt === undefined || outAt === undefined) return false;
+      this.#kernels.add_channels(xAt, biasAt, outAt, outer, bias.length, inner);
+      this.#unstage(out, outAt, out.length);
+      return true;
+    } finally {
+      this.#releaseTemporaries();
+    }
+  }
+
+  /** `out[r] = Σ x[r·size …]` for `rows` rows, in float64 rounded once; false when out of memory. */
+  sumRows(x: Float32Array, out: Float32Array, rows: number, size: number): boolean {
+    try {
+      const xAt = this.#stage(x, rows * size, true), outAt = this.#stage(out, rows, false);
+      if (xAt === undefined || outAt === undefined) return false;
+      this.#kernels.sum_rows(xAt, outAt, rows, size);
+      this.#unstage(out, outAt, rows);
+      return true;
+    } finally {
+      this.#releaseTemporaries();
+    }
+  }
+
   /** Convolution forward (`y` overwritten); false when it does not fit the kernel memory. */
   conv2dForward(x: Float32Array, w: Float32Array, y: Float32Array, g: Conv2dGeometry): boolean {
     return this.#conv(TaskKind.convForward, g, x, w, y, "output");

@@ -52,6 +52,10 @@ export interface KernelExports extends GemmExports {
   relu(x: number, out: number, n: number): void;
   /** See `ELEMENTWISE_EXPORTS.reluGrad`. */
   relu_grad(dy: number, y: number, out: number, n: number): void;
+  /** See `ELEMENTWISE_EXPORTS.addChannels`. */
+  add_channels(x: number, bias: number, out: number, outer: number, channels: number, inner: number): void;
+  /** See `ELEMENTWISE_EXPORTS.sumRows`. */
+  sum_rows(x: number, out: number, rows: number, size: number): void;
 }
 
 /**
