@@ -156,6 +156,12 @@ export interface Backend {
 
   /** A new zero-filled storage. */
   allocate(length: number, dtype: DType): Storage;
+  /**
+   * Optional: a new storage whose contents are unspecified, for a kernel's output (every kernel
+   * overwrites its output whole). Saves the zero-fill, which on the CPU is a pass over memory as
+   * long as the kernel's own.
+   */
+  allocateUninitialized?(length: number, dtype: DType): Storage;
   /** A new storage holding a copy of `data`. */
   upload(data: HostArray): Storage;
   /** A copy of the storage's contents on the host. */

@@ -274,6 +274,20 @@ export function allocateTensor(backend: Backend, shape: readonly number[], dtype
   return new Tensor(backend, backend.allocate(sizeOf(shape), dtype), shape);
 }
 
+/**
+ * @internal A tensor for a kernel to overwrite whole: its contents are unspecified until then
+ * (the backend may skip zero-filling it). Never for a tensor the caller reads before a kernel
+ * has written every element.
+ */
+export function outputTensor(backend: Backend, shape: readonly number[], dtype: DType = "float32"): Tensor {
+  const length = sizeOf(shape);
+  return new Tensor(
+    backend,
+    backend.allocateUninitialized?.(length, dtype) ?? backend.allocate(length, dtype),
+    shape,
+  );
+}
+
 /** @internal A tensor sharing `source`'s storage with a different shape of the same size. */
 export function viewTensor(source: Tensor, shape: readonly number[]): Tensor {
   return new Tensor(source.backend, source, shape);

@@ -579,3 +579,103 @@ function contiguous(shape: readonly number[]): number[] {
   }
   return strides;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Kernel outputs in memory that was never zeroed
+
+// Kernel outputs come from `allocateUninitialized`, which skips the zero-fill: correct only if
+// every kernel writes its whole output. Each case runs once into zeroed memory and once into
+// memory poisoned with NaN (a freed block, taken back uninitialized), and must give the same
+// bits. Mutations tried, each made this test fail: the WebAssembly input gradient without its
+// `fill_zero` of dx before col2im; `allocateUninitialized` zero-filling (the poison check).
+Deno.test("CPU backend: every kernel writes its whole output, so skipping the zero-fill changes nothing", async () => {
+  const { CpuBackend } = await import("../backends/cpu/backend.ts");
+  const rand = rng(77);
+  const lrn: LrnParams = { size: 5, alpha: 1e-4, beta: 0.75, k: 1 };
+  for (const kernels of ["wasm", "ts"] as const) {
+    const backend = new CpuBackend({ name: `dirty-${kernels}`, threads: 1, kernels });
+    const f32 = (s: import("../backends/backend.ts").Storage) => backend.readSync(s) as Float32Array;
+    const input = (n: number) => backend.upload(uniform(n, rand));
+    const x = [4, 8, 12, 12] as const, n = 4 * 8 * 12 * 12;
+    const cg = conv2dGeometry(x, [16, 4, 3, 3], { padding: 1, groups: 2 });
+    const pw = conv2dGeometry(x, [16, 8, 1, 1]);
+    const pg = pool2dGeometry(x, { kernel: 3, stride: 2 });
+    const pooled = 4 * 8 * pg.outHeight * pg.outWidth;
+    const [xs, w, w1, y, y1, dyPool] = [
+      input(n),
+      input(16 * 4 * 9),
+      input(16 * 8),
+      input(2 * n),
+      input(2 * n),
+      input(pooled),
+    ];
+    const argmax = backend.allocate(pooled, "int32");
+    backend.maxPool2dForward(xs, backend.allocate(pooled, "float32"), argmax, pg);
+    const cases: [string, number, (out: import("../backends/backend.ts").Storage) => void][] = [
+      ["conv forward", 2 * n, (o) => backend.conv2dForward(xs, w, o, cg)],
+      ["conv input gradient", n, (o) => backend.conv2dBackwardInput(y, w, o, cg)],
+      ["pointwise input gradient", n, (o) => backend.conv2dBackwardInput(y1, w1, o, pw)],
+      ["conv weight gradient", 16 * 4 * 9, (o) => backend.conv2dBackwardFilter(xs, y, o, cg)],
+      [
+        "max pool forward",
+        pooled,
+        (o) => backend.maxPool2dForward(xs, o, backend.allocate(pooled, "int32"), pg),
+      ],
+      ["max pool backward", n, (o) => backend.maxPool2dBackward(dyPool, argmax, o, pg)],
+      ["avg pool forward", pooled, (o) => backend.avgPool2dForward(xs, o, pg)],
+      ["avg pool backward", n, (o) => backend.avgPool2dBackward(dyPool, o, pg)],
+      ["relu", n, (o) => backend.unary("relu", xs, o)],
+      ["bias add", 2 * n, (o) =>
+        backend.binary(
+          "add",
+          y,
+          { offset: 0, strides: [2048, 144, 12, 1] },
+          w,
+          {
+            offset: 0,
+            strides: [0, 1, 0, 0],
+          },
+          o,
+          [4, 16, 12, 12],
+        )],
+      ["row sums", 4 * 8, (o) => backend.reduce("sum", xs, o, 4 * 8, 144, 1)],
+      ["matmul", 96 * 48, (o) =>
+        backend.matmul(xs, y, o, {
+          batch: 1,
+          m: 96,
+          n: 48,
+          k: 48,
+          transA: false,
+          transB: false,
+          aBatchStride: 0,
+          bBatchStride: 0,
+        })],
+      ["softmax", n, (o) => backend.softmax(xs, o, { rows: 32, cols: 144 })],
+      ["lrn forward", n, (o) => backend.lrnForward(xs, o, backend.allocate(n, "float32"), x, lrn)],
+    ];
+    // Large enough that the TypeScript kernels' array pool recycles them.
+    const poisonMin = 16384;
+    for (const [name, length, run] of cases) {
+      const clean = backend.allocate(length, "float32");
+      run(clean);
+      const want = f32(clean);
+      const poison = backend.allocateUninitialized(length, "float32");
+      backend.fill(poison, NaN);
+      backend.release(poison);
+      const dirty = backend.allocateUninitialized(length, "float32");
+      if (kernels === "wasm" || length >= poisonMin) {
+        assert.ok(
+          f32(dirty).some(Number.isNaN),
+          `${kernels} ${name}: the poison is visible before the kernel`,
+        );
+      }
+      run(dirty);
+      assert.deepEqual(
+        new Uint32Array(f32(dirty).buffer),
+        new Uint32Array(want.buffer),
+        `${kernels} ${name}`,
+      );
+    }
+    backend.dispose();
+  }
+});

@@ -40,13 +40,13 @@ export class ArrayPool {
     return this.#bytes;
   }
 
-  /** A zero-filled array of `length` elements, recycled when one is free. */
-  take(length: number, dtype: DType): HostArray {
+  /** An array of `length` elements, recycled when one is free; zero-filled unless `zeroed` is false. */
+  take(length: number, dtype: DType, zeroed = true): HostArray {
     const list = length >= MIN_RECYCLED_LENGTH ? this.#free.get(`${dtype}:${length}`) : undefined;
     let array = list?.pop();
     if (array) {
       this.#bytes -= array.byteLength;
-      array.fill(0);
+      if (zeroed) array.fill(0);
     } else {
       array = dtype === "int32" ? new Int32Array(length) : new Float32Array(length);
     }

@@ -193,8 +193,15 @@ export class CpuBackend implements Backend {
     return new CpuStorage(this.wasm?.allocateArray(length, dtype) ?? this.arrays.take(length, dtype));
   }
 
+  /** Like {@link CpuBackend.allocate} without the zero-fill: for kernel outputs. */
+  allocateUninitialized(length: number, dtype: DType): Storage {
+    return new CpuStorage(
+      this.wasm?.allocateArray(length, dtype, false) ?? this.arrays.take(length, dtype, false),
+    );
+  }
+
   upload(data: HostArray): Storage {
-    const storage = this.allocate(data.length, data instanceof Int32Array ? "int32" : "float32");
+    const storage = this.allocateUninitialized(data.length, data instanceof Int32Array ? "int32" : "float32");
     (storage as CpuStorage).data.set(data);
     return storage;
   }

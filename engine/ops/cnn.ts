@@ -16,7 +16,7 @@ import {
 } from "../../backends/geometry.ts";
 import { recordOp } from "../autograd.ts";
 import { formatShape, ShapeError } from "../errors.ts";
-import { allocateTensor, type Tensor } from "../tensor.ts";
+import { outputTensor, type Tensor } from "../tensor.ts";
 import { add } from "./elementwise.ts";
 import { checkOperands, reshapeRaw } from "./raw.ts";
 
@@ -54,16 +54,16 @@ export function conv2d(x: Tensor, weight: Tensor, bias?: Tensor | null, options:
       `bias ${formatShape(bias.shape)} does not match ${g.outChannels} output channels`,
     );
   }
-  const out = allocateTensor(x.backend, [g.batch, g.outChannels, g.outHeight, g.outWidth]);
+  const out = outputTensor(x.backend, [g.batch, g.outChannels, g.outHeight, g.outWidth]);
   x.backend.conv2dForward(x.storage, weight.storage, out.storage, g);
   recordOp("conv2d", [x, weight], out, [x, weight], (dy) => {
     let dx: Tensor | null = null, dw: Tensor | null = null;
     if (x.requiresGrad) {
-      dx = allocateTensor(x.backend, x.shape);
+      dx = outputTensor(x.backend, x.shape);
       x.backend.conv2dBackwardInput(dy.storage, weight.storage, dx.storage, g);
     }
     if (weight.requiresGrad) {
-      dw = allocateTensor(x.backend, weight.shape);
+      dw = outputTensor(x.backend, weight.shape);
       x.backend.conv2dBackwardFilter(x.storage, dy.storage, dw.storage, g);
     }
     return [dx, dw];
@@ -97,11 +97,11 @@ export function maxPool2d(x: Tensor, options: Pool2dOptions): Tensor {
   checkOperands("maxPool2d", x);
   const g = geometry(() => pool2dGeometry(x.shape, options, "maxPool2d"));
   const shape = [g.batch, g.channels, g.outHeight, g.outWidth];
-  const out = allocateTensor(x.backend, shape);
-  const argmax = allocateTensor(x.backend, shape, "int32");
+  const out = outputTensor(x.backend, shape);
+  const argmax = outputTensor(x.backend, shape, "int32");
   x.backend.maxPool2dForward(x.storage, out.storage, argmax.storage, g);
   recordOp("maxPool2d", [x], out, [argmax], (dy) => {
-    const dx = allocateTensor(x.backend, x.shape);
+    const dx = outputTensor(x.backend, x.shape);
     x.backend.maxPool2dBackward(dy.storage, argmax.storage, dx.storage, g);
     return [dx];
   });
@@ -122,10 +122,10 @@ export function maxPool2d(x: Tensor, options: Pool2dOptions): Tensor {
 export function avgPool2d(x: Tensor, options: Pool2dOptions): Tensor {
   checkOperands("avgPool2d", x);
   const g = geometry(() => pool2dGeometry(x.shape, options, "avgPool2d"));
-  const out = allocateTensor(x.backend, [g.batch, g.channels, g.outHeight, g.outWidth]);
+  const out = outputTensor(x.backend, [g.batch, g.channels, g.outHeight, g.outWidth]);
   x.backend.avgPool2dForward(x.storage, out.storage, g);
   recordOp("avgPool2d", [x], out, [], (dy) => {
-    const dx = allocateTensor(x.backend, x.shape);
+    const dx = outputTensor(x.backend, x.shape);
     x.backend.avgPool2dBackward(dy.storage, dx.storage, g);
     return [dx];
   });
@@ -151,11 +151,11 @@ export function lrn(x: Tensor, params: Partial<LrnParams> & { size: number }): T
     k: params.k ?? 1,
   };
   geometry(() => checkLrn(x.shape, p));
-  const out = allocateTensor(x.backend, x.shape);
-  const scale = allocateTensor(x.backend, x.shape);
+  const out = outputTensor(x.backend, x.shape);
+  const scale = outputTensor(x.backend, x.shape);
   x.backend.lrnForward(x.storage, out.storage, scale.storage, x.shape, p);
   recordOp("lrn", [x], out, [x, out, scale], (dy) => {
-    const dx = allocateTensor(x.backend, x.shape);
+    const dx = outputTensor(x.backend, x.shape);
     x.backend.lrnBackward(x.storage, out.storage, scale.storage, dy.storage, dx.storage, x.shape, p);
     return [dx];
   });

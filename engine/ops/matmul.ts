@@ -8,7 +8,7 @@
 import { recordOp } from "../autograd.ts";
 import { formatShape, ShapeError } from "../errors.ts";
 import { broadcastShapes, broadcastStrides, denseStrides, sizeOf } from "../shape.ts";
-import { allocateTensor, type Tensor } from "../tensor.ts";
+import { outputTensor, type Tensor } from "../tensor.ts";
 import { add } from "./elementwise.ts";
 import { reshape } from "./layout.ts";
 import { checkOperands, sumToShape } from "./raw.ts";
@@ -29,7 +29,7 @@ function batchOperand(x: Tensor, batchShape: readonly number[]): { source: Tenso
   // Partial broadcasting (e.g. [2, 1] against [1, 3]): materialise the broadcast batch.
   const shape = [...batchShape, ...matrix];
   const strides = [...broadcastStrides(own, batchShape).map((s) => s * matrixSize), ...denseStrides(matrix)];
-  const out = allocateTensor(x.backend, shape);
+  const out = outputTensor(x.backend, shape);
   x.backend.copyStrided(x.storage, { offset: 0, strides }, out.storage, {
     offset: 0,
     strides: denseStrides(shape),
@@ -53,7 +53,7 @@ function matmulRaw(a: Tensor, b: Tensor, transA: boolean, transB: boolean): Tens
   const batchShape = broadcastShapes("matmul", a.shape.slice(0, -2), b.shape.slice(0, -2));
   const batch = sizeOf(batchShape);
   const left = batchOperand(a, batchShape), right = batchOperand(b, batchShape);
-  const out = allocateTensor(a.backend, [...batchShape, m, n]);
+  const out = outputTensor(a.backend, [...batchShape, m, n]);
   if (out.size > 0) {
     a.backend.matmul(left.source.storage, right.source.storage, out.storage, {
       batch,

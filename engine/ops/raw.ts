@@ -15,7 +15,7 @@ import {
   normalizeAxes,
   sizeOf,
 } from "../shape.ts";
-import { allocateTensor, type Tensor, viewTensor } from "../tensor.ts";
+import { allocateTensor, outputTensor, type Tensor, viewTensor } from "../tensor.ts";
 
 /** A dense view of a whole tensor. */
 export const DENSE: StridedView = Object.freeze({ offset: 0, strides: [1] });
@@ -36,7 +36,7 @@ export function checkOperands(op: string, ...tensors: Tensor[]): void {
 
 /** `op(x)` elementwise. */
 export function unaryRaw(op: UnaryOp, x: Tensor): Tensor {
-  const out = allocateTensor(x.backend, x.shape);
+  const out = outputTensor(x.backend, x.shape);
   x.backend.unary(op, x.storage, out.storage);
   return out;
 }
@@ -44,7 +44,7 @@ export function unaryRaw(op: UnaryOp, x: Tensor): Tensor {
 /** `op(a, b)` elementwise with NumPy broadcasting. */
 export function binaryRaw(op: BinaryOp, a: Tensor, b: Tensor, opName: string = op): Tensor {
   const shape = broadcastShapes(opName, a.shape, b.shape);
-  const out = allocateTensor(a.backend, shape);
+  const out = outputTensor(a.backend, shape);
   const flat = shape.length === 0 ? [1] : shape;
   const aStrides = shape.length === 0 ? [0] : broadcastStrides(a.shape, shape);
   const bStrides = shape.length === 0 ? [0] : broadcastStrides(b.shape, shape);
@@ -69,7 +69,7 @@ export function reshapeRaw(x: Tensor, shape: readonly number[]): Tensor {
 export function permuteRaw(x: Tensor, perm: readonly number[]): Tensor {
   const strides = denseStrides(x.shape);
   const shape = perm.map((p) => x.shape[p]);
-  const out = allocateTensor(x.backend, shape, x.dtype);
+  const out = outputTensor(x.backend, shape, x.dtype);
   if (out.size > 0) {
     x.backend.copyStrided(
       x.storage,
@@ -120,7 +120,7 @@ export function reduceRaw(
     const size = sizeOf(shape.slice(lo, hi));
     const inner = sizeOf(shape.slice(hi));
     shape = shape.map((d, i) => (i >= lo && i < hi ? 1 : d));
-    const out = allocateTensor(x.backend, r === 0 ? outShape : shape);
+    const out = outputTensor(x.backend, r === 0 ? outShape : shape);
     x.backend.reduce(op, source.storage, out.storage, outer, size, inner);
     if (source !== x) source.dispose();
     source = out;

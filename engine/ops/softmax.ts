@@ -7,7 +7,7 @@
 import { recordOp } from "../autograd.ts";
 import { formatShape, NonFiniteError, ShapeError, ValueError } from "../errors.ts";
 import { normalizeAxes } from "../shape.ts";
-import { allocateTensor, type Tensor } from "../tensor.ts";
+import { outputTensor, type Tensor } from "../tensor.ts";
 import { permute } from "./layout.ts";
 import { binaryRaw, checkOperands, fullRaw, reduceRaw, reshapeRaw, unaryRaw } from "./raw.ts";
 
@@ -44,7 +44,7 @@ function rowsOf(x: Tensor) {
  */
 export function softmax(x: Tensor, axis = -1): Tensor {
   return alongAxis(x, axis, "softmax", (input) => {
-    const out = allocateTensor(input.backend, input.shape);
+    const out = outputTensor(input.backend, input.shape);
     input.backend.softmax(input.storage, out.storage, rowsOf(input));
     recordOp("softmax", [input], out, [out], (dy) => {
       // dx = y · (dy − Σ dy·y)
@@ -70,7 +70,7 @@ export function softmax(x: Tensor, axis = -1): Tensor {
  */
 export function logSoftmax(x: Tensor, axis = -1): Tensor {
   return alongAxis(x, axis, "logSoftmax", (input) => {
-    const out = allocateTensor(input.backend, input.shape);
+    const out = outputTensor(input.backend, input.shape);
     input.backend.logSoftmax(input.storage, out.storage, rowsOf(input));
     recordOp("logSoftmax", [input], out, [out], (dy) => {
       // dx = dy − softmax · Σ dy
@@ -138,8 +138,8 @@ export function softmaxCrossEntropy(
     }
   }
   const reduction = options.reduction ?? "mean";
-  const losses = allocateTensor(logits.backend, [batch]);
-  const probs = allocateTensor(logits.backend, logits.shape);
+  const losses = outputTensor(logits.backend, [batch]);
+  const probs = outputTensor(logits.backend, logits.shape);
   logits.backend.softmaxCrossEntropy(logits.storage, labels.storage, losses.storage, probs.storage, {
     rows: batch,
     cols: classes,
@@ -169,7 +169,7 @@ export function softmaxCrossEntropy(
     const perRow = reduction === "none" ? dy : reshapeRaw(dy, [1]);
     const rowScale = fullRaw(logits, [batch], reduction === "mean" ? 1 / batch : 1);
     const dLoss = binaryRaw("mul", rowScale, perRow);
-    const dx = allocateTensor(logits.backend, logits.shape);
+    const dx = outputTensor(logits.backend, logits.shape);
     logits.backend.softmaxCrossEntropyBackward(probs.storage, labels.storage, dLoss.storage, dx.storage, {
       rows: batch,
       cols: classes,

@@ -14,7 +14,7 @@
 
 import type { Conv2dGeometry } from "../../geometry.ts";
 import { isPointwise } from "../../geometry.ts";
-import { GEMM_SCRATCH_BYTES, gemmBlocked } from "./gemm.ts";
+import { GEMM_SCRATCH_BYTES, gemmBlocked, packedABytes, packWholeA } from "./gemm.ts";
 import type { KernelExports } from "./module.ts";
 
 /**
@@ -44,11 +44,25 @@ export function columnRows(g: Conv2dGeometry): number {
  * ```
  */
 export function convScratchBytes(g: Conv2dGeometry, rows: number, paddedImage: boolean): number {
+  return weightsOffset(g, rows, paddedImage) + (rows === columnRows(g) ? packedWeightsBytes(g) : 0);
+}
+
+/**
+ * Where, past a thread's scratch start, the weights packed once per call lie (forward and input
+ * gradient): after the GEMM panels and the padded image or column rows.
+ */
+function weightsOffset(g: Conv2dGeometry, rows: number, paddedImage: boolean): number {
   // Rows [r0, r0 + rows) touch at most ⌈rows / area⌉ + 1 channels (all when forward).
   const channels = Math.min(g.inChannels, Math.ceil(rows / (g.kernelH * g.kernelW)) + 1);
   const padded = channels * (g.inHeight + 2 * g.padH) * (g.inWidth + 2 * g.padW) * 4;
   const columns = isPointwise(g) ? 0 : paddedImage ? padded : rows * g.outHeight * g.outWidth * 4;
   return GEMM_SCRATCH_BYTES + ((columns + 63) & ~63);
+}
+
+/** Bytes of every group's weights packed as a GEMM's A, as W (forward) or Wᵀ (input gradient). */
+function packedWeightsBytes(g: Conv2dGeometry): number {
+  const K = columnRows(g) / g.groups, coutG = g.outChannels / g.groups;
+  return g.groups * Math.max(packedABytes(coutG, K), packedABytes(K, coutG));
 }
 
 /**
@@ -123,31 +137,45 @@ export function convForwardImages(
   const pointwise = isPointwise(g);
   const padded = scratch + GEMM_SCRATCH_BYTES;
   const Hp = g.inHeight + 2 * g.padH, Wp = g.inWidth + 2 * g.padW;
+  const problem = (n: number, gi: number) => ({
+    m: coutG,
+    n: P,
+    k: K,
+    a: at.weight + 4 * gi * coutG * K,
+    lda: K,
+    transA: false,
+    b: at.image + 4 * (n * g.inChannels * plane + gi * K * P),
+    ldb: P,
+    transB: false,
+    c: at.output + 4 * (n * g.outChannels + gi * coutG) * P,
+    ldc: P,
+    accumulate: false,
+  });
+  // Every image multiplies by the same weights: packed once per group, not once per image.
+  const weights = scratch + weightsOffset(g, columnRows(g), true), slot = packedABytes(coutG, K);
+  for (let gi = 0; gi < g.groups; gi++) packWholeA(x, problem(n0, gi), weights + gi * slot);
   for (let n = n0; n < n1; n++) {
     const image = at.image + 4 * n * g.inChannels * plane;
     if (!pointwise) x.conv_pad(image, padded, g.inChannels, g.inHeight, g.inWidth, g.padH, g.padW, Hp, Wp);
     for (let gi = 0; gi < g.groups; gi++) {
-      const problem = {
-        m: coutG,
-        n: P,
-        k: K,
-        a: at.weight + 4 * gi * coutG * K,
-        lda: K,
-        transA: false,
-        b: image + 4 * gi * K * P,
-        ldb: P,
-        transB: false,
-        c: at.output + 4 * (n * g.outChannels + gi * coutG) * P,
-        ldc: P,
-        accumulate: false,
-      };
-      if (pointwise) {
-        gemmBlocked(x, problem, scratch);
-        continue;
-      }
-      gemmBlocked(x, problem, scratch, (pc, kc, jc, nc, dst) => {
-        x.conv_pack_columns(padded, dst, gi * K + pc, kc, jc, nc, offsets, g.kernelH, g.kernelW, Hp * Wp, Wp);
-      });
+      const packColumns = pointwise
+        ? undefined
+        : (pc: number, kc: number, jc: number, nc: number, dst: number) => {
+          x.conv_pack_columns(
+            padded,
+            dst,
+            gi * K + pc,
+            kc,
+            jc,
+            nc,
+            offsets,
+            g.kernelH,
+            g.kernelW,
+            Hp * Wp,
+            Wp,
+          );
+        };
+      gemmBlocked(x, problem(n, gi), scratch, packColumns, weights + gi * slot);
     }
   }
 }
@@ -174,25 +202,29 @@ export function convBackwardInputImages(
   const K = cinG * g.kernelH * g.kernelW;
   const pointwise = isPointwise(g);
   const col = scratch + GEMM_SCRATCH_BYTES;
+  const problem = (n: number, gi: number, columns: number) => ({
+    m: K,
+    n: P,
+    k: coutG,
+    a: at.weight + 4 * gi * coutG * K,
+    lda: K,
+    transA: true,
+    b: at.output + 4 * (n * g.outChannels + gi * coutG) * P,
+    ldb: P,
+    transB: false,
+    c: columns + 4 * gi * K * P,
+    ldc: P,
+    accumulate: false,
+  });
+  // Every image multiplies by the same transposed weights: packed once per group.
+  const weights = scratch + weightsOffset(g, columnRows(g), false), slot = packedABytes(K, coutG);
+  for (let gi = 0; gi < g.groups; gi++) packWholeA(x, problem(n0, gi, col), weights + gi * slot);
   for (let n = n0; n < n1; n++) {
     const image = at.image + 4 * n * g.inChannels * plane;
     // Pointwise: the column matrix is dx itself, each group's product writes its own channels.
     const columns = pointwise ? image : col;
     for (let gi = 0; gi < g.groups; gi++) {
-      gemmBlocked(x, {
-        m: K,
-        n: P,
-        k: coutG,
-        a: at.weight + 4 * gi * coutG * K,
-        lda: K,
-        transA: true,
-        b: at.output + 4 * (n * g.outChannels + gi * coutG) * P,
-        ldb: P,
-        transB: false,
-        c: columns + 4 * gi * K * P,
-        ldc: P,
-        accumulate: false,
-      }, scratch);
+      gemmBlocked(x, problem(n, gi, columns), scratch, undefined, weights + gi * slot);
     }
     if (!pointwise) {
       x.fill_zero(image, 4 * g.inChannels * plane);

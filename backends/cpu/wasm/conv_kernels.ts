@@ -264,6 +264,9 @@ function writePackColumns(f: FunctionWriter): void {
     contiguous = f.local(i32);
   const c = f.local(i32), ki = f.local(i32), kj = f.local(i32), rem = f.local(i32), base = f.local(i32);
   const r = f.local(i32), lane = f.local(i32), area = f.local(i32), src = f.local(i32);
+  const full = f.local(i32), baseBytes = f.local(i32);
+  /** Byte address in the padded image of each lane's window for a full panel, hoisted out of the rows. */
+  const lanePointers = Array.from({ length: 8 }, () => f.local(i32));
   f.localGet(kh).localGet(kw).i32Mul().localSet(area);
   f.localGet(pixelStart).localGet(pixels).i32Add().localSet(end);
   f.forRange(j0, () => f.localGet(pixelStart), () => f.localGet(end), 8, () => {
@@ -272,9 +275,16 @@ function writePackColumns(f: FunctionWriter): void {
     ).end();
     f.localGet(offsets).localGet(j0).i32Const(2).i32Shl().i32Add().i32Load().localSet(first);
     f.i32Const(0).localSet(contiguous);
-    f.localGet(count).i32Const(8).i32Eq().if();
+    f.localGet(count).i32Const(8).i32Eq().localSet(full);
+    f.localGet(full).if();
     f.localGet(offsets).localGet(j0).i32Const(2).i32Shl().i32Add().i32Load(28).localGet(first).i32Sub();
     f.i32Const(7).i32Eq().localSet(contiguous);
+    // A full panel across output rows (every panel when the output is narrower than 8): each
+    // lane's window start once, so a row of the panel is eight plain loads and stores.
+    lanePointers.forEach((pointer, l) => {
+      f.localGet(xpad).localGet(offsets).localGet(j0).i32Const(2).i32Shl().i32Add().i32Load(4 * l);
+      f.i32Const(2).i32Shl().i32Add().localSet(pointer);
+    });
     f.end();
     // (c, ki, kj) and the padded-image offset of the first row.
     f.localGet(rowStart).localGet(area).i32DivS().localSet(c);
@@ -289,6 +299,12 @@ function writePackColumns(f: FunctionWriter): void {
       f.localGet(dst).localGet(src).v128Load(0).v128Store(0);
       f.localGet(dst).localGet(src).v128Load(16).v128Store(16);
       f.else();
+      f.localGet(full).if();
+      f.localGet(base).i32Const(2).i32Shl().localSet(baseBytes);
+      lanePointers.forEach((pointer, l) => {
+        f.localGet(dst).localGet(pointer).localGet(baseBytes).i32Add().f32Load().f32Store(4 * l);
+      });
+      f.else();
       f.forRange(lane, () => f.i32Const(0), () => f.i32Const(8), 1, () => {
         f.localGet(lane).localGet(count).i32LtS().if();
         f.localGet(dst).localGet(lane).i32Const(2).i32Shl().i32Add();
@@ -299,6 +315,7 @@ function writePackColumns(f: FunctionWriter): void {
         f.localGet(dst).localGet(lane).i32Const(2).i32Shl().i32Add().f32Const(0).f32Store();
         f.end();
       });
+      f.end();
       f.end();
       f.localGet(dst).i32Const(32).i32Add().localSet(dst);
       // Next row: kj + 1, wrapping into the next kernel row, then the next channel.

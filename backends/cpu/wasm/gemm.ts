@@ -138,9 +138,53 @@ export function gemmWindow(p: GemmProblem, m0: number, m1: number, n0: number, n
 export type PanelPacker = (pc: number, kc: number, jc: number, nc: number, dst: number) => void;
 
 /**
+ * Bytes that {@link packWholeA} writes for an m×k op(A): one MC×KC slot per cache block.
+ *
+ * @example
+ * ```ts
+ * import { packedABytes } from "./gemm.ts";
+ * console.log(packedABytes(64, 576)); // 3 depth blocks × 1 row block × 96·256 floats
+ * ```
+ */
+export function packedABytes(m: number, k: number): number {
+  const { kc: KC, mc: MC } = GEMM_BLOCKS;
+  return 4 * MC * KC * Math.ceil(k / KC) * Math.ceil(m / MC);
+}
+
+/**
+ * Packs all of op(A) at `dst` ({@link packedABytes} bytes) in the blocks {@link gemmBlocked}
+ * would pack one at a time, so products that share A (a convolution's weights, image after
+ * image) pack it once. Packing copies, so the products' bits are unchanged.
+ *
+ * @example
+ * ```ts
+ * import { gemmBlocked, packWholeA } from "./gemm.ts";
+ * // packWholeA(kernels, problem, packed);
+ * // gemmBlocked(kernels, problem, scratch, undefined, packed); // for each product sharing A
+ * ```
+ */
+export function packWholeA(x: GemmExports, p: GemmProblem, dst: number): void {
+  const { kc: KC, mc: MC } = GEMM_BLOCKS;
+  const aLane = p.transA ? 4 : 4 * p.lda, aDepth = p.transA ? 4 * p.lda : 4;
+  for (let pc = 0, slot = dst; pc < p.k; pc += KC) {
+    for (let ic = 0; ic < p.m; ic += MC, slot += 4 * MC * KC) {
+      x.gemm_pack_a(
+        p.a + ic * aLane + pc * aDepth,
+        aLane,
+        aDepth,
+        Math.min(MC, p.m - ic),
+        Math.min(KC, p.k - pc),
+        slot,
+      );
+    }
+  }
+}
+
+/**
  * Runs one product with the generated kernels, single-threaded, using `scratch`
  * ({@link GEMM_SCRATCH_BYTES} bytes at a byte address) for packed panels. With `packColumns`,
- * op(B) comes from that packer instead of from `p.b`.
+ * op(B) comes from that packer instead of from `p.b`; with `packedA`, op(A) was packed by
+ * {@link packWholeA} at that address and `p.a` is not read.
  *
  * @example
  * ```ts
@@ -155,6 +199,7 @@ export function gemmBlocked(
   p: GemmProblem,
   scratch: number,
   packColumns?: PanelPacker,
+  packedWholeA?: number,
 ): void {
   const { m, n, k, lda, ldb, transA, transB } = p;
   if (m <= 0 || n <= 0) return;
@@ -169,7 +214,7 @@ export function gemmBlocked(
   const aLane = transA ? 4 : 4 * lda, aDepth = transA ? 4 * lda : 4;
   // op(B) element (p, j): B[p·ldb + j], or B[j·ldb + p] transposed. Lanes of a B panel are columns j.
   const bLane = transB ? 4 * ldb : 4, bDepth = transB ? 4 : 4 * ldb;
-  if (!packColumns && transB && m <= MC && k > KC) {
+  if (!packColumns && packedWholeA === undefined && transB && m <= MC && k > KC) {
     gemmPanels(x, p, scratch);
     return;
   }
@@ -182,8 +227,11 @@ export function gemmBlocked(
       else packB(x, p.b + jc * bLane + pc * bDepth, bLane, bDepth, nc, kc, packedB);
       for (let ic = 0; ic < m; ic += MC) {
         const mc = Math.min(MC, m - ic);
-        x.gemm_pack_a(p.a + ic * aLane + pc * aDepth, aLane, aDepth, mc, kc, packedA);
-        x.gemm_macro(packedA, packedB, p.c + ic * ldcBytes + 4 * jc, mc, nc, kc, ldcBytes, accumulate, tile);
+        let a = packedA;
+        if (packedWholeA === undefined) {
+          x.gemm_pack_a(p.a + ic * aLane + pc * aDepth, aLane, aDepth, mc, kc, a);
+        } else a = packedWholeA + 4 * MC * KC * ((pc / KC) * Math.ceil(m / MC) + ic / MC);
+        x.gemm_macro(a, packedB, p.c + ic * ldcBytes + 4 * jc, mc, nc, kc, ldcBytes, accumulate, tile);
       }
     }
   }

@@ -179,10 +179,18 @@ export class WasmKernels {
    * Return it with {@link WasmKernels.freeArray}; one the garbage collector takes first is freed
    * then.
    */
-  allocateArray(length: number, dtype: "float32"): Float32Array | undefined;
-  allocateArray(length: number, dtype: "int32"): Int32Array | undefined;
-  allocateArray(length: number, dtype: "float32" | "int32"): Float32Array | Int32Array | undefined;
-  allocateArray(length: number, dtype: "float32" | "int32"): Float32Array | Int32Array | undefined {
+  allocateArray(length: number, dtype: "float32", zeroed?: boolean): Float32Array | undefined;
+  allocateArray(length: number, dtype: "int32", zeroed?: boolean): Int32Array | undefined;
+  allocateArray(
+    length: number,
+    dtype: "float32" | "int32",
+    zeroed?: boolean,
+  ): Float32Array | Int32Array | undefined;
+  allocateArray(
+    length: number,
+    dtype: "float32" | "int32",
+    zeroed = true,
+  ): Float32Array | Int32Array | undefined {
     if (!this.features.sharedMemory || length === 0) return undefined;
     const bytes = 4 * length;
     const address = this.#heap.allocate(bytes + OVERREAD);
@@ -192,7 +200,7 @@ export class WasmKernels {
       ? new Int32Array(buffer, address, length)
       : new Float32Array(buffer, address, length);
     // memory.fill is a memset; TypedArray fill on shared memory goes element by element (8× slower).
-    this.#kernels.fill_zero(address, bytes);
+    if (zeroed) this.#kernels.fill_zero(address, bytes);
     const block = { address, bytes: bytes + OVERREAD };
     this.#resident.set(array, block);
     this.#collected.register(array, block, array);
