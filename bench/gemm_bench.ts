@@ -4,18 +4,38 @@
  * pure-TypeScript kernel (`backends/cpu/gemm.ts`) and the generated WebAssembly SIMD kernels the
  * CPU backend runs by default (one thread, and every core).
  *
- * `deno bench` reports time per call; when this file is the main module it first prints a
- * GFLOP/s table (best of a few timed calls per case, after one warm-up call).
+ * Both modes first measure and print the machine's 128-bit WebAssembly peak
+ * (`backends/cpu/wasm/peak.ts`). `deno bench` reports time per call, then (when the process
+ * unloads) a table of each case's GFLOP/s, best and median of its calls, as a percentage of the
+ * peak for its thread count. When this file is the main module it prints such a table instead:
+ * best and median of 5 timed calls per case, after warming up.
  *
  * @module
  */
 
 import { CpuBackend } from "../backends/cpu/backend.ts";
 import { gemm, type GemmArgs } from "../backends/cpu/gemm.ts";
-import { FC_SHAPES, gemmFlops, type GemmShape, squareShape } from "./gemm_shapes.ts";
-import { tandemGemmSeconds } from "./kernel_timing.ts";
+import {
+  FC_SHAPES,
+  gemmFlops,
+  gemmGflops,
+  type GemmShape,
+  peakFor,
+  percentOfPeak,
+  squareShape,
+} from "./gemm_shapes.ts";
+import {
+  benchPeak,
+  type CallTimes,
+  callTimes,
+  GemmBenchLog,
+  tandemGemmSeconds,
+  TIMED_CALLS,
+} from "./kernel_timing.ts";
 
 const cores = Math.max(2, navigator.hardwareConcurrency);
+const { peak, line: peakLine } = await benchPeak();
+console.log(`gemm_bench: ${peakLine}`);
 const wasmOne = new CpuBackend({ threads: 1 });
 const wasmAll = new CpuBackend({ threads: cores });
 await wasmAll.startThreads();
@@ -57,40 +77,43 @@ function makeArgs(s: GemmShape): GemmArgs {
   };
 }
 
-/** Best-of timing: one warm-up, then at least 2 calls and about 0.3 s per case. */
-function measureGflops(s: GemmShape): number {
+/** The TypeScript kernel's calls: one warm-up, then {@link TIMED_CALLS} timed. */
+function typescriptTimes(s: GemmShape): CallTimes {
   const args = makeArgs(s);
   gemm(args);
-  let best = Infinity;
-  let total = 0;
-  for (let r = 0; r < 2 || total < 300; r++) {
+  const seconds: number[] = [];
+  for (let r = 0; r < TIMED_CALLS; r++) {
     const t0 = performance.now();
     gemm(args);
-    const dt = performance.now() - t0;
-    best = Math.min(best, dt);
-    total += dt;
+    seconds.push((performance.now() - t0) / 1000);
   }
-  return gemmFlops(s) / (best * 1e6);
+  return callTimes(seconds, 1);
 }
 
 if (Deno.mainModule === import.meta.url) {
-  const rows = SHAPES.map((s) => {
-    const reps = gemmFlops(s) > 1e9 ? 2 : 5;
-    return {
-      case: s.name,
-      "GFLOP/call": Number((gemmFlops(s) / 1e9).toFixed(3)),
-      "TypeScript": Number(measureGflops(s).toFixed(2)),
-      "wasm 1 thread": Number((gemmFlops(s) / tandemGemmSeconds(wasmOne, s, reps) / 1e9).toFixed(1)),
-      [`wasm ${cores} threads`]: Number(
-        (gemmFlops(s) / tandemGemmSeconds(wasmAll, s, reps) / 1e9).toFixed(1),
-      ),
-    };
-  });
-  console.log("CPU GEMM GFLOP/s (best of several calls):");
+  /** "best / median GFLOP/s (best / median % of the peak of `threads` threads)". */
+  const cell = (s: GemmShape, t: CallTimes, threads: number) => {
+    const b = gemmGflops(s, t.best), m = gemmGflops(s, t.median);
+    const p = peak ? peakFor(peak, threads) : undefined;
+    return `${b.toFixed(1)} / ${m.toFixed(1)} (${percentOfPeak(b, p)} / ${percentOfPeak(m, p)})`;
+  };
+  const rows = SHAPES.map((s) => ({
+    case: s.name,
+    "GFLOP/call": Number((gemmFlops(s) / 1e9).toFixed(3)),
+    "TypeScript": cell(s, typescriptTimes(s), 1),
+    "wasm 1 thread": cell(s, tandemGemmSeconds(wasmOne, s), 1),
+    [`wasm ${cores} threads`]: cell(s, tandemGemmSeconds(wasmAll, s), cores),
+  }));
+  console.log(
+    `CPU GEMM GFLOP/s, best / median of ${TIMED_CALLS} calls after warming up, and as % of the peak ` +
+      `(1 thread of the 1-thread peak, ${cores} threads of the ${cores}-thread peak):`,
+  );
   console.table(rows);
   wasmOne.dispose();
   wasmAll.dispose();
 }
+
+const log = new GemmBenchLog(peak);
 
 for (const s of SHAPES) {
   const args = makeArgs(s);
@@ -98,7 +121,13 @@ for (const s of SHAPES) {
   const group = s.name.startsWith("FC") ? "fc" : s.m === 512 ? "512" : "square";
   // The FC products are ~4.8 GFLOP each: a few calls are enough to time them.
   const options = big ? { n: 3, warmup: 1 } : {};
-  Deno.bench({ name: `TypeScript ${s.name}`, group, ...options, fn: () => gemm(args) });
+  const typescriptName = `TypeScript ${s.name}`;
+  Deno.bench({
+    name: typescriptName,
+    group,
+    ...options,
+    fn: log.wrap(typescriptName, s, 1, () => gemm(args)),
+  });
   for (const backend of [wasmOne, wasmAll]) {
     const a = backend.upload(args.a),
       b = backend.upload(args.b),
@@ -113,11 +142,15 @@ for (const s of SHAPES) {
       aBatchStride: 0,
       bBatchStride: 0,
     };
+    const name = `wasm ${backend.threads} thread${backend.threads > 1 ? "s" : ""} ${s.name}`;
     Deno.bench({
-      name: `wasm ${backend.threads} thread${backend.threads > 1 ? "s" : ""} ${s.name}`,
+      name,
       group,
       ...options,
-      fn: () => backend.matmul(a, b, out, spec),
+      fn: log.wrap(name, s, backend.threads, () => backend.matmul(a, b, out, spec)),
     });
   }
 }
+log.printOnUnload(
+  `GEMM GFLOP/s of the calls deno bench ran above (first call left out), as % of the peak: ${peakLine}`,
+);

@@ -1,14 +1,16 @@
 /**
- * Timing helpers shared by `bench/wasm_bench.ts` and `bench/report.ts`: GEMM on a Tandem CPU
- * backend (operands uploaded once, as a model's tensors are), GEMM on the current TensorFlow.js
- * backend, and the cifar10_quick batch-64 training step on a registered Tandem backend.
+ * Timing helpers shared by `bench/wasm_bench.ts`, `bench/gemm_bench.ts` and `bench/report.ts`: GEMM
+ * on a Tandem CPU backend (operands uploaded once, as a model's tensors are), GEMM on the current
+ * TensorFlow.js backend, and the cifar10_quick batch-64 training step on a registered Tandem
+ * backend. The GEMM helpers return the best and the median of {@link TIMED_CALLS} warm calls.
  *
  * @module
  */
 
 import type { CpuBackend } from "../backends/cpu/backend.ts";
+import { describeWasmPeak, measureWasmPeak, type WasmPeak } from "../backends/cpu/wasm/peak.ts";
 import { cifarQuick, randn, setBackend, SGD, tensor, trainStep, uniformValues } from "../mod.ts";
-import type { GemmShape } from "./gemm_shapes.ts";
+import { gemmGflops, type GemmShape, peakFor } from "./gemm_shapes.ts";
 import { tf, timeTf } from "./peers/tfjs.ts";
 
 /**
@@ -30,57 +32,174 @@ export function filled(length: number, seed: number): Float32Array {
   return out;
 }
 
+/** Warm calls every GEMM row times (after at least one warm-up call). */
+export const TIMED_CALLS = 5;
+
+/** Seconds of repeated timed calls: the fastest, the median and each one in order. */
+export interface CallTimes {
+  /** Fastest call, seconds. */
+  best: number;
+  /** Median call (the upper one for even counts), seconds. */
+  median: number;
+  /** Every timed call, seconds, in the order run. */
+  seconds: number[];
+  /** Untimed calls run first. */
+  warmup: number;
+}
+
 /**
- * Best time in seconds of `reps` products of `shape` on `backend`, after warming up (at least
- * one call and 0.2 s: each thread's WebAssembly runs in V8's baseline tier until it has run
- * enough to be optimised, in the background).
+ * Best and median of `seconds` (the upper median for an even count).
+ *
+ * @example
+ * ```ts
+ * import { callTimes } from "./kernel_timing.ts";
+ * callTimes([0.3, 0.1, 0.2], 1); // { best: 0.1, median: 0.2, seconds: [0.3, 0.1, 0.2], warmup: 1 }
+ * ```
+ */
+export function callTimes(seconds: number[], warmup: number): CallTimes {
+  if (seconds.length === 0) throw new RangeError("callTimes: no timed calls");
+  const sorted = [...seconds].sort((a, b) => a - b);
+  return { best: sorted[0], median: sorted[Math.floor(sorted.length / 2)], seconds, warmup };
+}
+
+/**
+ * Times `calls` (default {@link TIMED_CALLS}) products of `shape` on `backend` after warming up
+ * (at least one call and 0.2 s: each thread's WebAssembly runs in V8's baseline tier until it has
+ * run enough to be optimised, in the background).
  *
  * @example
  * ```ts
  * import { CpuBackend } from "../backends/cpu/backend.ts";
  * import { squareShape } from "./gemm_shapes.ts";
  * import { tandemGemmSeconds } from "./kernel_timing.ts";
- * const seconds = tandemGemmSeconds(new CpuBackend({ threads: 1 }), squareShape(128), 3);
+ * const { best, median } = tandemGemmSeconds(new CpuBackend({ threads: 1 }), squareShape(128));
  * ```
  */
-export function tandemGemmSeconds(backend: CpuBackend, shape: GemmShape, reps: number): number {
+export function tandemGemmSeconds(backend: CpuBackend, shape: GemmShape, calls = TIMED_CALLS): CallTimes {
   const { m, n, k, transA, transB } = shape;
   const a = backend.upload(filled(m * k, 1)), b = backend.upload(filled(k * n, 2));
   const out = backend.allocate(m * n, "float32");
   const spec = { batch: 1, m, n, k, transA, transB, aBatchStride: 0, bBatchStride: 0 };
   const warmUntil = performance.now() + 200;
-  do backend.matmul(a, b, out, spec); while (performance.now() < warmUntil);
-  let best = Infinity;
-  for (let r = 0; r < reps; r++) {
+  let warmup = 0;
+  do {
+    backend.matmul(a, b, out, spec);
+    warmup++;
+  } while (performance.now() < warmUntil);
+  const seconds: number[] = [];
+  for (let r = 0; r < calls; r++) {
     const t0 = performance.now();
     backend.matmul(a, b, out, spec);
-    best = Math.min(best, performance.now() - t0);
+    seconds.push((performance.now() - t0) / 1000);
   }
   for (const s of [a, b, out]) backend.release(s);
-  return best / 1000;
+  return callTimes(seconds, warmup);
 }
 
 /**
- * Best time in seconds of `reps` `tf.matMul` calls of `shape` on the current TensorFlow.js
- * backend, each read back (so it has finished), after one warm-up call when `warmup`.
+ * Times `calls` (default {@link TIMED_CALLS}) `tf.matMul` calls of `shape` on the current
+ * TensorFlow.js backend, each read back (so it has finished), after one warm-up call when
+ * `warmup` (default true; tfjs-cpu's large products are timed once, cold).
  *
  * @example
  * ```ts
  * import { squareShape } from "./gemm_shapes.ts";
  * import { tfGemmSeconds } from "./kernel_timing.ts";
- * // await useBackend("wasm"); const seconds = tfGemmSeconds(squareShape(512), 5, true);
+ * // await useBackend("wasm"); const { best, median } = tfGemmSeconds(squareShape(512));
  * ```
  */
-export function tfGemmSeconds(shape: GemmShape, reps: number, warmup: boolean): number {
+export function tfGemmSeconds(shape: GemmShape, calls = TIMED_CALLS, warmup = true): CallTimes {
   const a = tf.tensor2d(filled(shape.m * shape.k, 1), shape.transA ? [shape.k, shape.m] : [shape.m, shape.k]);
   const b = tf.tensor2d(filled(shape.k * shape.n, 2), shape.transB ? [shape.n, shape.k] : [shape.k, shape.n]);
   const call = () => timeTf(() => tf.matMul(a, b, shape.transA, shape.transB));
   if (warmup) call();
-  let best = Infinity;
-  for (let r = 0; r < reps; r++) best = Math.min(best, call());
+  const seconds: number[] = [];
+  for (let r = 0; r < calls; r++) seconds.push(call());
   a.dispose();
   b.dispose();
-  return best;
+  return callTimes(seconds, warmup ? 1 : 0);
+}
+
+/**
+ * The machine's measured WebAssembly peak (`backends/cpu/wasm/peak.ts`, cached per process) and a
+ * line saying it, or why it is missing, for the benchmarks' output.
+ *
+ * @example
+ * ```ts
+ * import { benchPeak } from "./kernel_timing.ts";
+ * const { peak, line } = await benchPeak();
+ * console.log(line);
+ * ```
+ */
+export async function benchPeak(): Promise<{ peak: WasmPeak | undefined; line: string }> {
+  try {
+    const peak = await measureWasmPeak();
+    return { peak, line: describeWasmPeak(peak) };
+  } catch (error) {
+    return { peak: undefined, line: `WebAssembly peak not measured: ${(error as Error).message}` };
+  }
+}
+
+/**
+ * GEMM cases run by `Deno.bench`, timed call by call so that, when the process unloads, a table
+ * gives each case's GFLOP/s (best and median, the first call left out as a warm-up) and their
+ * percentages of the measured peak for its thread count: `deno bench` itself reports only times.
+ *
+ * @example
+ * ```ts
+ * import { squareShape } from "./gemm_shapes.ts";
+ * import { benchPeak, GemmBenchLog } from "./kernel_timing.ts";
+ * const log = new GemmBenchLog((await benchPeak()).peak);
+ * Deno.bench({ name: "512³", fn: log.wrap("512³", squareShape(512), 1, () => {}) });
+ * log.printOnUnload("GEMM GFLOP/s");
+ * ```
+ */
+export class GemmBenchLog {
+  readonly #cases = new Map<string, { shape: GemmShape; threads: number; seconds: number[] }>();
+
+  /** A log whose percentages are of `peak` (none when it is undefined). */
+  constructor(readonly peak: WasmPeak | undefined) {}
+
+  /** `fn`, timed into the log under `name` (a product of `shape` on `threads` threads). */
+  wrap(name: string, shape: GemmShape, threads: number, fn: () => void): () => void {
+    const entry = { shape, threads, seconds: [] as number[] };
+    this.#cases.set(name, entry);
+    return () => {
+      const t0 = performance.now();
+      fn();
+      entry.seconds.push((performance.now() - t0) / 1000);
+    };
+  }
+
+  /** One row per case that ran: calls, GFLOP/s best and median, each as % of peak. */
+  rows(): Record<string, Record<string, number | string>> {
+    const rows: Record<string, Record<string, number | string>> = {};
+    for (const [name, { shape, threads, seconds }] of this.#cases) {
+      if (seconds.length === 0) continue;
+      const t = callTimes(seconds.length > 1 ? seconds.slice(1) : seconds, seconds.length > 1 ? 1 : 0);
+      const best = gemmGflops(shape, t.best), median = gemmGflops(shape, t.median);
+      const peak = this.peak ? peakFor(this.peak, threads) : undefined;
+      const percent = (gflops: number) => peak ? Number(((100 * gflops) / peak).toFixed(1)) : "—";
+      rows[name] = {
+        calls: t.seconds.length,
+        "GFLOP/s best": Number(best.toFixed(1)),
+        "% of peak": percent(best),
+        "GFLOP/s median": Number(median.toFixed(1)),
+        "% of peak (median)": percent(median),
+      };
+    }
+    return rows;
+  }
+
+  /** Prints `title` and {@link GemmBenchLog.rows} when the process unloads, if any case ran. */
+  printOnUnload(title: string): void {
+    globalThis.addEventListener("unload", () => {
+      const rows = this.rows();
+      if (Object.keys(rows).length === 0) return;
+      console.log(title);
+      console.table(rows);
+    });
+  }
 }
 
 /**

@@ -5,8 +5,9 @@
  * loopback; {@link pytorchCommand} gives the argv for launching it elsewhere (e.g. under `mpirun`,
  * where each rank reads its rank and world size from Open MPI's environment).
  *
- * The peer builds Tandem's nets layer for layer (`alexnet-like`: 1×28×28, 10 classes; `alexnet`:
- * 3×227×227, 1000 classes) and checks their parameter counts against Tandem's.
+ * The peer builds Tandem's nets layer for layer (`alexnet-like`: 1×28×28, 10 classes; `cifar-quick`:
+ * Caffe's cifar10_quick, 3×32×32, 10 classes; `alexnet`: 3×227×227, 1000 classes) and checks their
+ * parameter counts (and cifar10_quick's ceil-mode pooled sizes 16, 8, 4) against Tandem's.
  *
  * @module
  */
@@ -19,10 +20,13 @@ export const PEER_SCRIPT: string = new URL("./pytorch_peer.py", import.meta.url)
 
 const INSTALL_HINT = "apt-get install python3-torch libopenblas0-pthread";
 
+/** The nets the peer builds, by Tandem's zoo names. */
+export type PytorchNet = "alexnet-like" | "cifar-quick" | "alexnet";
+
 /** What the peer measures and how. */
 export interface PytorchOptions {
   /** Which of Tandem's nets (default `alexnet-like`). */
-  net?: "alexnet-like" | "alexnet";
+  net?: PytorchNet;
   /** Global batch, split evenly over the processes (default 64). */
   batch?: number;
   /** Timed steps (default 10). */
@@ -62,7 +66,7 @@ export interface PytorchResult {
   /** `torch.__version__`. */
   version: string;
   /** The net timed. */
-  net: "alexnet-like" | "alexnet";
+  net: PytorchNet;
   /** Processes. */
   world: number;
   /** Global batch. */

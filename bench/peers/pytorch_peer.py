@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """PyTorch as a benchmark peer of Tandem (never a dependency of the library).
 
-Times training steps of Tandem's AlexNet-like default (1x28x28, 10 classes) or of Caffe's AlexNet
-(3x227x227, 1000 classes), built layer for layer as engine/models/*.ts build them, on synthetic data
-(normal images, uniform labels), softmax cross-entropy, SGD lr 0.01 momentum 0.9 weight decay 5e-4
-with Caffe's multipliers (weights lr x1 decay x1, biases lr x2 decay x0, as engine/nn/layers.ts).
+Times training steps of Tandem's AlexNet-like default (1x28x28, 10 classes), of Caffe's
+cifar10_quick (3x32x32, 10 classes) or of Caffe's AlexNet (3x227x227, 1000 classes), built layer for
+layer as engine/models/*.ts build them, on synthetic data (normal images, uniform labels), softmax
+cross-entropy, SGD momentum 0.9 weight decay 5e-4, lr 0.01 (0.001 for cifar-quick, as Caffe's
+cifar10_quick solver), with Caffe's multipliers (weights lr x1 decay x1, biases lr x2 decay x0 as
+engine/nn/layers.ts, decay x1 for cifar-quick, whose prototxt leaves Caffe's default).
 
 One process (--world 1), or DistributedDataParallel over gloo with default buckets: world size and
 rank from --world/--rank, else from Open MPI's OMPI_COMM_WORLD_SIZE/OMPI_COMM_WORLD_RANK (mpirun);
@@ -35,7 +37,7 @@ class Parser(argparse.ArgumentParser):
 
 def parse_args(argv):
     p = Parser(prog="pytorch_peer.py", description="PyTorch training-step peer of Tandem")
-    p.add_argument("--net", choices=["alexnet-like", "alexnet"], default="alexnet-like")
+    p.add_argument("--net", choices=["alexnet-like", "cifar-quick", "alexnet"], default="alexnet-like")
     p.add_argument("--batch", type=int, default=64, help="global batch (split evenly over ranks)")
     p.add_argument("--steps", type=int, default=10, help="timed steps")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
@@ -86,9 +88,14 @@ def prepare_environment(threads, blas_threads):
 
 
 # Parameter counts of Tandem's nets (engine/models/*.ts docs).
-EXPECTED_PARAMETERS = {"alexnet-like": 1_088_458, "alexnet": 60_965_224}
-INPUT_SHAPES = {"alexnet-like": (1, 28, 28), "alexnet": (3, 227, 227)}
-CLASSES = {"alexnet-like": 10, "alexnet": 1000}
+EXPECTED_PARAMETERS = {"alexnet-like": 1_088_458, "cifar-quick": 145_578, "alexnet": 60_965_224}
+INPUT_SHAPES = {"alexnet-like": (1, 28, 28), "cifar-quick": (3, 32, 32), "alexnet": (3, 227, 227)}
+CLASSES = {"alexnet-like": 10, "cifar-quick": 10, "alexnet": 1000}
+# Base learning rate and the biases' decay multiplier (their lr multiplier is 2 in every net).
+LEARNING_RATES = {"alexnet-like": 0.01, "cifar-quick": 0.001, "alexnet": 0.01}
+BIAS_DECAY_MULT = {"alexnet-like": 0.0, "cifar-quick": 1.0, "alexnet": 0.0}
+# Spatial sizes after each pooling layer, as Caffe's ceil-mode rounding gives them.
+POOLED_SIZES = {"alexnet-like": (14, 7, 3), "cifar-quick": (16, 8, 4), "alexnet": (27, 13, 6)}
 
 
 def build(net, torch):
@@ -122,6 +129,11 @@ def build(net, torch):
     def pool():
         return nn.MaxPool2d(3, 2, ceil_mode=True)
 
+    # Caffe's AVE pooling divides by the window clipped to the (padded) input: with no padding,
+    # PyTorch's ceil-mode divisor is the same (count_include_pad only counts the padding).
+    def avg_pool():
+        return nn.AvgPool2d(3, 2, ceil_mode=True)
+
     # Caffe's LRN: x / (k + alpha/size * sum of x^2 over `size` channels centred on c)^beta. PyTorch's
     # pads size//2 before and (size-1)//2 after and averages with the padding counted, i.e. divides
     # the sum by size: the same formula for odd sizes, and k = 1 as Caffe.
@@ -147,6 +159,21 @@ def build(net, torch):
             ("relu7", nn.ReLU()),
             ("drop7", nn.Dropout(0.5)),
             ("fc8", linear(768, 10, gaussian(0.01), 0)),
+        ]
+    elif net == "cifar-quick":  # Caffe's examples/cifar10/cifar10_quick_train_test.prototxt
+        layers = [
+            ("conv1", conv(3, 32, 5, gaussian(1e-4), 0, padding=2)),
+            ("pool1", pool()),
+            ("relu1", nn.ReLU()),  # after pool1, as in the file
+            ("conv2", conv(32, 32, 5, gaussian(0.01), 0, padding=2)),
+            ("relu2", nn.ReLU()),
+            ("pool2", avg_pool()),
+            ("conv3", conv(32, 64, 5, gaussian(0.01), 0, padding=2)),
+            ("relu3", nn.ReLU()),
+            ("pool3", avg_pool()),
+            ("flatten", nn.Flatten()),
+            ("ip1", linear(64 * 4 * 4, 64, gaussian(0.1), 0)),
+            ("ip2", linear(64, 10, gaussian(0.1), 0)),
         ]
     else:  # Caffe's bvlc_alexnet
         g01 = gaussian(0.01)
@@ -176,6 +203,21 @@ def build(net, torch):
             ("fc8", linear(4096, 1000, g01, 0)),
         ]
     return nn.Sequential(OrderedDict(layers))
+
+
+def check_pooled_sizes(model, net, torch):
+    """The spatial size after each pooling layer is Caffe's (ceil mode), e.g. 16, 8, 4 for cifar-quick."""
+    sizes = []
+    x = torch.zeros((1, *INPUT_SHAPES[net]))
+    with torch.no_grad():
+        for name, layer in model.named_children():
+            if name == "flatten":
+                break
+            x = layer(x)
+            if name.startswith("pool"):
+                sizes.append(x.shape[-1])
+    if tuple(sizes) != POOLED_SIZES[net]:
+        raise RuntimeError(f"{net} pools to {tuple(sizes)}, Caffe's sizes are {POOLED_SIZES[net]}")
 
 
 def blas_description(torch, blas_threads):
@@ -254,14 +296,16 @@ def run(a):
         raise RuntimeError(
             f"{a.net} has {parameters} parameters, Tandem's has {EXPECTED_PARAMETERS[a.net]}"
         )
-    # Caffe's multipliers as Tandem's layers set them: weights lr x1 decay x1, biases lr x2 decay x0.
-    lr, decay = 0.01, 5e-4
+    check_pooled_sizes(model, a.net, torch)
+    # Caffe's multipliers as Tandem's layers set them: weights lr x1 decay x1, biases lr x2 (decay x0,
+    # or x1 where the prototxt leaves Caffe's default: cifar-quick).
+    lr, decay = LEARNING_RATES[a.net], 5e-4
     weights = [p for n, p in model.named_parameters() if n.endswith(".weight")]
     biases = [p for n, p in model.named_parameters() if n.endswith(".bias")]
     optimizer = torch.optim.SGD(
         [
             {"params": weights, "lr": lr, "weight_decay": decay},
-            {"params": biases, "lr": 2 * lr, "weight_decay": 0.0},
+            {"params": biases, "lr": 2 * lr, "weight_decay": decay * BIAS_DECAY_MULT[a.net]},
         ],
         lr=lr,
         momentum=0.9,
