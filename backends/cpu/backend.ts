@@ -282,42 +282,8 @@ export class CpuBackend implements Backend {
       op === "reluGrad" && this.wasm && isDenseView(aView, shape) && isDenseView(bView, shape) &&
       this.wasm.reluGrad(f32(a), aView.offset, f32(b), bView.offset, f32(out))
     ) return;
-    if (op === "add" && this.wasm && this.#addChannels(a, aView, b, bView, out, shape)) return;
+    if (op === "add" && this.wasm && addChannels(this.wasm, a, aView, b, bView, out, shape)) return;
     binaryKernel(op, f32(a), aView, f32(b), bView, f32(out), shape);
-  }
-
-  /**
-   * A dense tensor plus a vector broadcast along one axis (a bias over NCHW channels or over FC
-   * rows) in one SIMD pass; false for any other layout. Addition commutes bit for bit, so either
-   * operand may be the vector.
-   */
-  #addChannels(
-    a: Storage,
-    aView: StridedView,
-    b: Storage,
-    bView: StridedView,
-    out: Storage,
-    shape: readonly number[],
-  ): boolean {
-    const dense = isDenseView(aView, shape) && aView.offset === 0
-      ? [a, bView] as const
-      : isDenseView(bView, shape) && bView.offset === 0
-      ? [b, aView] as const
-      : undefined;
-    if (!dense) return false;
-    const [x, vector] = dense;
-    let axis = -1;
-    for (let d = 0; d < shape.length; d++) {
-      if (shape[d] === 1 || vector.strides[d] === 0) continue;
-      if (axis >= 0 || vector.strides[d] !== 1) return false;
-      axis = d;
-    }
-    if (axis < 0) return false;
-    const outer = shape.slice(0, axis).reduce((p, n) => p * n, 1);
-    const inner = shape.slice(axis + 1).reduce((p, n) => p * n, 1);
-    const values = f32(x === a ? b : a);
-    const bias = values.subarray(vector.offset, vector.offset + shape[axis]);
-    return this.wasm!.addChannels(f32(x), bias, f32(out), outer, inner);
   }
 
   reduce(op: ReduceOp, x: Storage, out: Storage, outer: number, size: number, inner: number): void {
@@ -369,6 +335,7 @@ export class CpuBackend implements Backend {
   }
 
   maxPool2dBackward(dy: Storage, argmax: Storage, dx: Storage, geometry: Pool2dGeometry): void {
+    if (this.wasm?.maxPool2dBackward(f32(dy), i32(argmax), f32(dx), geometry)) return;
     maxPool2dBackward(f32(dy), i32(argmax), f32(dx), geometry, this.wasm?.fillZero(f32(dx)) ?? false);
   }
 
@@ -381,6 +348,7 @@ export class CpuBackend implements Backend {
   }
 
   lrnForward(x: Storage, out: Storage, scale: Storage, shape: readonly number[], params: LrnParams): void {
+    if (this.wasm?.lrnForward(f32(x), f32(out), f32(scale), shape, params)) return;
     lrnForward(f32(x), f32(out), f32(scale), shape, params);
   }
 
@@ -393,14 +361,18 @@ export class CpuBackend implements Backend {
     shape: readonly number[],
     params: LrnParams,
   ): void {
+    if (this.wasm?.lrnBackward(f32(x), f32(y), f32(scale), f32(dy), f32(dx), shape, params)) return;
     lrnBackward(f32(x), f32(y), f32(scale), f32(dy), f32(dx), shape, params);
   }
 
   sgdUpdate(param: Storage, grad: Storage, history: Storage, step: SgdStep): void {
+    // WebAssembly only on arrays in kernel memory: wrapped host memory is updated where it lies.
+    if (this.wasm?.sgdUpdate(f32(param), f32(grad), f32(history), step)) return;
     sgdUpdateKernel(f32(param), f32(grad), f32(history), step);
   }
 
   adamUpdate(param: Storage, grad: Storage, m: Storage, v: Storage, step: AdamStep): void {
+    if (this.wasm?.adamUpdate(f32(param), f32(grad), f32(m), f32(v), step)) return;
     adamUpdateKernel(f32(param), f32(grad), f32(m), f32(v), step);
   }
 
@@ -431,4 +403,39 @@ export class CpuBackend implements Backend {
   ): void {
     softmaxCrossEntropyBackwardKernel(f32(probs), i32(labels), f32(dLoss), f32(dLogits), rows);
   }
+}
+
+/**
+ * A dense tensor plus a vector broadcast along one axis (a bias over NCHW channels or over FC
+ * rows) in one SIMD pass; false for any other layout. Addition commutes bit for bit, so either
+ * operand may be the vector.
+ */
+function addChannels(
+  wasm: WasmKernels,
+  a: Storage,
+  aView: StridedView,
+  b: Storage,
+  bView: StridedView,
+  out: Storage,
+  shape: readonly number[],
+): boolean {
+  const dense = isDenseView(aView, shape) && aView.offset === 0
+    ? [a, bView] as const
+    : isDenseView(bView, shape) && bView.offset === 0
+    ? [b, aView] as const
+    : undefined;
+  if (!dense) return false;
+  const [x, vector] = dense;
+  let axis = -1;
+  for (let d = 0; d < shape.length; d++) {
+    if (shape[d] === 1 || vector.strides[d] === 0) continue;
+    if (axis >= 0 || vector.strides[d] !== 1) return false;
+    axis = d;
+  }
+  if (axis < 0) return false;
+  const outer = shape.slice(0, axis).reduce((p, n) => p * n, 1);
+  const inner = shape.slice(axis + 1).reduce((p, n) => p * n, 1);
+  const values = f32(x === a ? b : a);
+  const bias = values.subarray(vector.offset, vector.offset + shape[axis]);
+  return wasm.addChannels(f32(x), bias, f32(out), outer, inner);
 }

@@ -142,7 +142,15 @@ const Simd = {
   f64x2ExtractLane: 0x21,
   f64x2Add: 0xf0,
   f64x2PromoteLowF32x4: 0x5f,
+  f64x2Splat: 0x14,
+  f64x2Sqrt: 0xef,
+  f64x2Sub: 0xf1,
+  f64x2Mul: 0xf2,
+  f64x2Div: 0xf3,
+  f64x2Max: 0xf5,
+  f32x4DemoteF64x2Zero: 0x5e,
   f32x4RelaxedMadd: 0x105,
+  i32x4RelaxedLaneselect: 0x10b,
   f32x4RelaxedNmadd: 0x106,
 } as const;
 
@@ -369,6 +377,10 @@ export class FunctionWriter {
   i32GeS(): this {
     return this.#op(0x4e);
   }
+  /** `i32.lt_u`: unsigned, so one compare also rejects negative values. */
+  i32LtU(): this {
+    return this.#op(0x49);
+  }
   /** `i32.add`. */
   i32Add(): this {
     return this.#op(0x6a);
@@ -400,6 +412,10 @@ export class FunctionWriter {
   /** `i32.shr_s`. */
   i32ShrS(): this {
     return this.#op(0x75);
+  }
+  /** `i32.rem_u`. */
+  i32RemU(): this {
+    return this.#op(0x70);
   }
 
   // ------------------------------------------------------------ f32 arithmetic
@@ -516,6 +532,57 @@ export class FunctionWriter {
     this.#simd(Simd.f64x2ExtractLane);
     this.code.push(lane);
     return this;
+  }
+  /** `f64x2.splat`. */
+  f64x2Splat(): this {
+    return this.#simd(Simd.f64x2Splat);
+  }
+  /** `f64x2.sqrt` (correctly rounded, as `Math.sqrt`). */
+  f64x2Sqrt(): this {
+    return this.#simd(Simd.f64x2Sqrt);
+  }
+  /** `f64x2.sub`. */
+  f64x2Sub(): this {
+    return this.#simd(Simd.f64x2Sub);
+  }
+  /** `f64x2.mul`. */
+  f64x2Mul(): this {
+    return this.#simd(Simd.f64x2Mul);
+  }
+  /** `f64x2.div`. */
+  f64x2Div(): this {
+    return this.#simd(Simd.f64x2Div);
+  }
+  /** `f64x2.max` (IEEE: NaN wins, −0 < +0, as `Math.max`). */
+  f64x2Max(): this {
+    return this.#simd(Simd.f64x2Max);
+  }
+  /** `f32x4.demote_f64x2_zero`: both lanes rounded to nearest float32 into lanes 0–1, zeros above. */
+  f32x4DemoteF64x2Zero(): this {
+    return this.#simd(Simd.f32x4DemoteF64x2Zero);
+  }
+  /** `v128.const` of two float64 lanes. */
+  v128ConstF64(lanes: readonly [number, number]): this {
+    this.#simd(Simd.const);
+    for (const b of new Uint8Array(new Float64Array(lanes).buffer)) this.code.push(b);
+    return this;
+  }
+  /** `v128.load32_zero offset`: one float into lane 0, zeros above. */
+  v128Load32Zero(offset = 0): this {
+    return this.#simd(Simd.load32Zero).#memarg(2, offset);
+  }
+  /** `v128.store32_lane offset lane`: stores 32-bit lane `lane`. */
+  v128Store32Lane(offset: number, lane: number): this {
+    this.#simd(Simd.store32Lane).#memarg(2, offset);
+    this.code.push(lane);
+    return this;
+  }
+  /**
+   * `i32x4.relaxed_laneselect`: like `v128.bitselect` where the mask's lanes are all ones or all
+   * zeros (comparison results), which engines compile to one blend instruction.
+   */
+  i32x4RelaxedLaneselect(): this {
+    return this.#simd(Simd.i32x4RelaxedLaneselect);
   }
   /** `i32x4.splat`. */
   i32x4Splat(): this {

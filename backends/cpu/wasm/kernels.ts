@@ -11,13 +11,22 @@
  * @module
  */
 
-import type { Conv2dGeometry, MatmulSpec, Pool2dGeometry } from "../../backend.ts";
+import type { AdamStep, Conv2dGeometry, MatmulSpec, Pool2dGeometry, SgdStep } from "../../backend.ts";
 import { columnRows, convScratchBytes, windowOffsets } from "./conv.ts";
 import { detectWasmFeatures, type WasmFeatures } from "./features.ts";
 import { GEMM_SCRATCH_BYTES } from "./gemm.ts";
 import { KernelHeap } from "./heap.ts";
+import { checkLrn, type LrnParams } from "../../geometry.ts";
+import { lrnConstants, lrnScratchBytes } from "./lrn_kernels.ts";
 import { instantiateKernels, type KernelExports, kernelModuleBytes, MAX_MEMORY_PAGES } from "./module.ts";
-import { encodeTask, filterRowsPerThread, MAX_TASK_ARGS, runTaskShare, TaskKind } from "./tasks.ts";
+import {
+  encodeTask,
+  filterRowsPerThread,
+  floatBits,
+  MAX_TASK_ARGS,
+  runTaskShare,
+  TaskKind,
+} from "./tasks.ts";
 import { KernelThreadPool } from "./thread_pool.ts";
 
 /** Below this many floating-point operations per thread, extra threads cost more than they save. */
@@ -417,8 +426,8 @@ export class WasmKernels {
     if (x.length !== planes * inPlane || out.length !== planes * outPlane || argmax.length !== out.length) {
       throw new Error(`maxPool2d: operand sizes do not match the geometry`);
     }
-    // Memory-bound: more threads only pay on large inputs.
-    const threads = this.#threadsFor(x.length * 4);
+    // About ten instructions per output and tap (some 1.5 ns per 3×3 window on one thread).
+    const threads = this.#threadsFor(10 * out.length * g.kernelH * g.kernelW);
     try {
       const xAt = this.#stage(x, x.length, true), outAt = this.#stage(out, out.length, false);
       const argmaxAt = this.#stage(argmax, argmax.length, false);
@@ -510,6 +519,79 @@ export class WasmKernels {
     }
   }
 
+  /**
+   * LRN forward (`out` and `scale` overwritten, the TypeScript kernel's bits) for `beta = 0.75`;
+   * false, with nothing done, for another beta, operands whose sizes do not match the shape (the
+   * TypeScript kernel reports those), or when it does not fit the kernel memory.
+   */
+  lrnForward(
+    x: Float32Array,
+    out: Float32Array,
+    scale: Float32Array,
+    shape: readonly number[],
+    p: LrnParams,
+  ): boolean {
+    return this.#lrn(TaskKind.lrnForward, [x, out, scale], 1, shape, p);
+  }
+
+  /** LRN backward (`dx` overwritten, the TypeScript kernel's bits); false as {@link lrnForward}. */
+  lrnBackward(
+    x: Float32Array,
+    y: Float32Array,
+    scale: Float32Array,
+    dy: Float32Array,
+    dx: Float32Array,
+    shape: readonly number[],
+    p: LrnParams,
+  ): boolean {
+    return this.#lrn(TaskKind.lrnBackward, [x, y, scale, dy, dx], 4, shape, p);
+  }
+
+  /** An LRN pass over `arrays` (in the task's order), those from index `outputs` on written. */
+  #lrn(
+    kind: TaskKind,
+    arrays: readonly Float32Array[],
+    outputs: number,
+    shape: readonly number[],
+    p: LrnParams,
+  ): boolean {
+    checkLrn(shape, p);
+    const [N, C, H, W] = shape, plane = H * W, total = N * C * plane;
+    if (p.beta !== 0.75 || total === 0 || arrays.some((a) => a.length !== total)) return false;
+    // ≈ 16 float64 operations per element, square roots and divisions included; whole images per thread.
+    const threads = Math.min(N, this.#threadsFor(16 * total));
+    try {
+      const at = arrays.map((a, i) => this.#stage(a, total, i < outputs));
+      const scratchStride = lrnScratchBytes(plane, p.size, kind === TaskKind.lrnBackward);
+      const scratch = this.#scratch(threads * scratchStride);
+      if (at.some((a) => a === undefined) || scratch === undefined) return false;
+      // Forward: x, out (as y), scale; backward: x, y, scale, dy, dx.
+      const [x, y, scale, dy = 0, dx = 0] = at as number[];
+      const hyper = kind === TaskKind.lrnForward
+        ? lrnConstants(p.k, p.alpha / p.size)
+        : lrnConstants((2 * p.alpha * p.beta) / p.size, 0);
+      const half = (p.size - 1) / 2;
+      this.#run(kind, {
+        images: N,
+        channels: C,
+        plane,
+        half,
+        x,
+        y,
+        scale,
+        dy,
+        dx,
+        scratch,
+        scratchStride,
+        hyper,
+      }, threads);
+      for (let i = outputs; i < arrays.length; i++) this.#unstage(arrays[i], at[i]!, total);
+      return true;
+    } finally {
+      this.#releaseTemporaries();
+    }
+  }
+
   /** Convolution forward (`y` overwritten); false when it does not fit the kernel memory. */
   conv2dForward(x: Float32Array, w: Float32Array, y: Float32Array, g: Conv2dGeometry): boolean {
     return this.#conv(TaskKind.convForward, g, x, w, y, "output");
@@ -523,5 +605,100 @@ export class WasmKernels {
   /** Weight gradient (`dw` overwritten); false when it does not fit the kernel memory. */
   conv2dBackwardFilter(x: Float32Array, dy: Float32Array, dw: Float32Array, g: Conv2dGeometry): boolean {
     return this.#conv(TaskKind.convBackwardFilter, g, x, dw, dy, "weight");
+  }
+
+  /** Addresses of `arrays` when every one is resident and as long as the first; else undefined. */
+  #residentAddresses(arrays: readonly Float32Array[]): number[] | undefined {
+    const addresses: number[] = [];
+    for (const array of arrays) {
+      const block = this.#resident.get(array);
+      if (!block || array.length !== arrays[0].length) return undefined;
+      addresses.push(block.address);
+    }
+    return addresses;
+  }
+
+  /**
+   * Threads for an update of `length` floats: memory-bound, about 20 bytes per element, so a
+   * thread pays from some 100,000 elements on.
+   */
+  #updateThreads(length: number): number {
+    return this.#threadsFor(length * 16);
+  }
+
+  /**
+   * Fused SGD step in place, the TypeScript kernel's bits (`sgdUpdateKernel`); false, with nothing
+   * done, unless `param`, `grad` and `history` all live in kernel memory with equal lengths
+   * (arrays elsewhere, such as a device's shared buffers, would be copied in and out every step).
+   */
+  sgdUpdate(param: Float32Array, grad: Float32Array, history: Float32Array, step: SgdStep): boolean {
+    const at = this.#residentAddresses([param, grad, history]);
+    if (!at) return false;
+    if (param.length === 0) return true;
+    this.#run(TaskKind.sgdUpdate, {
+      length: param.length,
+      param: at[0],
+      grad: at[1],
+      history: at[2],
+      v: 0,
+      hyper: [step.rate, step.momentum, step.decay].map(floatBits),
+    }, this.#updateThreads(param.length));
+    return true;
+  }
+
+  /**
+   * Fused Adam step in place, the TypeScript kernel's bits (`adamUpdateKernel`, with its float32
+   * constants); false, with nothing done, unless all four arrays are resident with equal lengths.
+   */
+  adamUpdate(
+    param: Float32Array,
+    grad: Float32Array,
+    m: Float32Array,
+    v: Float32Array,
+    step: AdamStep,
+  ): boolean {
+    const at = this.#residentAddresses([param, grad, m, v]);
+    if (!at) return false;
+    if (param.length === 0) return true;
+    const { rate, beta1, beta2, eps, decay, correction1, correction2 } = step;
+    this.#run(TaskKind.adamUpdate, {
+      length: param.length,
+      param: at[0],
+      grad: at[1],
+      history: at[2],
+      v: at[3],
+      hyper: [beta1, beta2, 1 - beta1, 1 - beta2, decay, eps, Math.sqrt(correction2), rate / correction1].map(
+        floatBits,
+      ),
+    }, this.#updateThreads(param.length));
+    return true;
+  }
+
+  /**
+   * Max pooling backward (`dx` overwritten: zeros, plus each `dy` at its window's argmax, summed
+   * in the TypeScript kernel's order); false when it does not fit the kernel memory.
+   */
+  maxPool2dBackward(dy: Float32Array, argmax: Int32Array, dx: Float32Array, g: Pool2dGeometry): boolean {
+    const planes = g.batch * g.channels;
+    const inPlane = g.inHeight * g.inWidth, outPlane = g.outHeight * g.outWidth;
+    if (dx.length !== planes * inPlane || dy.length !== planes * outPlane || argmax.length !== dy.length) {
+      throw new Error(`maxPool2d: operand sizes do not match the geometry`);
+    }
+    // Scattering one output costs about as much as 32 GEMM flops, clearing one input 2.
+    const threads = this.#threadsFor(32 * dy.length + 2 * dx.length);
+    try {
+      const dyAt = this.#stage(dy, dy.length, true), argmaxAt = this.#stage(argmax, argmax.length, true);
+      const dxAt = this.#stage(dx, dx.length, false);
+      if (dyAt === undefined || argmaxAt === undefined || dxAt === undefined) return false;
+      this.#run(
+        TaskKind.maxPoolBackward,
+        { planes, inPlane, outPlane, dy: dyAt, argmax: argmaxAt, dx: dxAt },
+        threads,
+      );
+      this.#unstage(dx, dxAt, dx.length);
+      return true;
+    } finally {
+      this.#releaseTemporaries();
+    }
   }
 }

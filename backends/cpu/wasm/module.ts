@@ -9,8 +9,10 @@
 import { ModuleBuilder } from "./encoder.ts";
 import { CONV_EXPORTS, emitConvKernels } from "./conv_kernels.ts";
 import { emitElementwiseKernels } from "./elementwise_kernels.ts";
+import { emitLrnKernels } from "./lrn_kernels.ts";
 import { emitGemmKernels } from "./gemm_kernels.ts";
 import { emitPoolKernels } from "./pool_kernels.ts";
+import { emitOptimizerKernels } from "./optimizer_kernels.ts";
 import { GEMM_TILE, type GemmExports } from "./gemm.ts";
 
 /**
@@ -26,7 +28,10 @@ export const MAX_MEMORY_PAGES = 32768;
 
 /** Which code to generate. */
 export interface KernelModuleOptions {
-  /** Use relaxed SIMD's fused multiply-add (only where detected). */
+  /**
+   * Use relaxed SIMD (only where detected): fused multiply-add in GEMM, and lane select, exact on
+   * comparison masks, in max pooling.
+   */
   fma: boolean;
   /** Import a shared memory (threads) rather than a plain one. */
   shared: boolean;
@@ -48,8 +53,48 @@ export interface KernelExports extends GemmExports {
   conv_pack_rows(...args: number[]): void;
   /** See `POOL_EXPORTS.maxForward`. */
   max_pool_forward(...args: number[]): void;
+  /** See `POOL_EXPORTS.maxBackward`. */
+  max_pool_backward(
+    dy: number,
+    argmax: number,
+    dx: number,
+    planes: number,
+    inPlane: number,
+    outPlane: number,
+  ): void;
+  /** See `OPTIMIZER_EXPORTS.sgdUpdate`. */
+  sgd_update(...args: number[]): void;
+  /** See `OPTIMIZER_EXPORTS.adamUpdate`. */
+  adam_update(...args: number[]): void;
   /** See `ELEMENTWISE_EXPORTS.relu`. */
   relu(x: number, out: number, n: number): void;
+  /** See `LRN_EXPORTS.forward` (k and coef are float64). */
+  lrn_forward(
+    x: number,
+    out: number,
+    scale: number,
+    acc: number,
+    images: number,
+    channels: number,
+    plane: number,
+    half: number,
+    k: number,
+    coef: number,
+  ): void;
+  /** See `LRN_EXPORTS.backward` (cross is float64). */
+  lrn_backward(
+    x: number,
+    y: number,
+    scale: number,
+    dy: number,
+    dx: number,
+    acc: number,
+    images: number,
+    channels: number,
+    plane: number,
+    half: number,
+    cross: number,
+  ): void;
   /** See `ELEMENTWISE_EXPORTS.reluGrad`. */
   relu_grad(dy: number, y: number, out: number, n: number): void;
   /** See `ELEMENTWISE_EXPORTS.addChannels`. */
@@ -78,8 +123,10 @@ export function kernelModuleBytes(options: KernelModuleOptions): Uint8Array<Arra
   const mr = options.fma ? GEMM_TILE.mr : GEMM_TILE.mrUnfused;
   emitGemmKernels(builder, { mr, nr: GEMM_TILE.nr, unroll: 4, fma: options.fma });
   emitConvKernels(builder);
-  emitPoolKernels(builder);
+  emitPoolKernels(builder, { relaxed: options.fma });
+  emitOptimizerKernels(builder);
   emitElementwiseKernels(builder);
+  emitLrnKernels(builder);
   return builder.build();
 }
 

@@ -14,6 +14,7 @@ import type { Conv2dGeometry } from "../../geometry.ts";
 import { columnRows, convBackwardFilterRows, convBackwardInputImages, convForwardImages } from "./conv.ts";
 import { GEMM_TILE, gemmBlocked, type GemmProblem, gemmWindow } from "./gemm.ts";
 import type { KernelExports } from "./module.ts";
+import { LRN_FIELDS, type LrnTask, runLrnImages } from "./lrn_kernels.ts";
 
 /**
  * What a task computes.
@@ -30,6 +31,11 @@ export const TaskKind = {
   convBackwardInput: 3,
   convBackwardFilter: 4,
   maxPoolForward: 5,
+  sgdUpdate: 6,
+  adamUpdate: 7,
+  maxPoolBackward: 8,
+  lrnForward: 9,
+  lrnBackward: 10,
 } as const;
 
 /** One of the {@link TaskKind} codes. */
@@ -68,6 +74,30 @@ export interface PoolTask {
   x: number;
   out: number;
   argmax: number;
+}
+
+/**
+ * A fused optimizer update of `length` floats from byte addresses `param`, `grad`, `history` (SGD's
+ * momentum, or Adam's first moment) and `v` (Adam's second moment); the hyper-parameters are
+ * float32 bit patterns (see {@link floatBits}), in the order of the kernel's arguments.
+ */
+export interface UpdateTask {
+  length: number;
+  param: number;
+  grad: number;
+  history: number;
+  v: number;
+  hyper: readonly number[];
+}
+
+/** Max pooling backward over `planes` planes (plane sizes in floats, addresses in bytes). */
+export interface PoolBackwardTask {
+  planes: number;
+  inPlane: number;
+  outPlane: number;
+  dy: number;
+  argmax: number;
+  dx: number;
 }
 
 /** Every task carries where thread t's scratch starts: `scratch + t·scratchStride`. */
@@ -150,8 +180,15 @@ const POOL_FIELDS = [
  */
 export const MAX_TASK_ARGS = 32;
 
+const UPDATE_FIELDS = ["length", "param", "grad", "history", "v"] as const;
+
+const POOL_BACKWARD_FIELDS = ["planes", "inPlane", "outPlane", "dy", "argmax", "dx"] as const;
+
 function fieldsOf(kind: TaskKind): readonly string[] {
   if (kind === TaskKind.matmul) return MATMUL_FIELDS;
+  if (kind === TaskKind.sgdUpdate || kind === TaskKind.adamUpdate) return UPDATE_FIELDS;
+  if (kind === TaskKind.maxPoolBackward) return POOL_BACKWARD_FIELDS;
+  if (kind === TaskKind.lrnForward || kind === TaskKind.lrnBackward) return LRN_FIELDS;
   return kind === TaskKind.maxPoolForward ? POOL_FIELDS : CONV_FIELDS;
 }
 
@@ -171,14 +208,55 @@ function fieldsOf(kind: TaskKind): readonly string[] {
  */
 export function encodeTask(
   kind: TaskKind,
-  task: (MatmulTask | ConvTask | PoolTask) & TaskScratch,
+  task: ((MatmulTask | ConvTask | PoolTask) & TaskScratch) | UpdateTask | PoolBackwardTask | LrnTask,
   out: Int32Array,
 ): void {
   const record = task as unknown as Record<string, number | boolean>;
-  fieldsOf(kind).forEach((field, i) => {
+  const fields = fieldsOf(kind);
+  fields.forEach((field, i) => {
     const value = record[field];
     out[i] = typeof value === "boolean" ? (value ? 1 : 0) : value;
   });
+  // An update's float32 hyper-parameters follow its fields, as bit patterns.
+  if ("hyper" in task) out.set(task.hyper, fields.length);
+}
+
+const bitsView = new Int32Array(1), floatView = new Float32Array(bitsView.buffer);
+
+/**
+ * The bit pattern of `value` rounded to float32 (how float arguments cross in a task).
+ *
+ * @example
+ * ```ts
+ * import { floatBits } from "./tasks.ts";
+ * console.log(floatBits(1).toString(16)); // "3f800000"
+ * ```
+ */
+export function floatBits(value: number): number {
+  floatView[0] = value;
+  return bitsView[0];
+}
+
+function bitsFloat(bits: number): number {
+  bitsView[0] = bits;
+  return floatView[0];
+}
+
+/**
+ * Runs thread `t`'s share of an update: one contiguous range of whole cache lines (16 floats),
+ * every element computed alone, so the split never changes a bit.
+ */
+function runUpdate(x: KernelExports, kind: TaskKind, args: Int32Array, t: number, threads: number): void {
+  const [length, param, grad, history, v] = args;
+  const [e0, e1] = share(length, t, threads, 16);
+  if (e1 <= e0) return;
+  const hyper: number[] = [];
+  for (let i = UPDATE_FIELDS.length; i < UPDATE_FIELDS.length + (kind === TaskKind.sgdUpdate ? 3 : 8); i++) {
+    hyper.push(bitsFloat(args[i]));
+  }
+  const at = 4 * e0;
+  if (kind === TaskKind.sgdUpdate) x.sgd_update(param + at, grad + at, history + at, e1 - e0, ...hyper);
+  else x.adam_update(param + at, grad + at, history + at, v + at, e1 - e0, ...hyper);
 }
 
 function decode(kind: TaskKind, args: Int32Array): Record<string, number> {
@@ -248,6 +326,30 @@ export function runTaskShare(
   const task = decode(kind, args);
   if (kind === TaskKind.matmul) {
     runMatmul(x, task, t, threads);
+    return;
+  }
+  if (kind === TaskKind.sgdUpdate || kind === TaskKind.adamUpdate) {
+    runUpdate(x, kind, args, t, threads);
+    return;
+  }
+  if (kind === TaskKind.lrnForward || kind === TaskKind.lrnBackward) {
+    // Whole images per thread: each image's sums run through all its channels on one thread.
+    const [n0, n1] = share(task.images, t, threads);
+    if (n1 > n0) runLrnImages(x, kind === TaskKind.lrnBackward, args, n0, n1, t);
+    return;
+  }
+  if (kind === TaskKind.maxPoolBackward) {
+    const [p0, p1] = share(task.planes, t, threads);
+    if (p1 > p0) {
+      x.max_pool_backward(
+        task.dy + 4 * p0 * task.outPlane,
+        task.argmax + 4 * p0 * task.outPlane,
+        task.dx + 4 * p0 * task.inPlane,
+        p1 - p0,
+        task.inPlane,
+        task.outPlane,
+      );
+    }
     return;
   }
   if (kind === TaskKind.maxPoolForward) {
