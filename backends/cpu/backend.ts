@@ -211,7 +211,18 @@ export class CpuBackend implements Backend {
    * Devices use it to keep parameters and gradients in `SharedArrayBuffer`s that other threads read.
    */
   wrap(data: HostArray): Storage {
+    // A view of kernel memory (see `allocateShared`) is used in place by the kernels.
+    this.wasm?.adopt(data);
     return new CpuStorage(data);
+  }
+
+  /**
+   * Zero-filled host memory on a `SharedArrayBuffer`, inside the kernels' memory where it fits, so
+   * that storages wrapping it (or parts of it) are kernel operands without a copy; see
+   * {@link Backend.allocateShared}. Freed once the returned array is garbage (views do not keep it).
+   */
+  allocateShared(length: number): Float32Array {
+    return this.wasm?.allocateArray(length, "float32") ?? new Float32Array(new SharedArrayBuffer(4 * length));
   }
 
   /** Elements `[offset, offset + length)` of `storage`'s array, shared; see {@link Backend.view}. */

@@ -12,7 +12,7 @@
 
 import type { Worker } from "node:worker_threads";
 import { type ComputeCommand, type ComputeResult, type Device, DeviceError } from "./device.ts";
-import type { ParameterLayout } from "./layout.ts";
+import { type ParameterLayout, sharedFloats } from "./layout.ts";
 import type { ModelSpec } from "./model_spec.ts";
 import type { ComputeSpan, InitMessage, StepMessage, ThreadsMessage, WorkerReply } from "./protocol.ts";
 
@@ -71,8 +71,10 @@ export class CpuDevice implements Device {
     timeoutSeconds: number,
     WorkerClass: typeof Worker,
   ) {
-    this.parameters = new Float32Array(new SharedArrayBuffer(layout.total * 4));
-    this.gradients = new Float32Array(new SharedArrayBuffer(layout.total * 4));
+    // In the CPU backend's kernel memory where it has room: the runtime's optimizer and average
+    // then use them in place.
+    this.parameters = sharedFloats(layout.total);
+    this.gradients = sharedFloats(layout.total);
     this.#groups = layout.groups.map((g) => g.name);
     this.#signals = new Int32Array(new SharedArrayBuffer(4 * this.#groups.length));
     this.#timeoutMs = timeoutSeconds * 1000;
@@ -118,8 +120,8 @@ export class CpuDevice implements Device {
           type: "init",
           device: index,
           model,
-          parameters: device.parameters.buffer as SharedArrayBuffer,
-          gradients: device.gradients.buffer as SharedArrayBuffer,
+          parameters: device.parameters,
+          gradients: device.gradients,
           signals: device.#signals.buffer as SharedArrayBuffer,
           groups: device.#groups,
           slots: layout.slots.map(({ name, group, offset, size }) => ({ name, group, offset, size })),

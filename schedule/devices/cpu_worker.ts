@@ -59,8 +59,8 @@ function reply(message: WorkerReply): void {
 async function init(message: InitMessage): Promise<void> {
   device = message.device;
   model = await buildModel(message.model);
-  const parameters = new Float32Array(message.parameters);
-  gradients = new Float32Array(message.gradients);
+  const parameters = message.parameters;
+  gradients = message.gradients;
   signals = new Int32Array(message.signals);
   groupSlots = new Map(message.groups.map((g, i) => [g, i]));
   const byName = new Map(model.namedParameters().map((p) => [p.name, p]));

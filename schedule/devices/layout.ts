@@ -6,7 +6,23 @@
  * @module
  */
 
-import type { ParameterEntry } from "../../engine/mod.ts";
+import { getBackend, type ParameterEntry } from "../../engine/mod.ts";
+
+/**
+ * A zero-filled flat float32 buffer on a `SharedArrayBuffer`, for parameters, gradients and their
+ * averages that Workers share: from the current backend's `allocateShared` where it has one (the
+ * CPU backend places it in its kernel memory, so the optimizer and the average run on it in place),
+ * else a plain `SharedArrayBuffer`.
+ *
+ * @example
+ * ```ts
+ * import { sharedFloats } from "./layout.ts";
+ * const gradients = sharedFloats(1024); // Float32Array over shared memory, all zeros
+ * ```
+ */
+export function sharedFloats(length: number): Float32Array {
+  return getBackend().allocateShared?.(length) ?? new Float32Array(new SharedArrayBuffer(4 * length));
+}
 
 /** One parameter's place in the flat buffers. */
 export interface ParameterSlot {

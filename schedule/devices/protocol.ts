@@ -17,10 +17,13 @@ export interface InitMessage {
   type: "init";
   device: number;
   model: ModelSpec;
-  /** float32 × layout.total: this device's parameters (written by the runtime between steps). */
-  parameters: SharedArrayBuffer;
-  /** float32 × layout.total: this device's gradients (written by the worker, group by group). */
-  gradients: SharedArrayBuffer;
+  /**
+   * float32 × layout.total on a `SharedArrayBuffer`: this device's parameters (written by the
+   * runtime between steps). A view, possibly into the runtime's kernel memory.
+   */
+  parameters: Float32Array;
+  /** float32 × layout.total, shared: this device's gradients (written by the worker, group by group). */
+  gradients: Float32Array;
   /**
    * int32 × groups: slot i holds 1 + the last iteration whose gradients of group `groups[i]` are
    * final in `gradients`. The worker stores and notifies with `Atomics`; the runtime waits on it.

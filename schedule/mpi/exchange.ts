@@ -31,7 +31,7 @@ import {
 } from "../../engine/mod.ts";
 import { CpuDevice } from "../devices/cpu_device.ts";
 import { type ComputeResult, type Device, DeviceError } from "../devices/device.ts";
-import { groupRange, type ParameterLayout } from "../devices/layout.ts";
+import { groupRange, type ParameterLayout, sharedFloats } from "../devices/layout.ts";
 import { stepLabel } from "../plan/plan.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import type {
@@ -57,8 +57,6 @@ function cpuThreadsPerRank(ranksOnHost: number): number {
   const cores = Math.max(1, navigator.hardwareConcurrency || 1);
   return Math.max(1, Math.floor(cores / ranksOnHost));
 }
-
-const sharedFloats = (length: number) => new Float32Array(new SharedArrayBuffer(4 * length));
 
 /** Part of a group's flat range. */
 interface Piece {

@@ -11,7 +11,7 @@
 
 import type { Optimizer, ParameterEntry } from "../../engine/mod.ts";
 import type { Device } from "../devices/device.ts";
-import { groupRange, type ParameterLayout } from "../devices/layout.ts";
+import { groupRange, type ParameterLayout, sharedFloats } from "../devices/layout.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import { divergentFrom, type Exchange, type ExchangeContext, InProcessExchange } from "./exchange.ts";
 import { averageInDeviceOrder, hostParameterEntries } from "./host_parameters.ts";
@@ -37,7 +37,8 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
     optimizer: (parameters: ParameterEntry[]) => Optimizer,
   ) {
     super(devices, layout, mode, link);
-    this.#averaged = this.updating.map(() => new Float32Array(layout.total));
+    // In kernel memory, as the devices' parameters are: the optimizer updates in place.
+    this.#averaged = this.updating.map(() => sharedFloats(layout.total));
     this.optimizers = this.updating.map((device, i) =>
       optimizer(hostParameterEntries(layout, device.parameters, this.#averaged[i]))
     );

@@ -102,8 +102,13 @@ export class WasmKernels {
   readonly #kernels: KernelExports;
   readonly #heap: KernelHeap;
   readonly #args = new Int32Array(MAX_TASK_ARGS);
-  /** Arrays allocated in kernel memory, by the array object, with their block. */
-  readonly #resident = new WeakMap<object, { address: number; bytes: number }>();
+  /**
+   * Arrays in kernel memory, by the array object, with their block: allocated here (freed by
+   * `freeArray`), or adopted views of memory allocated here (`view`: never freed through them).
+   */
+  readonly #resident = new WeakMap<object, { address: number; bytes: number; view?: boolean }>();
+  /** Every buffer object the memory has had (a shared memory gets a new one when it grows). */
+  readonly #buffers = new WeakSet<ArrayBufferLike>();
   /** Frees the block of a resident array the garbage collector took without a release. */
   readonly #collected = new FinalizationRegistry<{ address: number; bytes: number }>((block) =>
     this.#heap.free(block.address, block.bytes)
@@ -205,6 +210,7 @@ export class WasmKernels {
     const address = this.#heap.allocate(bytes + OVERREAD);
     if (address === undefined) return undefined;
     const buffer = this.#memory.buffer;
+    this.#buffers.add(buffer);
     const array = dtype === "int32"
       ? new Int32Array(buffer, address, length)
       : new Float32Array(buffer, address, length);
@@ -216,10 +222,22 @@ export class WasmKernels {
     return array;
   }
 
+  /**
+   * Makes a view of kernel memory (a `subarray` of an array from {@link WasmKernels.allocateArray},
+   * or any view over the same buffer) resident, so kernels use it in place; false for an array
+   * elsewhere. How host buffers that Workers share become operands without a copy.
+   */
+  adopt(array: Float32Array | Int32Array): boolean {
+    if (this.#resident.has(array)) return true;
+    if (!this.#buffers.has(array.buffer)) return false;
+    this.#resident.set(array, { address: array.byteOffset, bytes: array.byteLength, view: true });
+    return true;
+  }
+
   /** Frees an array from {@link WasmKernels.allocateArray}; false (and nothing done) for any other. */
   freeArray(array: Float32Array | Int32Array): boolean {
     const block = this.#resident.get(array);
-    if (!block) return false;
+    if (!block || block.view) return false;
     this.#resident.delete(array);
     this.#collected.unregister(array);
     this.#heap.free(block.address, block.bytes);
