@@ -610,6 +610,22 @@ Deno.test("wasm bias add and row sums: the broadcast add's bits; row sums within
   }
 });
 
+// Mutations tried, each made this test fail: scaling every partial sum (not only the last);
+// adding the inputs from the last to the first.
+Deno.test("wasm device-order average: the TypeScript kernel's bits for 1 to 4 inputs, tails included", async () => {
+  const { averageKernel } = await import("../backends/cpu/elementwise.ts");
+  for (const inputs of [1, 2, 3, 4]) {
+    for (const n of [1, 3, 4, 5, 1031]) {
+      // Magnitudes apart, so the order of the additions shows in the bits.
+      const arrays = Array.from({ length: inputs }, (_, d) => randomArray(n).map((v) => v * 10 ** (2 * d)));
+      const want = new Float32Array(n), got = new Float32Array(n).fill(9);
+      averageKernel(arrays, want);
+      assert.ok(single!.averageInOrder(arrays, got));
+      assertSameBits(got, want, `${inputs} inputs × ${n}`);
+    }
+  }
+});
+
 Deno.test("wasm kernels: arrays allocated in kernel memory are used in place and freed once", () => {
   const kernels = WasmKernels.create({ threads: 1 })!;
   const a = kernels.allocateArray(64 * 64, "float32")!, b = kernels.allocateArray(64 * 64, "float32")!;

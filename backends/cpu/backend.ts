@@ -28,7 +28,7 @@ import type {
   UnaryOp,
 } from "../backend.ts";
 import { conv2dBackwardFilter, conv2dBackwardInput, conv2dForward } from "./conv.ts";
-import { binaryKernel, copyStridedKernel, reduceKernel, unaryKernel } from "./elementwise.ts";
+import { averageKernel, binaryKernel, copyStridedKernel, reduceKernel, unaryKernel } from "./elementwise.ts";
 import { gemm } from "./gemm.ts";
 import { adamUpdateKernel, sgdUpdateKernel } from "./optimizers.ts";
 import { lrnBackward, lrnForward } from "./lrn.ts";
@@ -374,6 +374,26 @@ export class CpuBackend implements Backend {
   ): void {
     if (this.wasm?.lrnBackward(f32(x), f32(y), f32(scale), f32(dy), f32(dx), shape, params)) return;
     lrnBackward(f32(x), f32(y), f32(scale), f32(dy), f32(dx), shape, params);
+  }
+
+  /**
+   * `out = (inputs[0] + … + inputs[N−1]) · fround(1/N)` in float32, added in index order; see
+   * {@link Backend.averageInOrder}. The data-parallel runtime averages replicas' gradients with it.
+   */
+  averageInOrder(inputs: readonly Storage[], out: Storage): void {
+    const o = f32(out);
+    const arrays = inputs.map((s) => {
+      const input = f32(s);
+      if (input.length !== o.length || input === o) {
+        throw new Error(
+          `cpu backend: averageInOrder needs distinct inputs of ${o.length} elements like its output`,
+        );
+      }
+      return input;
+    });
+    if (arrays.length === 0) throw new Error("cpu backend: averageInOrder of no inputs");
+    if (this.wasm?.averageInOrder(arrays, o)) return;
+    averageKernel(arrays, o);
   }
 
   sgdUpdate(param: Storage, grad: Storage, history: Storage, step: SgdStep): void {

@@ -36,6 +36,30 @@ const binaryFunctions: Record<BinaryOp, Binary> = {
   reluGrad: (dy, y) => (y > 0 ? dy : 0),
 };
 
+/**
+ * `out = (inputs[0] + … + inputs[N−1]) · fround(1/N)`: summed in index order, one float32 rounding
+ * per operation, no scaling for one input (the device-order average of data-parallel gradients).
+ */
+export function averageKernel(inputs: readonly Float32Array[], out: Float32Array): void {
+  const n = inputs.length, length = out.length;
+  if (n === 1) {
+    out.set(inputs[0]);
+    return;
+  }
+  const scale = Math.fround(1 / n);
+  if (n === 2) {
+    // The common case, without the inner loop over inputs.
+    const [a, b] = inputs;
+    for (let i = 0; i < length; i++) out[i] = Math.fround(a[i] + b[i]) * scale;
+    return;
+  }
+  for (let i = 0; i < length; i++) {
+    let sum = inputs[0][i];
+    for (let d = 1; d < n; d++) sum = Math.fround(sum + inputs[d][i]);
+    out[i] = sum * scale;
+  }
+}
+
 /** `out[i] = op(x[i])`. The common ops run as their own loops, so V8 inlines the arithmetic. */
 export function unaryKernel(op: UnaryOp, x: Float32Array, out: Float32Array): void {
   const n = x.length;

@@ -63,20 +63,20 @@ export function hostParameterEntries(
  * ```
  */
 export function averageInDeviceOrder(gradients: readonly Float32Array[], out: Float32Array): void {
+  // The CPU backend averages with its WebAssembly kernel, in place where the buffers are in its
+  // memory (see `sharedFloats`); the loop below is for backends without the capability.
+  const backend = getBackend();
+  if (backend.averageInOrder && backend.wrap) {
+    backend.averageInOrder(gradients.map((g) => backend.wrap!(g)), backend.wrap(out));
+    return;
+  }
   const n = gradients.length;
   if (n === 1) {
     out.set(gradients[0]);
     return;
   }
   const scale = Math.fround(1 / n);
-  const length = out.length;
-  if (n === 2) {
-    // The common case, without the inner loop over devices.
-    const [a, b] = gradients;
-    for (let i = 0; i < length; i++) out[i] = Math.fround(a[i] + b[i]) * scale;
-    return;
-  }
-  for (let i = 0; i < length; i++) {
+  for (let i = 0; i < out.length; i++) {
     let sum = gradients[0][i];
     for (let d = 1; d < n; d++) sum = Math.fround(sum + gradients[d][i]);
     out[i] = sum * scale;

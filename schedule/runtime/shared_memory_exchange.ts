@@ -42,7 +42,7 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
     this.optimizers = this.updating.map((device, i) =>
       optimizer(hostParameterEntries(layout, device.parameters, this.#averaged[i]))
     );
-    this.#received = devices.map((d) => new Float32Array(d.index === 0 ? 0 : layout.total));
+    this.#received = devices.map((d) => sharedFloats(d.index === 0 ? 0 : layout.total));
   }
 
   beforeStep(): Promise<void> {

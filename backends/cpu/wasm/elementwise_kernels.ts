@@ -41,6 +41,11 @@ export const ELEMENTWISE_EXPORTS = {
    * reduction) over four interleaved partial sums, then rounded once to float32.
    */
   sumRows: "sum_rows",
+  /**
+   * `(a, b, out, n, scale)`: `out = (a + b) · scale` over n floats, each operation rounded to
+   * float32 (the device-order average's step; `out` may be `a`).
+   */
+  addScale: "add_scale",
 } as const;
 
 /**
@@ -167,6 +172,16 @@ export function emitElementwiseKernels(builder: ModuleBuilder): void {
       f.localGet(out).localGet(r).i32Const(2).i32Shl().i32Add();
       f.localGet(v).f64x2ExtractLane(0).localGet(v).f64x2ExtractLane(1).f64Add().localGet(tail).f64Add();
       f.f32DemoteF64().f32Store();
+    });
+  });
+  builder.addFunction(ELEMENTWISE_EXPORTS.addScale, [i32, i32, i32, i32, ValType.f32], [], (f) => {
+    const [a, b, out, n, scale] = [0, 1, 2, 3, 4];
+    const factor = f.local(v128);
+    f.localGet(scale).f32x4Splat().localSet(factor);
+    writeLanes(f, n, out, (offset, single) => {
+      load(f, a, offset, single);
+      load(f, b, offset, single);
+      f.f32x4Add().localGet(factor).f32x4Mul();
     });
   });
 }

@@ -524,6 +524,32 @@ export class WasmKernels {
     }
   }
 
+  /**
+   * `out = (inputs[0] + … + inputs[N−1]) · fround(1/N)`, added in index order with one float32
+   * rounding per operation (the TypeScript average's bits); false when out of memory.
+   */
+  averageInOrder(inputs: readonly Float32Array[], out: Float32Array): boolean {
+    const n = out.length;
+    try {
+      const at = inputs.map((input) => this.#stage(input, n, true));
+      const outAt = this.#stage(out, n, false);
+      if (outAt === undefined || at.some((a) => a === undefined)) return false;
+      const addresses = at as number[];
+      if (addresses.length === 1) new Float32Array(this.#memory.buffer, outAt, n).set(inputs[0]);
+      else {
+        const scale = Math.fround(1 / addresses.length);
+        for (let d = 1; d < addresses.length; d++) {
+          const last = d === addresses.length - 1;
+          this.#kernels.add_scale(d === 1 ? addresses[0] : outAt, addresses[d], outAt, n, last ? scale : 1);
+        }
+      }
+      this.#unstage(out, outAt, n);
+      return true;
+    } finally {
+      this.#releaseTemporaries();
+    }
+  }
+
   /** `out[r] = Σ x[r·size …]` for `rows` rows, in float64 rounded once; false when out of memory. */
   sumRows(x: Float32Array, out: Float32Array, rows: number, size: number): boolean {
     try {

@@ -101,6 +101,8 @@ export interface KernelExports extends GemmExports {
   add_channels(x: number, bias: number, out: number, outer: number, channels: number, inner: number): void;
   /** See `ELEMENTWISE_EXPORTS.sumRows`. */
   sum_rows(x: number, out: number, rows: number, size: number): void;
+  /** See `ELEMENTWISE_EXPORTS.addScale`. */
+  add_scale(a: number, b: number, out: number, n: number, scale: number): void;
 }
 
 /**
