@@ -20,6 +20,11 @@
  * DistributedDataParallel over gloo with 2 processes on loopback. Without python3-torch those rows
  * say why.
  *
+ * Then it profiles those two steps on one device (`bench/op_profile.ts`): time, calls and GFLOP/s per
+ * category of backend call (GEMM, convolution, pooling, LRN, elementwise, softmax, optimizer, copies,
+ * allocation), the rest of the step outside the kernels, and the step's time over what its GEMM and
+ * convolution FLOPs would take at the measured 1024³ GEMM rate.
+ *
  * Run: `npx deno task bench:report` (a few minutes, most of it tfjs-cpu's one cifar10_quick step and
  * tfjs-wasm's slow transposed FC products). `--skip-slow` leaves out the tfjs-cpu training step.
  * `--only pytorch` runs only the PyTorch section (about 15 s) and prints it without writing
@@ -45,6 +50,15 @@ import {
   uniformValues,
   writeFileAtomic,
 } from "../mod.ts";
+import {
+  CATEGORY_LABELS,
+  OP_CATEGORIES,
+  type OpCategory,
+  OpProfiler,
+  stepBreakdown,
+  type StepBreakdownRow,
+  withBackend,
+} from "./op_profile.ts";
 import { pytorchAvailable, type PytorchResult, runPytorch } from "./peers/pytorch.ts";
 import { checkConvRewrite, cifarQuickStep, tf, TFJS_VERSION, useBackend } from "./peers/tfjs.ts";
 import {
@@ -534,6 +548,171 @@ console.log("\n" + trainTable + "\n\n" + trainNotes + "\n");
 const peerSection = await pytorchSection(tandemThreads);
 console.log("\n" + peerSection + "\n");
 
+// ---------------------------------------------------------------- where the step's time goes
+
+/** Warm-up and timed steps of each net's profile (each of the plain and the profiled copy). */
+const PROFILE_WARMUP = 3, PROFILE_TIMED = 10;
+
+/** Section 1's 1024³ product on the default backend: its median call's rate prices a step's FLOPs. */
+const gemm1024 = gemmRows.find((r) => r.shape.m === 1024 && r.shape.n === 1024 && r.shape.k === 1024)!;
+const gemmRate = gemmGflops(gemm1024.shape, gemm1024.threaded.median);
+
+/** One net's profile: the rows of {@link stepBreakdown} and the step times with and without the wrapper. */
+interface NetProfile {
+  net: PeerNet;
+  rows: StepBreakdownRow[];
+  /** Milliseconds of each timed step on the default backend itself. */
+  plainMs: number[];
+  /** Milliseconds of each timed step through the profiler. */
+  profiledMs: number[];
+  /** Categories with no calls in the timed steps (left out of the table). */
+  absent: OpCategory[];
+}
+
+/**
+ * Profiles `trainStep` of `net` on the default backend: two copies of the net built from the same
+ * seeds, one on the backend itself and one on an {@link OpProfiler} wrapping it, step in turn (the
+ * order swapped every step), so both see the same machine; the profiler counts only the timed steps.
+ */
+async function profileNet(net: PeerNet): Promise<NetProfile> {
+  const profiler = new OpProfiler(tandemDefault, { name: `${tandemDefault.name}-profiled` });
+  const batch = peerBatch(net);
+  const build = () => {
+    const model = builtinModels[net.name].create();
+    return {
+      model,
+      images: tensor(batch.images, { shape: batch.shape }),
+      labels: tensor(batch.labels, { dtype: "int32" }),
+      optimizer: new SGD(model.namedParameters(), net.sgd),
+    };
+  };
+  const plain = build();
+  const profiled = await withBackend(profiler.backend, build);
+  const timed = async (run: typeof plain) => {
+    const t0 = performance.now();
+    await trainStep(run.model, run.optimizer, { images: run.images, labels: run.labels });
+    return performance.now() - t0;
+  };
+  const plainMs: number[] = [], profiledMs: number[] = [];
+  try {
+    for (let i = 0; i < PROFILE_WARMUP + PROFILE_TIMED; i++) {
+      if (i === PROFILE_WARMUP) profiler.reset();
+      const keep = i >= PROFILE_WARMUP;
+      const runPlain = async () => {
+        const ms = await timed(plain);
+        if (keep) plainMs.push(ms);
+      };
+      const runProfiled = async () => {
+        const ms = await withBackend(profiler.backend, () => timed(profiled));
+        if (keep) profiledMs.push(ms);
+      };
+      if (i % 2 === 0) {
+        await runPlain();
+        await runProfiled();
+      } else {
+        await runProfiled();
+        await runPlain();
+      }
+    }
+  } finally {
+    for (const run of [plain, profiled]) {
+      run.optimizer.dispose();
+      run.model.dispose();
+      run.images.dispose();
+      run.labels.dispose();
+    }
+  }
+  const profile = profiler.snapshot();
+  const rows = stepBreakdown(profile, PROFILE_TIMED, profiledMs.reduce((s, x) => s + x, 0));
+  const absent = OP_CATEGORIES.filter((c) => profile.categories[c].calls === 0);
+  return { net, rows, plainMs, profiledMs, absent };
+}
+
+/** The section "Where the step's time goes": one table per net of {@link PEER_NETS}, then notes. */
+async function profileSection(threads: number): Promise<string> {
+  const p = peak ? peakFor(peak, threads) : undefined;
+  const ms = (x: number) => (Math.abs(x) >= 10 ? x.toFixed(1) : x.toFixed(2));
+  const parts: string[] = [];
+  const overheads: string[] = [], absent: string[] = [];
+  let messages = true;
+  for (const net of PEER_NETS) {
+    console.log(`${net.title} step: per-op profile (${threads} threads, with and without the profiler) …`);
+    const r = await profileNet(net);
+    messages &&= r.absent.includes("messages");
+    const left = r.absent.filter((c) => c !== "messages" && c !== "other").map((c) => CATEGORY_LABELS[c]);
+    if (left.length) absent.push(`${net.title}: ${left.join(", ")}`);
+    const meanStep = r.profiledMs.reduce((s, x) => s + x, 0) / r.profiledMs.length;
+    const table = [
+      `| category | ms per step | % of step | calls per step | GFLOP/s | % of ${threads}-thread peak |`,
+      "|---|---:|---:|---:|---:|---:|",
+      ...r.rows.map((row) =>
+        `| ${row.label} | ${ms(row.msPerStep)} | ${(100 * row.share).toFixed(1)}% | ${
+          row.category === "outside" ? "—" : Number(row.callsPerStep.toFixed(1))
+        } | ${row.gflops === undefined ? "—" : fmtG(row.gflops)} | ${
+          row.gflops === undefined ? "—" : percentOfPeak(row.gflops, p)
+        } |`
+      ),
+      `| **step, through the profiler (mean)** | ${ms(meanStep)} | 100% | ${
+        Number(r.rows.reduce((s, row) => s + row.callsPerStep, 0).toFixed(1))
+      } | | |`,
+    ].join("\n");
+    const flops = r.rows.reduce((s, row) => s + row.flopsPerStep, 0);
+    const gemmFlopsPerStep = r.rows.find((row) => row.category === "gemm")?.flopsPerStep ?? 0;
+    const convFlopsPerStep = r.rows.find((row) => row.category === "convolution")?.flopsPerStep ?? 0;
+    const atGemmRate = flops / (gemmRate * 1e6); // ms
+    const b = best(r.plainMs), m = median(r.plainMs);
+    const overhead = median(r.profiledMs) / m - 1;
+    overheads.push(
+      `${net.title} ${ms(m)} → ${ms(median(r.profiledMs))} ms (${overhead >= 0 ? "+" : ""}${
+        (100 * overhead).toFixed(1)
+      }%)`,
+    );
+    const line =
+      `Step FLOPs (GEMM + convolution, counted): ${(flops / 1e9).toFixed(3)} GFLOP (GEMM ${
+        (gemmFlopsPerStep / 1e9).toFixed(3)
+      }, convolution ${(convFlopsPerStep / 1e9).toFixed(3)}). Step without the profiler: best ${ms(b)} ms, ` +
+      `median ${ms(m)} ms. Those FLOPs at the GEMM rate (${fmtG(gemmRate)} GFLOP/s) take ${
+        ms(atGemmRate)
+      } ms: **step / (FLOPs at the GEMM rate) = ${(m / atGemmRate).toFixed(2)}× at the median, ${
+        (b / atGemmRate).toFixed(2)
+      }× at the best** (target ≤ 1.4×).`;
+    parts.push(`### ${net.title}\n\n${table}\n\n${line}`);
+  }
+  const notes = [
+    `Each backend call of \`trainStep\` on one device, batch 64, the default backend (${threads} threads), ` +
+    "timed with `performance.now()` around the call by a wrapper (`bench/op_profile.ts`, a Proxy over the " +
+    "backend). The CPU backend's kernels are synchronous — its kernel threads are woken through shared " +
+    "memory and `Atomics` inside the call and have finished when it returns — so a call's time is the " +
+    `kernel's. Two copies of each net, built from the same seeds, one on the backend itself and one on ` +
+    `the wrapper, step in turn (the order swapped every step), ${PROFILE_WARMUP} warm-up steps each, then ` +
+    `${PROFILE_TIMED} timed; ms and calls per step are means over the ${PROFILE_TIMED} profiled steps, ` +
+    "% of step is of their mean.",
+    "GEMM is `matmul` (the fully connected layers); convolution is the three convolution calls " +
+    "(forward, input gradient, filter gradient), whose WebAssembly kernels pack im2col panels inside the " +
+    "call, so that row is GEMM and packing together. GFLOP/s counts 2·batch·m·n·k per product and " +
+    "2·N·outC·outH·outW·(inC/groups)·kH·kW per convolution pass, over the time inside those calls, and " +
+    `is shown as a share of the measured ${threads}-thread peak. Elementwise is unary, binary (bias adds, ` +
+    "ReLU gradients, dropout masks), reduce and fill; copies are copyStrided, upload, read/readSync, " +
+    "write and view; allocation is allocate, allocateUninitialized and release. Outside kernels is the " +
+    "step's time minus the time inside backend calls: the engine's JavaScript (autograd graph, tensor " +
+    "bookkeeping), and the profiler's own timing.",
+    (messages
+      ? "One device sends no Worker or device messages: that category (synchronize, stageToHost, " +
+        "averageInOrder) had no calls in either net, and the kernel threads' wake-ups are inside each " +
+        "kernel's row."
+      : "Device messages (synchronize, stageToHost, averageInOrder) are in their own row.") +
+    (absent.length ? ` Categories with no calls are left out of a table (${absent.join("; ")}).` : ""),
+    `The GEMM rate is section 1's ${gemm1024.shape.name} median on ${threads} threads, ` +
+    `${fmtG(gemmRate)} GFLOP/s (${percentOfPeak(gemmRate, p)} of the peak); the ratio divides the step ` +
+    "without the profiler by the time its counted FLOPs would take at that rate, the issue's target being " +
+    `1.4× at most. The profiler's overhead, median step without → with it: ${overheads.join("; ")}.`,
+  ].join("\n\n");
+  return `${parts.join("\n\n")}\n\n${notes}`;
+}
+
+const profileSectionText = await profileSection(tandemThreads);
+console.log("\n" + profileSectionText + "\n");
+
 // ---------------------------------------------------------------- schedule figures (read, not rerun)
 
 async function readOrNull(name: string): Promise<{ text: string; mtime: Date | null } | null> {
@@ -593,7 +772,7 @@ const markdown = [
   "# Tandem against its peers, measured side by side",
   "",
   `Machine: ${machineLine} Written by \`npx deno task bench:report\` (\`bench/report.ts\`); every figure in ` +
-  "sections 1 to 3 comes from this one run. fp32 throughout.",
+  "sections 1 to 4 comes from this one run. fp32 throughout.",
   "",
   `Measured peak of this machine (128-bit WebAssembly SIMD, the ceiling of every WebAssembly kernel here): ${peakLine}`,
   "",
@@ -630,11 +809,15 @@ const markdown = [
   "",
   peerSection,
   "",
-  "## 4. Data-parallel schedules: overlap vs sequential on 2 devices",
+  "## 4. Where the step's time goes: a per-op profile of one device",
+  "",
+  profileSectionText,
+  "",
+  "## 5. Data-parallel schedules: overlap vs sequential on 2 devices",
   "",
   scheduleSection,
   "",
-  "## 5. AlexNet on 2–8 GPUs (simulator)",
+  "## 6. AlexNet on 2–8 GPUs (simulator)",
   "",
   scalingSection,
   "",
