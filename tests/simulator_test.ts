@@ -224,6 +224,40 @@ Deno.test("simulate: allreduce updates everywhere and its broadcasts take no tim
   near(sim.stepSeconds, fcDone + ring(100) + 0.1, "step");
 });
 
+// Mutations tried, each made this test fail: the pipeline costed as the sum of its three stages per
+// chunk instead of their maximum; the broadcast's outbound stage counted in allreduce mode; the
+// update and broadcast steps keeping their blocking lengths after the fused reduce.
+Deno.test("simulate: a pipelined exchange costs one stage per chunk plus the pipeline's fill, not three steps", () => {
+  const costs: CostOptions = { ...HAND_COSTS, pipelineChunkBytes: 100 };
+  // fc, 1000 B in 10 chunks: inbound 1 s, CPU 100/1000 + 100 · 0.001 = 0.2 s, outbound 1 s per chunk;
+  // 0.5 + 1 + 0.2 + 1 + 9 · max(1, 0.2, 1) = 11.7 s from the end of backward fc (2.5 s). conv, one
+  // 100 B chunk: 0.5 + 1 + 0.2 + 1 = 2.7 s, after fc's pipeline frees the lane (14.2 s).
+  const master = simulate(overlap(GROUPS), HAND, costs);
+  assert.deepEqual(master.lanes[0].comm.map((e) => [stepLabel(e), e.start, e.end].join(" ")), [
+    "reduce fc 2.5 14.2",
+    "update fc 14.2 14.2",
+    "broadcast fc 14.2 14.2",
+    "reduce conv 14.2 16.9",
+    "update conv 16.9 16.9",
+    "broadcast conv 16.9 16.9",
+  ]);
+  near(master.stepSeconds, 16.9, "master step");
+  // Blocking, the same plan takes reduce 11.5 + update 1 + broadcast 10.5 for fc alone.
+  near(
+    simulate(overlap(GROUPS), HAND, HAND_COSTS).stepSeconds,
+    2.5 + 11.5 + 1 + 10.5 + 1.6 + 0.1 + 1.5,
+    "blocking",
+  );
+  // All-reduce: every device all-gathers (1 s per chunk in) and updates; nothing goes back out.
+  near(
+    simulate(overlap(GROUPS), HAND, { ...costs, mode: "allreduce" }).stepSeconds,
+    2.5 + 10.7 + 1.7,
+    "allreduce",
+  );
+  // A reduce not followed by its update (the sequential plan) stays a blocking step.
+  near(simulate(sequential(GROUPS), HAND, costs).stepSeconds, 30.7, "sequential");
+});
+
 Deno.test("simulate: rejects plans and profiles that do not match, and bad options", () => {
   assert.throws(() => simulate(overlap(["fc", "conv", "extra"]), HAND, HAND_COSTS), /lacks/);
   assert.throws(() => simulate(overlap(["fc"]), HAND, HAND_COSTS), /not in plan/);

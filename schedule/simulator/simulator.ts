@@ -15,6 +15,14 @@
  *   plus the additions, `(N−1)/N · b / memoryBandwidth` (each device sums 1/N of the buffer N−1
  *   times); the ring uses each device's own link, so topology does not apply. `update g` runs on
  *   every device; `broadcast g` is a no-op of zero length.
+ * - With `pipelineChunkBytes` (how the MPI runtime exchanges), a plan's adjacent `reduce g; update g`
+ *   (`; broadcast g`) run as one pipeline of chunks: chunk k is averaged and updated while chunk
+ *   k + 1 arrives, and (master) sent back while later chunks arrive, on the other direction of a
+ *   full-duplex link. Three resources work side by side — the inbound link (`(N−1)·chunk` bytes:
+ *   the master gathers, or every device all-gathers), the CPU (the chunk's sum and update) and the
+ *   outbound link (master: the chunk's parameters to N−1 peers) — so the fused step takes
+ *   `latency + in + cpu + out + (chunks − 1) · max(in, cpu, out)` and the update and broadcast
+ *   steps take no time of their own.
  * - With one device nothing is transferred: reduce and broadcast take zero time.
  * - A step starts when every step it depends on (`dependenciesOf`) has finished on every device, and
  *   a collective (reduce, broadcast) occupies the communication lane of every device for its whole
@@ -91,6 +99,11 @@ export interface CostOptions {
    * momentum reads parameter, gradient and momentum and writes parameter and momentum.
    */
   readonly updateSecondsPerByte?: number;
+  /**
+   * Where set, adjacent reduce, update (and broadcast) of a group run as one pipeline of chunks of
+   * this many bytes, as the MPI runtime runs them (see the module notes); default: blocking steps.
+   */
+  readonly pipelineChunkBytes?: number;
 }
 
 /**
@@ -204,6 +217,10 @@ function checkCostOptions(options: CostOptions, where: string): Required<CostOpt
   if (!(update >= 0) || !Number.isFinite(update)) {
     fail(`updateSecondsPerByte must be finite and >= 0, got ${update}`);
   }
+  const chunk = options.pipelineChunkBytes ?? 0;
+  if (!(chunk >= 0) || !Number.isFinite(chunk)) {
+    fail(`pipelineChunkBytes must be a finite number >= 0, got ${chunk}`);
+  }
   return {
     link,
     devices,
@@ -211,7 +228,34 @@ function checkCostOptions(options: CostOptions, where: string): Required<CostOpt
     topology,
     memoryBandwidthBytesPerSecond: memory,
     updateSecondsPerByte: update,
+    pipelineChunkBytes: chunk,
   };
+}
+
+/**
+ * Seconds of a group's pipelined `reduce; update (; broadcast)` of `bytes` parameter bytes (see the
+ * module notes); `options.pipelineChunkBytes` must be set.
+ *
+ * @example
+ * ```ts
+ * import { pipelineSeconds } from "./simulator.ts";
+ * const link = { bandwidthBytesPerSecond: 125e6, latencySeconds: 5e-5 }; // 1 Gbit/s
+ * // AlexNet's FC gradients, 2 hosts, master mode, 1 MiB chunks: about one transfer, not two.
+ * pipelineSeconds(234_524_576, true, { link, devices: 2, mode: "master", pipelineChunkBytes: 1 << 20 });
+ * ```
+ */
+export function pipelineSeconds(bytes: number, withBroadcast: boolean, options: CostOptions): number {
+  const o = checkCostOptions(options, "pipelineSeconds");
+  const n = o.devices;
+  if (!(o.pipelineChunkBytes > 0)) throw new ValueError("pipelineSeconds", "pipelineChunkBytes is not set");
+  if (bytes <= 0) return 0;
+  const chunk = Math.min(o.pipelineChunkBytes, bytes);
+  const chunks = Math.ceil(bytes / chunk);
+  const peers = o.topology === "shared" || o.mode === "allreduce" ? n - 1 : 1;
+  const inbound = peers * chunk / o.link.bandwidthBytesPerSecond;
+  const cpu = (n - 1) * chunk / o.memoryBandwidthBytesPerSecond + chunk * o.updateSecondsPerByte;
+  const outbound = withBroadcast && o.mode === "master" ? inbound : 0;
+  return o.link.latencySeconds + inbound + cpu + outbound + (chunks - 1) * Math.max(inbound, cpu, outbound);
 }
 
 /**
@@ -289,10 +333,24 @@ export function simulate(plan: Plan, profile: Profile, options: SimulateOptions)
     () => ({ compute: [] as LaneEntry[], comm: [] as LaneEntry[] }),
   );
   const done: number[] = [];
+  const same = (index: number, kind: StepKind, group: string | undefined) =>
+    plan.steps[index]?.kind === kind && plan.steps[index]?.group === group;
+  /** Steps that a pipeline before them already covers: they take no time of their own. */
+  const fused = new Set<number>();
   plan.steps.forEach((step, index) => {
     const start = Math.max(0, ...dependenciesOf(plan, index).map((j) => done[j]));
     const group = step.group === undefined ? undefined : totals.get(step.group)!;
-    const seconds = step.kind === "forward"
+    const pipelined = o.pipelineChunkBytes > 0 && o.devices > 1 && step.kind === "reduce" &&
+      same(index + 1, "update", step.group);
+    if (pipelined) {
+      fused.add(index + 1);
+      if (same(index + 2, "broadcast", step.group)) fused.add(index + 2);
+    }
+    const seconds = fused.has(index)
+      ? 0
+      : pipelined
+      ? pipelineSeconds(group!.parameterBytes, same(index + 2, "broadcast", step.group), o)
+      : step.kind === "forward"
       ? forwardSeconds
       : step.kind === "backward"
       ? group!.backwardSeconds
