@@ -1,9 +1,9 @@
 /**
  * The WebAssembly fast paths of the CPU training step beside their TypeScript kernels: the fused
  * SGD and Adam updates, max pooling forward (every border case of the four-window vector path)
- * and max pooling backward, bit for bit, on 1 and 2 threads, in both module variants (relaxed
- * SIMD where the runtime has it, plain SIMD128), and through `CpuBackend`, which must take them
- * exactly when its arrays live in kernel memory.
+ * and max pooling backward, average pooling forward and backward, bit for bit, on 1 and 2
+ * threads, in both module variants (relaxed SIMD where the runtime has it, plain SIMD128), and
+ * through `CpuBackend`, which must take them exactly when its arrays live in kernel memory.
  *
  * Each test names the deliberate bugs ("mutations") it was seen to catch.
  *
@@ -13,7 +13,12 @@
 import assert from "node:assert/strict";
 import { CpuBackend } from "../backends/cpu/backend.ts";
 import { adamUpdateKernel, sgdUpdateKernel } from "../backends/cpu/optimizers.ts";
-import { maxPool2dBackward, maxPool2dForward } from "../backends/cpu/pool.ts";
+import {
+  avgPool2dBackward,
+  avgPool2dForward,
+  maxPool2dBackward,
+  maxPool2dForward,
+} from "../backends/cpu/pool.ts";
 import { WasmKernels } from "../backends/cpu/wasm/kernels.ts";
 import { type Pool2dGeometry, pool2dGeometry, type Pool2dOptions } from "../backends/geometry.ts";
 import type { AdamStep, SgdStep } from "../backends/backend.ts";
@@ -313,6 +318,172 @@ Deno.test("wasm max pooling backward: the TypeScript kernel's bits, overlapping 
         want,
         `${name} max pool backward ${JSON.stringify(shape)} ${JSON.stringify(options)}`,
       );
+    }
+  }
+});
+
+// ---------------------------------------------------------------------------------------------
+// Average pooling
+
+/** Kernel 2 and 3, strides 1 and 2, padding 0 and 1, over odd and even sizes. */
+const AVG_POOL_CASES: [number[], Pool2dOptions][] = [
+  ...[[5, 5], [7, 9], [9, 13], [16, 16], [13, 17], [8, 11], [4, 19]].flatMap(([h, w]) =>
+    [2, 3].flatMap((kernel) =>
+      [1, 2].flatMap((stride) =>
+        [0, 1].map((padding): [number[], Pool2dOptions] => [[2, 3, h, w], { kernel, stride, padding }])
+      )
+    )
+  ),
+  // Every row width from one window to a few groups plus a tail, the left edge in the padding or
+  // not (stride 2: the four-window forward groups and four-column backward groups).
+  ...[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 17, 21].flatMap((w) =>
+    [0, 1].filter((padding) => w + 2 * padding >= 3).map((padding): [number[], Pool2dOptions] => [
+      [1, 3, 6, w],
+      { kernel: 3, stride: 2, padding },
+    ])
+  ),
+  // The cifar10_quick layers at batch 2 (ceil mode clips the last row and column).
+  [[2, 32, 16, 16], { kernel: 3, stride: 2 }],
+  [[2, 64, 8, 8], { kernel: 3, stride: 2 }],
+  // Other kernel widths (the generic stride-2 vector paths), unequal sides, padding 2, stride 3.
+  ...POOL_CASES,
+];
+
+/**
+ * Magnitudes far apart, and one value in eight ±2⁶⁰: a float64 sum rounds once more to float32,
+ * which hides the order of its adds unless they cancel, as when a window holds 2⁶⁰ and −2⁶⁰
+ * (the small values added between them are lost, those after them kept). NaNs, ±0 and
+ * infinities sprinkled in; with three planes or more, one all −0 (an average of −0s is +0: the
+ * sum starts at +0), one of infinities of both signs, one of values whose float64 sums round
+ * differently from float32 ones.
+ */
+function avgPoolInput(shape: readonly number[]): Float32Array {
+  const planes = shape[0] * shape[1], plane = shape.length === 4 ? shape[2] * shape[3] : shape[2];
+  const scales = [1e4, 1, 1e-4, 3e-8, 0.5];
+  const x = randomArray(planes * plane).map((v, i) =>
+    rand() < 0.125 ? (rand() < 0.5 ? 2 ** 60 : -(2 ** 60)) : v * scales[i % 5]
+  );
+  for (let i = 3; i < x.length; i += 97) x[i] = NaN;
+  for (let i = 7; i < x.length; i += 29) x[i] = rand() < 0.5 ? -0 : 0;
+  for (let i = 11; i < x.length; i += 89) x[i] = rand() < 0.5 ? Infinity : -Infinity;
+  if (planes >= 3) {
+    x.fill(-0, 0, plane);
+    for (let i = plane; i < 2 * plane; i++) x[i] = rand() < 0.7 ? (rand() < 0.5 ? Infinity : -Infinity) : 1;
+    for (let i = 2 * plane; i < 3 * plane; i++) x[i] = 1 + (i % 7) * 2 ** -23 + (i % 3) * 2 ** -30;
+  }
+  return x;
+}
+
+// Mutations tried, each made this test fail. Forward: the divisor's width never clipped at the
+// border (the divisor table built with kW); sums in float32; the quotient as sum · (1 / divisor);
+// sums starting at −0 (the −0 plane); taps 1 and 2 of a row swapped on the vector path (seen only
+// through the 2⁶⁰ cancellations); a lane-0 window's columns summed right to left; no masks on
+// clipped windows; the generic width's mask one column short; a short row storing lane 0 only;
+// lane-0 windows dividing by the next window's divisor. Backward: the share rounded to float32
+// before it is added; a dx row's two covering output rows taken in reverse order; the even pair's
+// two rounds swapped; the odd pair taking round 0 (width 3); the generic width's odd pair not
+// cleared in round 0; stride 2's covering rows ending one row late; the lane-0 tap test k ≤ kW;
+// dx starting from its old contents instead of +0.
+Deno.test("wasm average pooling: the TypeScript kernels' bits forward and backward, every border case", () => {
+  for (const [shape, options] of AVG_POOL_CASES) {
+    const g = pool2dGeometry(shape, options);
+    const { n, outputs } = poolSizes(g);
+    const x = avgPoolInput(shape), dy = avgPoolInput([g.batch, g.channels, g.outHeight, g.outWidth]);
+    const want = new Float32Array(outputs), wantDx = new Float32Array(n);
+    avgPool2dForward(x, want, g);
+    avgPool2dBackward(dy, wantDx, g);
+    for (const [name, kernels] of KERNELS) {
+      const what = `${name} avg pool ${JSON.stringify(shape)} ${JSON.stringify(options)}`;
+      // Outputs in kernel memory, so a store past their end shows in the guard words after them.
+      const got = kernels.allocateArray(outputs, "float32")!, gotDx = kernels.allocateArray(n, "float32")!;
+      got.fill(7);
+      gotDx.fill(NaN);
+      const guards = [guard(got), guard(gotDx)];
+      assert.ok(kernels.avgPool2dForward(x, got, g));
+      assertSameBits(got, want, what, true);
+      assert.ok(kernels.avgPool2dBackward(dy, gotDx, g));
+      assertSameBits(gotDx, wantDx, `${what} backward`, true);
+      for (const after of guards) assert.ok(after.every((v) => v === GUARD), `${what}: wrote past the end`);
+      kernels.freeArray(got);
+      kernels.freeArray(gotDx);
+    }
+  }
+});
+
+// Mutations tried, each made this test fail: the second thread's planes starting one plane late
+// (forward and backward); both threads sharing one share table (scratchStride 0); and of those
+// above, the unclipped divisor, float32 sums, the reciprocal, sums from −0, taps 1 and 2 swapped,
+// no masks, the share in float32, the covering rows reversed, the even pair's rounds swapped, the
+// odd pair taking round 0 and the covering rows ending late.
+Deno.test("wasm average pooling: full-size cifar10_quick layers on resident arrays, 1 and 2 threads", () => {
+  for (const shape of [[64, 32, 16, 16], [64, 64, 8, 8]]) {
+    const g = pool2dGeometry(shape, { kernel: 3, stride: 2 });
+    const { n, outputs } = poolSizes(g);
+    const x = avgPoolInput(shape), dy = avgPoolInput([g.batch, g.channels, g.outHeight, g.outWidth]);
+    const want = new Float32Array(outputs), wantDx = new Float32Array(n);
+    avgPool2dForward(x, want, g);
+    avgPool2dBackward(dy, wantDx, g);
+    for (const [name, kernels] of [["1 thread", plain], ["2 threads", twoThreads]] as const) {
+      const xIn = resident(kernels, x), dyIn = resident(kernels, dy);
+      const got = kernels.allocateArray(outputs, "float32")!, gotDx = kernels.allocateArray(n, "float32")!;
+      const guards = [guard(got), guard(gotDx)];
+      assert.ok(kernels.avgPool2dForward(xIn, got, g));
+      assert.ok(kernels.avgPool2dBackward(dyIn, gotDx, g));
+      assertSameBits(got, want, `${name} avg pool ${shape}`, true);
+      assertSameBits(gotDx, wantDx, `${name} avg pool ${shape} backward`, true);
+      for (const after of guards) {
+        assert.ok(after.every((v) => v === GUARD), `${name} avg pool ${shape}: wrote past the end`);
+      }
+      free(kernels, xIn, dyIn, got, gotDx);
+    }
+  }
+});
+
+// Mutations tried, each made this test fail: CpuBackend.avgPool2dForward, and then
+// avgPool2dBackward, never calling the kernels (the call counts); the second thread's planes
+// starting one plane late; one share table for both threads.
+Deno.test("CpuBackend: average pooling takes WebAssembly on resident storages, the TypeScript oracle's bits on 1 and 2 threads", async () => {
+  const oracle = new CpuBackend({ kernels: "ts" });
+  for (const threads of [1, 2]) {
+    const cpu = new CpuBackend({ threads });
+    await cpu.startThreads();
+    const wasm = (cpu as unknown as { wasm: WasmKernels }).wasm;
+    assert.ok(wasm, "this runtime has the WebAssembly kernels");
+    const taken = { avgPool2dForward: 0, avgPool2dBackward: 0 };
+    for (const name of ["avgPool2dForward", "avgPool2dBackward"] as const) {
+      const original = wasm[name].bind(wasm) as (...args: unknown[]) => boolean;
+      (wasm as unknown as Record<string, unknown>)[name] = (...args: unknown[]) => {
+        const done = original(...args);
+        if (done) taken[name]++;
+        return done;
+      };
+    }
+    try {
+      const cases: [number[], Pool2dOptions][] = [
+        [[64, 32, 16, 16], { kernel: 3, stride: 2 }],
+        [[64, 64, 8, 8], { kernel: 3, stride: 2 }],
+        [[2, 3, 9, 11], { kernel: 2, stride: 1, padding: 1 }],
+      ];
+      for (const [shape, options] of cases) {
+        const g = pool2dGeometry(shape, options);
+        const { n, outputs } = poolSizes(g);
+        const xs = avgPoolInput(shape), dys = avgPoolInput([g.batch, g.channels, g.outHeight, g.outWidth]);
+        const results = [cpu, oracle].map((b) => {
+          const x = b.upload(xs), y = b.allocateUninitialized(outputs, "float32");
+          const dy = b.upload(dys), dx = b.allocateUninitialized(n, "float32");
+          b.avgPool2dForward(x, y, g);
+          b.avgPool2dBackward(dy, dx, g);
+          const out = [b.readSync(y), b.readSync(dx)] as Float32Array[];
+          for (const s of [x, y, dy, dx]) b.release(s);
+          return out;
+        });
+        const what = `${threads} threads ${JSON.stringify(shape)}`;
+        assertSameBits(results[0][0], results[1][0], `backend avg pool ${what}`, true);
+        assertSameBits(results[0][1], results[1][1], `backend avg pool backward ${what}`, true);
+      }
+      assert.deepEqual(taken, { avgPool2dForward: 3, avgPool2dBackward: 3 }, "wasm average pooling taken");
+    } finally {
+      cpu.dispose();
     }
   }
 });

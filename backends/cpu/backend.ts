@@ -1,9 +1,10 @@
 /**
  * The CPU backend: storages are typed arrays on the host. Where the engine supports SIMD128, GEMM,
- * convolution, max pooling and ReLU run as WebAssembly kernels generated at run time (`wasm/`),
- * GEMM, convolution and pooling multi-threaded over shared memory, and storages are allocated inside the
- * kernels' memory so those kernels use them in place; everything else, and everything on engines
- * without SIMD128, runs as plain TypeScript loops. `new CpuBackend({ kernels: "ts" })` keeps to
+ * convolution, pooling, LRN, ReLU and its gradient, the bias add, row sums, the device-order average
+ * and the SGD and Adam updates run as WebAssembly kernels generated at run time (`wasm/`), the heavy
+ * ones multi-threaded over shared memory, and storages are allocated inside the kernels' memory so
+ * those kernels use them in place; everything else, and everything on engines without SIMD128,
+ * runs as plain TypeScript loops. `new CpuBackend({ kernels: "ts" })` keeps to
  * TypeScript throughout: that is the reference the WebAssembly kernels (and every other backend)
  * are tested against.
  *
@@ -351,10 +352,12 @@ export class CpuBackend implements Backend {
   }
 
   avgPool2dForward(x: Storage, out: Storage, geometry: Pool2dGeometry): void {
+    if (this.wasm?.avgPool2dForward(f32(x), f32(out), geometry)) return;
     avgPool2dForward(f32(x), f32(out), geometry);
   }
 
   avgPool2dBackward(dy: Storage, dx: Storage, geometry: Pool2dGeometry): void {
+    if (this.wasm?.avgPool2dBackward(f32(dy), f32(dx), geometry)) return;
     avgPool2dBackward(f32(dy), f32(dx), geometry, this.wasm?.fillZero(f32(dx)) ?? false);
   }
 

@@ -98,6 +98,7 @@ const MISC_PREFIX = 0xfc;
 const Simd = {
   load: 0x00,
   load32Splat: 0x09,
+  load64Splat: 0x0a,
   store: 0x0b,
   const: 0x0c,
   shuffle: 0x0d,
@@ -486,6 +487,10 @@ export class FunctionWriter {
   /** `v128.load32_splat offset`: one float broadcast to all four lanes. */
   v128Load32Splat(offset = 0): this {
     return this.#simd(Simd.load32Splat).#memarg(2, offset);
+  }
+  /** `v128.load64_splat offset`: one float64 (or two floats) broadcast to both 64-bit lanes. */
+  v128Load64Splat(offset = 0): this {
+    return this.#simd(Simd.load64Splat).#memarg(3, offset);
   }
   /** `v128.load64_zero offset`: two floats into the low lanes, zeros above. */
   v128Load64Zero(offset = 0): this {

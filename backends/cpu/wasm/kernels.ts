@@ -1,6 +1,7 @@
 /**
- * The WebAssembly kernels as the CPU backend sees them: GEMM, convolution and max pooling over
- * typed arrays, run on the main thread and, for large enough work, on the pool threads too.
+ * The WebAssembly kernels as the CPU backend sees them: GEMM, convolution, max and average pooling
+ * (and the elementwise, LRN and optimizer kernels) over typed arrays, run on the main thread and,
+ * for large enough work, on the pool threads too.
  *
  * Where memory can be shared (so it never moves when it grows), the backend allocates its arrays
  * inside the kernel memory ({@link WasmKernels.allocateArray}): operands that live there are used
@@ -18,6 +19,7 @@ import { GEMM_SCRATCH_BYTES } from "./gemm.ts";
 import { KernelHeap } from "./heap.ts";
 import { checkLrn, type LrnParams } from "../../geometry.ts";
 import { lrnConstants, lrnScratchBytes } from "./lrn_kernels.ts";
+import { avgPoolDivisors, avgPoolShareBytes, avgPoolShareRow } from "./pool_kernels.ts";
 import { instantiateKernels, type KernelExports, kernelModuleBytes, MAX_MEMORY_PAGES } from "./module.ts";
 import {
   encodeTask,
@@ -740,6 +742,76 @@ export class WasmKernels {
         threads,
       );
       this.#unstage(dx, dxAt, dx.length);
+      return true;
+    } finally {
+      this.#releaseTemporaries();
+    }
+  }
+
+  /**
+   * Average pooling forward (`out` overwritten, the TypeScript kernel's bits); false when it does
+   * not fit the kernel memory.
+   */
+  avgPool2dForward(x: Float32Array, out: Float32Array, g: Pool2dGeometry): boolean {
+    return this.#avgPool(TaskKind.avgPoolForward, x, out, g);
+  }
+
+  /**
+   * Average pooling backward (`dx` overwritten, the TypeScript kernel's bits, its adds in its
+   * order); false when it does not fit the kernel memory.
+   */
+  avgPool2dBackward(dy: Float32Array, dx: Float32Array, g: Pool2dGeometry): boolean {
+    return this.#avgPool(TaskKind.avgPoolBackward, dy, dx, g);
+  }
+
+  /** An average pooling pass from `source` (x or dy) into `target` (out or dx), by whole planes. */
+  #avgPool(kind: TaskKind, source: Float32Array, target: Float32Array, g: Pool2dGeometry): boolean {
+    const backward = kind === TaskKind.avgPoolBackward;
+    const planes = g.batch * g.channels;
+    const inputs = planes * g.inHeight * g.inWidth, outputs = planes * g.outHeight * g.outWidth;
+    const [sourceLength, targetLength] = backward ? [outputs, inputs] : [inputs, outputs];
+    if (source.length !== sourceLength || target.length !== targetLength) {
+      throw new Error(`avgPool2d: operand sizes do not match the geometry`);
+    }
+    // In GEMM flops of the same time: forward about 10 per output and tap (some 1.6 ns per 3×3
+    // window on one thread, as max pooling), backward 8 per input and window it can lie in
+    // (some 0.55 ns per input of 3×3, stride-2 windows).
+    const work = backward
+      ? 8 * inputs * Math.ceil(g.kernelH / g.strideH) * Math.ceil(g.kernelW / g.strideW)
+      : 10 * outputs * g.kernelH * g.kernelW;
+    const threads = Math.min(planes, this.#threadsFor(work));
+    try {
+      const sourceAt = this.#stage(source, sourceLength, true),
+        targetAt = this.#stage(target, targetLength, false);
+      const divisors = avgPoolDivisors(g);
+      // Slack: a short row's vector group reads up to three divisors past the table.
+      const divisorsAt = this.#scratch(8 * divisors.length + OVERREAD);
+      const scratchStride = backward ? avgPoolShareBytes(g) : 0;
+      const scratch = this.#scratch(threads * scratchStride);
+      if (
+        sourceAt === undefined || targetAt === undefined || divisorsAt === undefined || scratch === undefined
+      ) return false;
+      new Float64Array(this.#memory.buffer, divisorsAt, divisors.length).set(divisors);
+      this.#run(kind, {
+        planes,
+        inHeight: g.inHeight,
+        inWidth: g.inWidth,
+        outHeight: g.outHeight,
+        outWidth: g.outWidth,
+        kernelH: g.kernelH,
+        kernelW: g.kernelW,
+        strideH: g.strideH,
+        strideW: g.strideW,
+        padH: g.padH,
+        padW: g.padW,
+        source: sourceAt,
+        target: targetAt,
+        divisors: divisorsAt,
+        shareRow: backward ? avgPoolShareRow(g) : 0,
+        scratch,
+        scratchStride,
+      }, threads);
+      this.#unstage(target, targetAt, targetLength);
       return true;
     } finally {
       this.#releaseTemporaries();

@@ -1,7 +1,7 @@
 /**
- * Assembles the CPU backend's kernel module (GEMM, convolution helpers, max pooling, ReLU) for the features the
- * engine has, and instantiates it over a memory that can grow and, where the engine allows, be
- * shared with pool threads.
+ * Assembles the CPU backend's kernel module (GEMM, convolution helpers, max and average pooling,
+ * ReLU) for the features the engine has, and instantiates it over a memory that can grow and,
+ * where the engine allows, be shared with pool threads.
  *
  * @module
  */
@@ -61,6 +61,17 @@ export interface KernelExports extends GemmExports {
     planes: number,
     inPlane: number,
     outPlane: number,
+  ): void;
+  /** See `POOL_EXPORTS.avgForward`. */
+  avg_pool_forward(x: number, out: number, divisors: number, ...geometry: number[]): void;
+  /** See `POOL_EXPORTS.avgBackward`. */
+  avg_pool_backward(
+    dy: number,
+    dx: number,
+    divisors: number,
+    shares: number,
+    shareRow: number,
+    ...geometry: number[]
   ): void;
   /** See `OPTIMIZER_EXPORTS.sgdUpdate`. */
   sgd_update(...args: number[]): void;

@@ -36,6 +36,8 @@ export const TaskKind = {
   maxPoolBackward: 8,
   lrnForward: 9,
   lrnBackward: 10,
+  avgPoolForward: 11,
+  avgPoolBackward: 12,
 } as const;
 
 /** One of the {@link TaskKind} codes. */
@@ -98,6 +100,30 @@ export interface PoolBackwardTask {
   dy: number;
   argmax: number;
   dx: number;
+}
+
+/**
+ * Average pooling over `planes` planes (geometry as `Pool2dGeometry`, batch × channels = planes):
+ * forward from `source` (x) into `target` (out), backward from `source` (dy) into `target` (dx),
+ * with the windows' float64 `divisors` (see `avgPoolDivisors`); backward's share table rows hold
+ * `shareRow` float64s (see `avgPoolShareRow`), one table in each thread's scratch.
+ */
+export interface AvgPoolTask {
+  planes: number;
+  inHeight: number;
+  inWidth: number;
+  outHeight: number;
+  outWidth: number;
+  kernelH: number;
+  kernelW: number;
+  strideH: number;
+  strideW: number;
+  padH: number;
+  padW: number;
+  source: number;
+  target: number;
+  divisors: number;
+  shareRow: number;
 }
 
 /** Every task carries where thread t's scratch starts: `scratch + t·scratchStride`. */
@@ -184,10 +210,31 @@ const UPDATE_FIELDS = ["length", "param", "grad", "history", "v"] as const;
 
 const POOL_BACKWARD_FIELDS = ["planes", "inPlane", "outPlane", "dy", "argmax", "dx"] as const;
 
+const AVG_POOL_FIELDS = [
+  "planes",
+  "inHeight",
+  "inWidth",
+  "outHeight",
+  "outWidth",
+  "kernelH",
+  "kernelW",
+  "strideH",
+  "strideW",
+  "padH",
+  "padW",
+  "source",
+  "target",
+  "divisors",
+  "shareRow",
+  "scratch",
+  "scratchStride",
+] as const;
+
 function fieldsOf(kind: TaskKind): readonly string[] {
   if (kind === TaskKind.matmul) return MATMUL_FIELDS;
   if (kind === TaskKind.sgdUpdate || kind === TaskKind.adamUpdate) return UPDATE_FIELDS;
   if (kind === TaskKind.maxPoolBackward) return POOL_BACKWARD_FIELDS;
+  if (kind === TaskKind.avgPoolForward || kind === TaskKind.avgPoolBackward) return AVG_POOL_FIELDS;
   if (kind === TaskKind.lrnForward || kind === TaskKind.lrnBackward) return LRN_FIELDS;
   return kind === TaskKind.maxPoolForward ? POOL_FIELDS : CONV_FIELDS;
 }
@@ -208,7 +255,11 @@ function fieldsOf(kind: TaskKind): readonly string[] {
  */
 export function encodeTask(
   kind: TaskKind,
-  task: ((MatmulTask | ConvTask | PoolTask) & TaskScratch) | UpdateTask | PoolBackwardTask | LrnTask,
+  task:
+    | ((MatmulTask | ConvTask | PoolTask | AvgPoolTask) & TaskScratch)
+    | UpdateTask
+    | PoolBackwardTask
+    | LrnTask,
   out: Int32Array,
 ): void {
   const record = task as unknown as Record<string, number | boolean>;
@@ -307,6 +358,44 @@ function runMatmul(x: KernelExports, task: Record<string, number>, t: number, th
   }
 }
 
+/** Average pooling, forward or backward, of planes [p0, p1) on thread `t` (its scratch). */
+function runAvgPoolPlanes(
+  x: KernelExports,
+  backward: boolean,
+  task: Record<string, number>,
+  p0: number,
+  p1: number,
+  t: number,
+): void {
+  const inPlane = 4 * task.inHeight * task.inWidth, outPlane = 4 * task.outHeight * task.outWidth;
+  const geometry = [
+    p1 - p0,
+    task.inHeight,
+    task.inWidth,
+    task.outHeight,
+    task.outWidth,
+    task.kernelH,
+    task.kernelW,
+    task.strideH,
+    task.strideW,
+    task.padH,
+    task.padW,
+  ];
+  if (backward) {
+    const scratch = task.scratch + t * task.scratchStride;
+    x.avg_pool_backward(
+      task.source + p0 * outPlane,
+      task.target + p0 * inPlane,
+      task.divisors,
+      scratch,
+      task.shareRow,
+      ...geometry,
+    );
+  } else {
+    x.avg_pool_forward(task.source + p0 * inPlane, task.target + p0 * outPlane, task.divisors, ...geometry);
+  }
+}
+
 /**
  * Runs thread `t`'s share (of `threads`) of the task encoded in `args`.
  *
@@ -336,6 +425,12 @@ export function runTaskShare(
     // Whole images per thread: each image's sums run through all its channels on one thread.
     const [n0, n1] = share(task.images, t, threads);
     if (n1 > n0) runLrnImages(x, kind === TaskKind.lrnBackward, args, n0, n1, t);
+    return;
+  }
+  if (kind === TaskKind.avgPoolForward || kind === TaskKind.avgPoolBackward) {
+    // Whole planes per thread: every output (and every dx element) is computed by one thread.
+    const [p0, p1] = share(task.planes, t, threads);
+    if (p1 > p0) runAvgPoolPlanes(x, kind === TaskKind.avgPoolBackward, task, p0, p1, t);
     return;
   }
   if (kind === TaskKind.maxPoolBackward) {
