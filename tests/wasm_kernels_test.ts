@@ -382,8 +382,9 @@ function runConv(
 }
 
 // Mutations tried, each made this test fail: packing a full panel's lane from the next input
-// column (the hoisted lane pointers of `conv_pack_columns`); reading every depth and row block of
-// the weights packed once per call from the first block's slot.
+// column (the hoisted lane pointers of `conv_pack_columns`); swapping the two lane masks of a panel
+// that crosses an output row (its blended path); reading every depth and row block of the weights
+// packed once per call from the first block's slot.
 Deno.test("wasm conv: forward, input and weight gradients match the oracle", () => {
   for (const [name, kernels] of KERNELS) {
     for (const c of CONV_CASES) {

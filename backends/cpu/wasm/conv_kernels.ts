@@ -264,7 +264,8 @@ function writePackColumns(f: FunctionWriter): void {
     contiguous = f.local(i32);
   const c = f.local(i32), ki = f.local(i32), kj = f.local(i32), rem = f.local(i32), base = f.local(i32);
   const r = f.local(i32), lane = f.local(i32), area = f.local(i32), src = f.local(i32);
-  const full = f.local(i32), baseBytes = f.local(i32);
+  const full = f.local(i32), baseBytes = f.local(i32), split = f.local(i32), second = f.local(i32);
+  const maskLo = f.local(v128), maskHi = f.local(v128);
   /** Byte address in the padded image of each lane's window for a full panel, hoisted out of the rows. */
   const lanePointers = Array.from({ length: 8 }, () => f.local(i32));
   f.localGet(kh).localGet(kw).i32Mul().localSet(area);
@@ -275,6 +276,7 @@ function writePackColumns(f: FunctionWriter): void {
     ).end();
     f.localGet(offsets).localGet(j0).i32Const(2).i32Shl().i32Add().i32Load().localSet(first);
     f.i32Const(0).localSet(contiguous);
+    f.i32Const(0).localSet(split);
     f.localGet(count).i32Const(8).i32Eq().localSet(full);
     f.localGet(full).if();
     f.localGet(offsets).localGet(j0).i32Const(2).i32Shl().i32Add().i32Load(28).localGet(first).i32Sub();
@@ -285,6 +287,24 @@ function writePackColumns(f: FunctionWriter): void {
       f.localGet(xpad).localGet(offsets).localGet(j0).i32Const(2).i32Shl().i32Add().i32Load(4 * l);
       f.i32Const(2).i32Shl().i32Add().localSet(pointer);
     });
+    // A panel crossing one output-row boundary (stride 1: every other panel of a 14-wide output,
+    // every panel of a 7-wide one) is two contiguous runs: lanes [0, split) from the first,
+    // [split, 8) from the second, read as vectors and blended. `second` is where lane 0 would
+    // be read in the second run; split stays 0 where the panel is not two runs.
+    for (let l = 7; l >= 1; l--) {
+      f.localGet(lanePointers[l]).localGet(lanePointers[0]).i32Const(4 * l).i32Add().i32Ne().if();
+      f.i32Const(l).localSet(split);
+      f.localGet(lanePointers[l]).i32Const(4 * l).i32Sub().localSet(second);
+      f.end();
+    }
+    for (let l = 1; l <= 7; l++) {
+      f.localGet(split).i32Const(l).i32LeS().localGet(split).i32Const(0).i32GtS().i32And();
+      f.localGet(lanePointers[l]).localGet(second).i32Const(4 * l).i32Add().i32Ne().i32And().if();
+      f.i32Const(0).localSet(split);
+      f.end();
+    }
+    f.v128ConstI32([0, 1, 2, 3]).localGet(split).i32x4Splat().i32x4LtS().localSet(maskLo);
+    f.v128ConstI32([4, 5, 6, 7]).localGet(split).i32x4Splat().i32x4LtS().localSet(maskHi);
     f.end();
     // (c, ki, kj) and the padded-image offset of the first row.
     f.localGet(rowStart).localGet(area).i32DivS().localSet(c);
@@ -298,6 +318,15 @@ function writePackColumns(f: FunctionWriter): void {
       f.localGet(xpad).localGet(base).localGet(first).i32Add().i32Const(2).i32Shl().i32Add().localSet(src);
       f.localGet(dst).localGet(src).v128Load(0).v128Store(0);
       f.localGet(dst).localGet(src).v128Load(16).v128Store(16);
+      f.else();
+      f.localGet(split).if();
+      f.localGet(base).i32Const(2).i32Shl().localSet(baseBytes);
+      for (const half of [0, 16]) {
+        f.localGet(dst);
+        f.localGet(lanePointers[0]).localGet(baseBytes).i32Add().v128Load(half);
+        f.localGet(second).localGet(baseBytes).i32Add().v128Load(half);
+        f.localGet(half === 0 ? maskLo : maskHi).v128Bitselect().v128Store(half);
+      }
       f.else();
       f.localGet(full).if();
       f.localGet(base).i32Const(2).i32Shl().localSet(baseBytes);
@@ -315,6 +344,7 @@ function writePackColumns(f: FunctionWriter): void {
         f.localGet(dst).localGet(lane).i32Const(2).i32Shl().i32Add().f32Const(0).f32Store();
         f.end();
       });
+      f.end();
       f.end();
       f.end();
       f.localGet(dst).i32Const(32).i32Add().localSet(dst);

@@ -128,6 +128,7 @@ const Simd = {
   i32x4Mul: 0xb5,
   i32x4ExtractLane: 0x1b,
   i32x4Eq: 0x37,
+  i32x4LtS: 0x39,
   f32x4Abs: 0xe0,
   f32x4Neg: 0xe1,
   f32x4Sqrt: 0xe3,
@@ -588,6 +589,10 @@ export class FunctionWriter {
    */
   i32x4RelaxedLaneselect(): this {
     return this.#simd(Simd.i32x4RelaxedLaneselect);
+  }
+  /** `i32x4.lt_s`: lane-wise signed `a < b`, all ones or all zeros. */
+  i32x4LtS(): this {
+    return this.#simd(Simd.i32x4LtS);
   }
   /** `i32x4.splat`. */
   i32x4Splat(): this {
