@@ -465,6 +465,46 @@ Deno.test("wasm threads: 2 and 3 threads give bit-identical GEMMs and convolutio
   }
 });
 
+// Mutations tried, each made this test fail: a thread's share of an elementwise pass reading its
+// input from the start of the array (not from its share); the row sums' share writing its rows from
+// row 0; the bias add's share of blocks reading the first block; a last-axis bias adding every row
+// of a share to that share's first row.
+Deno.test("wasm threads: elementwise passes split over 2 and 3 threads give the 1-thread bits", async () => {
+  for (const threads of [2, 3]) {
+    const pool = WasmKernels.create({ threads })!;
+    try {
+      assert.equal(await pool.startThreads(), threads);
+      // Large enough to be split (≥ 2^19 floats), with a tail that is not a whole cache line.
+      const n = (1 << 20) + 13, x = randomArray(n), y = randomArray(n), z = randomArray(n);
+      const pairs: [string, (k: WasmKernels, out: Float32Array) => boolean, number][] = [
+        ["relu", (k, out) => k.relu(x, out), n],
+        ["reluGrad", (k, out) => k.reluGrad(x, 0, y, 0, out), n],
+        [
+          "bias add",
+          (k, out) => k.addChannels(x.subarray(0, 40 * 32 * 784), y.subarray(0, 32), out, 40, 784),
+          40 * 32 * 784,
+        ],
+        ["row sums", (k, out) => k.sumRows(x, out, 1337, 784), 1337],
+        ["average", (k, out) => k.averageInOrder([x, y, z], out), n],
+        ["mul", (k, out) => k.mul(x, y, out), n],
+        [
+          "bias along the last axis",
+          (k, out) => k.addChannels(x.subarray(0, 700 * 768), y.subarray(0, 768), out, 700, 1),
+          700 * 768,
+        ],
+      ];
+      for (const [name, run, length] of pairs) {
+        const one = new Float32Array(length).fill(7), many = new Float32Array(length).fill(9);
+        assert.ok(run(single!, one));
+        assert.ok(run(pool, many));
+        assertSameBits(many, one, `${threads} threads ${name}`);
+      }
+    } finally {
+      pool.dispose();
+    }
+  }
+});
+
 Deno.test("wasm threads: a process using the kernel threads exits by itself", async () => {
   const script = `
     import { CpuBackend } from ${JSON.stringify(new URL("../backends/cpu/backend.ts", import.meta.url).href)};
@@ -572,7 +612,7 @@ Deno.test("wasm ReLU and its gradient: the TypeScript kernels' bits, NaN, ±0, i
 });
 
 // Mutations tried, each made this test fail: loading the bias of channel c + 1; summing only lanes
-// 0–1 of each vector; skipping the scalar tail of each row.
+// 0–1 of each vector; skipping the scalar tail of each row; the dense product adding instead.
 Deno.test("wasm bias add and row sums: the broadcast add's bits; row sums within float64 rounding", async () => {
   const { binaryKernel } = await import("../backends/cpu/elementwise.ts");
   for (const [outer, channels, inner] of [[2, 3, 1], [3, 5, 7], [4, 32, 784], [64, 768, 1], [1, 1, 4099]]) {
@@ -594,6 +634,14 @@ Deno.test("wasm bias add and row sums: the broadcast add's bits; row sums within
     );
     assert.ok(single!.addChannels(x, bias.subarray(2), got, outer, inner));
     assertSameBits(got, want, `add ${shape}`);
+    // Dropout's mask product, dense × dense.
+    const wantMul = new Float32Array(n),
+      gotMul = new Float32Array(n).fill(9),
+      dense = { offset: 0, strides: [1] };
+    const y = randomArray(n).map((v, i) => (i % 5 === 0 ? [NaN, -0, Infinity, 0, 2][i % 25 / 5] : v));
+    binaryKernel("mul", x, dense, y, dense, wantMul, [n]);
+    assert.ok(single!.mul(x, y, gotMul));
+    assertSameBits(gotMul, wantMul, `mul ${n}`);
   }
   // Sizes around the 8-float step, rows starting unaligned; |x| up to 1e4 so float32 accumulation
   // would show. The float64 sum rounded once differs from the exact sum by at most half an ulp,

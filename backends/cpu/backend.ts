@@ -295,6 +295,10 @@ export class CpuBackend implements Backend {
       this.wasm.reluGrad(f32(a), aView.offset, f32(b), bView.offset, f32(out))
     ) return;
     if (op === "add" && this.wasm && addChannels(this.wasm, a, aView, b, bView, out, shape)) return;
+    if (
+      op === "mul" && this.wasm && isDenseView(aView, shape) && isDenseView(bView, shape) &&
+      aView.offset === 0 && bView.offset === 0 && this.wasm.mul(f32(a), f32(b), f32(out))
+    ) return;
     binaryKernel(op, f32(a), aView, f32(b), bView, f32(out), shape);
   }
 

@@ -46,6 +46,8 @@ export const ELEMENTWISE_EXPORTS = {
    * float32 (the device-order average's step; `out` may be `a`).
    */
   addScale: "add_scale",
+  /** `(a, b, out, n)`: `out = a · b` over n floats (one float32 rounding, as the TypeScript `mul`). */
+  mul: "mul",
 } as const;
 
 /**
@@ -182,6 +184,14 @@ export function emitElementwiseKernels(builder: ModuleBuilder): void {
       load(f, a, offset, single);
       load(f, b, offset, single);
       f.f32x4Add().localGet(factor).f32x4Mul();
+    });
+  });
+  builder.addFunction(ELEMENTWISE_EXPORTS.mul, [i32, i32, i32, i32], [], (f) => {
+    const [a, b, out, n] = [0, 1, 2, 3];
+    writeLanes(f, n, out, (offset, single) => {
+      load(f, a, offset, single);
+      load(f, b, offset, single);
+      f.f32x4Mul();
     });
   });
 }

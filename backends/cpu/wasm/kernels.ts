@@ -22,6 +22,7 @@ import { lrnConstants, lrnScratchBytes } from "./lrn_kernels.ts";
 import { avgPoolDivisors, avgPoolShareBytes, avgPoolShareRow } from "./pool_kernels.ts";
 import { instantiateKernels, type KernelExports, kernelModuleBytes, MAX_MEMORY_PAGES } from "./module.ts";
 import {
+  ElementwiseOp,
   encodeTask,
   filterRowsPerThread,
   floatBits,
@@ -478,12 +479,29 @@ export class WasmKernels {
     }
   }
 
+  /**
+   * A memory-bound pass (see `ElementwiseTask` in `tasks.ts`) on `elements` floats of traffic' worth
+   * of threads: large activations split over the kernel threads, small ones stay on this thread.
+   */
+  #elementwise(
+    op: number,
+    length: number,
+    a: number,
+    b: number,
+    out: number,
+    extra = 0,
+    extra2 = 0,
+    elements = length,
+  ): void {
+    this.#run(TaskKind.elementwise, { op, length, a, b, out, extra, extra2 }, this.#threadsFor(elements * 8));
+  }
+
   /** `out = relu(x)` over equal-length arrays (the TypeScript kernel's bits); false when out of memory. */
   relu(x: Float32Array, out: Float32Array): boolean {
     try {
       const xAt = this.#stage(x, x.length, true), outAt = this.#stage(out, out.length, false);
       if (xAt === undefined || outAt === undefined) return false;
-      this.#kernels.relu(xAt, outAt, x.length);
+      this.#elementwise(ElementwiseOp.relu, x.length, xAt, 0, outAt);
       this.#unstage(out, outAt, out.length);
       return true;
     } finally {
@@ -501,7 +519,21 @@ export class WasmKernels {
       const dyAt = this.#stage(dy, n, true, dyOffset), yAt = this.#stage(y, n, true, yOffset);
       const outAt = this.#stage(out, n, false);
       if (dyAt === undefined || yAt === undefined || outAt === undefined) return false;
-      this.#kernels.relu_grad(dyAt, yAt, outAt, n);
+      this.#elementwise(ElementwiseOp.reluGrad, n, dyAt, yAt, outAt);
+      this.#unstage(out, outAt, n);
+      return true;
+    } finally {
+      this.#releaseTemporaries();
+    }
+  }
+
+  /** `out = a · b` over equal-length arrays (the TypeScript kernel's bits); false when out of memory. */
+  mul(a: Float32Array, b: Float32Array, out: Float32Array): boolean {
+    const n = out.length;
+    try {
+      const aAt = this.#stage(a, n, true), bAt = this.#stage(b, n, true), outAt = this.#stage(out, n, false);
+      if (aAt === undefined || bAt === undefined || outAt === undefined) return false;
+      this.#elementwise(ElementwiseOp.mul, n, aAt, bAt, outAt);
       this.#unstage(out, outAt, n);
       return true;
     } finally {
@@ -518,7 +550,7 @@ export class WasmKernels {
       const xAt = this.#stage(x, out.length, true), biasAt = this.#stage(bias, bias.length, true);
       const outAt = this.#stage(out, out.length, false);
       if (xAt === undefined || biasAt === undefined || outAt === undefined) return false;
-      this.#kernels.add_channels(xAt, biasAt, outAt, outer, bias.length, inner);
+      this.#elementwise(ElementwiseOp.addChannels, outer, xAt, biasAt, outAt, bias.length, inner, out.length);
       this.#unstage(out, outAt, out.length);
       return true;
     } finally {
@@ -542,7 +574,15 @@ export class WasmKernels {
         const scale = Math.fround(1 / addresses.length);
         for (let d = 1; d < addresses.length; d++) {
           const last = d === addresses.length - 1;
-          this.#kernels.add_scale(d === 1 ? addresses[0] : outAt, addresses[d], outAt, n, last ? scale : 1);
+          const factor = floatBits(last ? scale : 1);
+          this.#elementwise(
+            ElementwiseOp.addScale,
+            n,
+            d === 1 ? addresses[0] : outAt,
+            addresses[d],
+            outAt,
+            factor,
+          );
         }
       }
       this.#unstage(out, outAt, n);
@@ -557,7 +597,7 @@ export class WasmKernels {
     try {
       const xAt = this.#stage(x, rows * size, true), outAt = this.#stage(out, rows, false);
       if (xAt === undefined || outAt === undefined) return false;
-      this.#kernels.sum_rows(xAt, outAt, rows, size);
+      this.#elementwise(ElementwiseOp.sumRows, rows, xAt, 0, outAt, size, 0, rows * size);
       this.#unstage(out, outAt, rows);
       return true;
     } finally {

@@ -114,6 +114,8 @@ export interface KernelExports extends GemmExports {
   sum_rows(x: number, out: number, rows: number, size: number): void;
   /** See `ELEMENTWISE_EXPORTS.addScale`. */
   add_scale(a: number, b: number, out: number, n: number, scale: number): void;
+  /** See `ELEMENTWISE_EXPORTS.mul`. */
+  mul(a: number, b: number, out: number, n: number): void;
 }
 
 /**

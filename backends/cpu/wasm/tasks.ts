@@ -38,7 +38,42 @@ export const TaskKind = {
   lrnBackward: 10,
   avgPoolForward: 11,
   avgPoolBackward: 12,
+  elementwise: 13,
 } as const;
+
+/**
+ * What an {@link TaskKind.elementwise} task computes (see `ELEMENTWISE_EXPORTS` for each kernel).
+ *
+ * @example
+ * ```ts
+ * import { ElementwiseOp } from "./tasks.ts";
+ * console.log(ElementwiseOp.reluGrad); // 2
+ * ```
+ */
+export const ElementwiseOp = {
+  relu: 1,
+  reluGrad: 2,
+  addChannels: 3,
+  sumRows: 4,
+  addScale: 5,
+  mul: 6,
+} as const;
+
+/**
+ * A memory-bound pass (see {@link ElementwiseOp}): `length` elements (rows for `sumRows`, outer
+ * blocks for `addChannels`) from byte addresses `a` and `b` into `out`; `extra` is the row size
+ * (`sumRows`), the channels (`addChannels`) or the scale's float32 bits (`addScale`), `extra2` the
+ * inner size (`addChannels`). Threads take whole elements, rows or blocks, so no bit depends on them.
+ */
+export interface ElementwiseTask {
+  op: number;
+  length: number;
+  a: number;
+  b: number;
+  out: number;
+  extra: number;
+  extra2: number;
+}
 
 /** One of the {@link TaskKind} codes. */
 export type TaskKind = typeof TaskKind[keyof typeof TaskKind];
@@ -208,6 +243,8 @@ export const MAX_TASK_ARGS = 32;
 
 const UPDATE_FIELDS = ["length", "param", "grad", "history", "v"] as const;
 
+const ELEMENTWISE_FIELDS = ["op", "length", "a", "b", "out", "extra", "extra2"] as const;
+
 const POOL_BACKWARD_FIELDS = ["planes", "inPlane", "outPlane", "dy", "argmax", "dx"] as const;
 
 const AVG_POOL_FIELDS = [
@@ -233,6 +270,7 @@ const AVG_POOL_FIELDS = [
 function fieldsOf(kind: TaskKind): readonly string[] {
   if (kind === TaskKind.matmul) return MATMUL_FIELDS;
   if (kind === TaskKind.sgdUpdate || kind === TaskKind.adamUpdate) return UPDATE_FIELDS;
+  if (kind === TaskKind.elementwise) return ELEMENTWISE_FIELDS;
   if (kind === TaskKind.maxPoolBackward) return POOL_BACKWARD_FIELDS;
   if (kind === TaskKind.avgPoolForward || kind === TaskKind.avgPoolBackward) return AVG_POOL_FIELDS;
   if (kind === TaskKind.lrnForward || kind === TaskKind.lrnBackward) return LRN_FIELDS;
@@ -259,7 +297,8 @@ export function encodeTask(
     | ((MatmulTask | ConvTask | PoolTask | AvgPoolTask) & TaskScratch)
     | UpdateTask
     | PoolBackwardTask
-    | LrnTask,
+    | LrnTask
+    | ElementwiseTask,
   out: Int32Array,
 ): void {
   const record = task as unknown as Record<string, number | boolean>;
@@ -308,6 +347,33 @@ function runUpdate(x: KernelExports, kind: TaskKind, args: Int32Array, t: number
   const at = 4 * e0;
   if (kind === TaskKind.sgdUpdate) x.sgd_update(param + at, grad + at, history + at, e1 - e0, ...hyper);
   else x.adam_update(param + at, grad + at, history + at, v + at, e1 - e0, ...hyper);
+}
+
+/** Runs thread `t`'s share of an elementwise task (see {@link ElementwiseTask}). */
+function runElementwise(x: KernelExports, args: Int32Array, t: number, threads: number): void {
+  const [op, length, a, b, out, extra, extra2] = args;
+  if (op === ElementwiseOp.addChannels) {
+    const [o0, o1] = share(length, t, threads);
+    const block = 4 * extra * extra2;
+    if (extra2 === 1) {
+      // A bias along the last axis (a fully connected layer's): each row plus the whole vector.
+      for (let o = o0; o < o1; o++) x.add_scale(a + o * block, b, out + o * block, extra, 1);
+    } else if (o1 > o0) x.add_channels(a + o0 * block, b, out + o0 * block, o1 - o0, extra, extra2);
+    return;
+  }
+  if (op === ElementwiseOp.sumRows) {
+    const [r0, r1] = share(length, t, threads);
+    if (r1 > r0) x.sum_rows(a + 4 * r0 * extra, out + 4 * r0, r1 - r0, extra);
+    return;
+  }
+  // Whole cache lines (16 floats) per thread.
+  const [e0, e1] = share(length, t, threads, 16);
+  if (e1 <= e0) return;
+  const at = 4 * e0;
+  if (op === ElementwiseOp.relu) x.relu(a + at, out + at, e1 - e0);
+  else if (op === ElementwiseOp.reluGrad) x.relu_grad(a + at, b + at, out + at, e1 - e0);
+  else if (op === ElementwiseOp.mul) x.mul(a + at, b + at, out + at, e1 - e0);
+  else x.add_scale(a + at, b + at, out + at, e1 - e0, bitsFloat(extra));
 }
 
 function decode(kind: TaskKind, args: Int32Array): Record<string, number> {
@@ -419,6 +485,10 @@ export function runTaskShare(
   }
   if (kind === TaskKind.sgdUpdate || kind === TaskKind.adamUpdate) {
     runUpdate(x, kind, args, t, threads);
+    return;
+  }
+  if (kind === TaskKind.elementwise) {
+    runElementwise(x, args, t, threads);
     return;
   }
   if (kind === TaskKind.lrnForward || kind === TaskKind.lrnBackward) {
