@@ -16,6 +16,7 @@ import { getBackend, type ParameterEntry } from "../../engine/mod.ts";
  *
  * @example
  * ```ts
+ * import "../../mod.ts"; // registers the CPU backend
  * import { sharedFloats } from "./layout.ts";
  * const gradients = sharedFloats(1024); // Float32Array over shared memory, all zeros
  * ```
