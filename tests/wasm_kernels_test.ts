@@ -16,10 +16,10 @@ import {
   signedLeb128,
   unsignedLeb128,
   ValType,
-} from "../backends/cpu/wasm/encoder.ts";
+} from "../backends/cpu/wasm/generate/encoder.ts";
 import { describeWasmFeatures, detectWasmFeatures } from "../backends/cpu/wasm/features.ts";
 import { WasmKernels } from "../backends/cpu/wasm/kernels.ts";
-import { kernelModuleBytes } from "../backends/cpu/wasm/module.ts";
+import { kernelModuleBytes } from "../backends/cpu/wasm/generate/module.ts";
 import { type Conv2dGeometry, conv2dGeometry } from "../backends/geometry.ts";
 import type { MatmulSpec } from "../backends/backend.ts";
 import { evalLines } from "./fixtures/process.ts";

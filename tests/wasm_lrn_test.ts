@@ -1,7 +1,7 @@
 /**
- * The WebAssembly LRN kernels (`backends/cpu/wasm/lrn_kernels.ts`) against the TypeScript ones
- * (`backends/cpu/lrn.ts`), bit for bit: forward (out and scale) and backward (dx) on random data
- * of mixed magnitudes, plane sizes that leave pair and lone-pixel tails, fewer channels than the
+ * The WebAssembly LRN kernels (`backends/cpu/wasm/generate/lrn_kernels.ts`) against the TypeScript
+ * ones (`backends/cpu/lrn.ts`), bit for bit: forward (out and scale) and backward (dx) on random
+ * data of mixed magnitudes, plane sizes that leave pair and lone-pixel tails, fewer channels than the
  * window, sizes 1, 3, 5 and 7, AlexNet's layers, data whose running sums cancel below zero (the
  * clamp) or whose gradient terms cancel (so float64 roundings show), NaN and infinities (NaN
  * where TypeScript has NaN), and 1 vs 2 kernel threads through `CpuBackend`.

@@ -15,7 +15,7 @@
 import type { Conv2dGeometry } from "../../geometry.ts";
 import { isPointwise } from "../../geometry.ts";
 import { GEMM_SCRATCH_BYTES, gemmBlocked, packedABytes, packWholeA } from "./gemm.ts";
-import type { KernelExports } from "./module.ts";
+import type { KernelExports } from "./generate/module.ts";
 
 /**
  * Rows of one image's column matrix: one per (input channel, kernel row, kernel column).

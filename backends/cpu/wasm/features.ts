@@ -6,7 +6,7 @@
  * @module
  */
 
-import { type FunctionWriter, ModuleBuilder, ValType } from "./encoder.ts";
+import { type FunctionWriter, ModuleBuilder, ValType } from "./generate/encoder.ts";
 
 /** The engine's support for the features the generated kernels can use. */
 export interface WasmFeatures {

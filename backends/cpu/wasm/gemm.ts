@@ -39,7 +39,7 @@ export const GEMM_TILE = { mr: 6, mrUnfused: 4, nr: 8 } as const;
  */
 export const GEMM_BLOCKS = { kc: 256, mc: 96, nc: 2048 } as const;
 
-/** The generated GEMM functions (see `GEMM_EXPORTS` in `gemm_kernels.ts`). */
+/** The generated GEMM functions (see `GEMM_EXPORTS` in `generate/gemm_kernels.ts`). */
 export interface GemmExports {
   /** See `GEMM_EXPORTS.macro`. */
   gemm_macro(
@@ -189,7 +189,7 @@ export function packWholeA(x: GemmExports, p: GemmProblem, dst: number): void {
  * @example
  * ```ts
  * import { gemmBlocked } from "./gemm.ts";
- * // kernels: the exports of an instantiated kernel module (see module.ts)
+ * // kernels: the exports of an instantiated kernel module (see generate/module.ts)
  * // gemmBlocked(kernels, { m: 2, n: 2, k: 3, a: 0, lda: 3, transA: false, b: 64, ldb: 2,
  * //   transB: false, c: 128, ldc: 2, accumulate: false }, 1024);
  * ```

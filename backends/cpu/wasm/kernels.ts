@@ -9,6 +9,10 @@
  * copied back out). Scratch (packed panels, column matrices) is allocated per call. A call that
  * would need more than the memory limit returns `false`, so the caller runs the TypeScript kernel.
  *
+ * It stays one file although long: it is the one facade the backend calls, one short method per
+ * kernel (stage the operands, run a task from `tasks.ts`), and what those methods call (the
+ * generators in `generate/`, the drivers, the heap and the threads) lives in files of its own.
+ *
  * @module
  */
 
@@ -18,9 +22,14 @@ import { detectWasmFeatures, type WasmFeatures } from "./features.ts";
 import { GEMM_SCRATCH_BYTES } from "./gemm.ts";
 import { KernelHeap } from "./heap.ts";
 import { checkLrn, type LrnParams } from "../../geometry.ts";
-import { lrnConstants, lrnScratchBytes } from "./lrn_kernels.ts";
-import { avgPoolDivisors, avgPoolShareBytes, avgPoolShareRow } from "./pool_kernels.ts";
-import { instantiateKernels, type KernelExports, kernelModuleBytes, MAX_MEMORY_PAGES } from "./module.ts";
+import { lrnConstants, lrnScratchBytes } from "./generate/lrn_kernels.ts";
+import { avgPoolDivisors, avgPoolShareBytes, avgPoolShareRow } from "./generate/avg_pool_kernels.ts";
+import {
+  instantiateKernels,
+  type KernelExports,
+  kernelModuleBytes,
+  MAX_MEMORY_PAGES,
+} from "./generate/module.ts";
 import {
   ElementwiseOp,
   encodeTask,

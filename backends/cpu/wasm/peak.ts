@@ -18,7 +18,7 @@
  * @module
  */
 
-import { ModuleBuilder, ValType } from "./encoder.ts";
+import { ModuleBuilder, ValType } from "./generate/encoder.ts";
 import { detectWasmFeatures } from "./features.ts";
 
 const { i32, f32, v128 } = ValType;

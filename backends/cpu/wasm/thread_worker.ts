@@ -7,7 +7,7 @@
  */
 
 import { workerData } from "node:worker_threads";
-import { instantiateKernels } from "./module.ts";
+import { instantiateKernels } from "./generate/module.ts";
 import { Control, doneSlot, FAILURE_BYTES, type PoolThreadData, readySlot } from "./thread_pool.ts";
 import { MAX_TASK_ARGS, runTaskShare, type TaskKind } from "./tasks.ts";
 

@@ -11,9 +11,10 @@ import { CONV_EXPORTS, emitConvKernels } from "./conv_kernels.ts";
 import { emitElementwiseKernels } from "./elementwise_kernels.ts";
 import { emitLrnKernels } from "./lrn_kernels.ts";
 import { emitGemmKernels } from "./gemm_kernels.ts";
-import { emitPoolKernels } from "./pool_kernels.ts";
+import { emitMaxPoolKernels } from "./max_pool_kernels.ts";
+import { emitAvgPoolKernels } from "./avg_pool_kernels.ts";
 import { emitOptimizerKernels } from "./optimizer_kernels.ts";
-import { GEMM_TILE, type GemmExports } from "./gemm.ts";
+import { GEMM_TILE, type GemmExports } from "../gemm.ts";
 
 /**
  * Largest memory the kernels use: 2 GiB (32768 pages of 64 KiB). Calls needing more fall back to TypeScript.
@@ -51,9 +52,9 @@ export interface KernelExports extends GemmExports {
   conv_pack_columns(...args: number[]): void;
   /** See `CONV_EXPORTS.packRows`. */
   conv_pack_rows(...args: number[]): void;
-  /** See `POOL_EXPORTS.maxForward`. */
+  /** See `MAX_POOL_EXPORTS.maxForward`. */
   max_pool_forward(...args: number[]): void;
-  /** See `POOL_EXPORTS.maxBackward`. */
+  /** See `MAX_POOL_EXPORTS.maxBackward`. */
   max_pool_backward(
     dy: number,
     argmax: number,
@@ -62,9 +63,9 @@ export interface KernelExports extends GemmExports {
     inPlane: number,
     outPlane: number,
   ): void;
-  /** See `POOL_EXPORTS.avgForward`. */
+  /** See `AVG_POOL_EXPORTS.avgForward`. */
   avg_pool_forward(x: number, out: number, divisors: number, ...geometry: number[]): void;
-  /** See `POOL_EXPORTS.avgBackward`. */
+  /** See `AVG_POOL_EXPORTS.avgBackward`. */
   avg_pool_backward(
     dy: number,
     dx: number,
@@ -138,7 +139,8 @@ export function kernelModuleBytes(options: KernelModuleOptions): Uint8Array<Arra
   const mr = options.fma ? GEMM_TILE.mr : GEMM_TILE.mrUnfused;
   emitGemmKernels(builder, { mr, nr: GEMM_TILE.nr, unroll: 4, fma: options.fma });
   emitConvKernels(builder);
-  emitPoolKernels(builder, { relaxed: options.fma });
+  emitMaxPoolKernels(builder, { relaxed: options.fma });
+  emitAvgPoolKernels(builder);
   emitOptimizerKernels(builder);
   emitElementwiseKernels(builder);
   emitLrnKernels(builder);
