@@ -464,16 +464,7 @@ export class WasmKernels {
       if (xAt === undefined || outAt === undefined || argmaxAt === undefined) return false;
       this.#run(TaskKind.maxPoolForward, {
         planes,
-        inHeight: g.inHeight,
-        inWidth: g.inWidth,
-        outHeight: g.outHeight,
-        outWidth: g.outWidth,
-        kernelH: g.kernelH,
-        kernelW: g.kernelW,
-        strideH: g.strideH,
-        strideW: g.strideW,
-        padH: g.padH,
-        padW: g.padW,
+        ...windowFields(g),
         x: xAt,
         out: outAt,
         argmax: argmaxAt,
@@ -843,16 +834,7 @@ export class WasmKernels {
       new Float64Array(this.#memory.buffer, divisorsAt, divisors.length).set(divisors);
       this.#run(kind, {
         planes,
-        inHeight: g.inHeight,
-        inWidth: g.inWidth,
-        outHeight: g.outHeight,
-        outWidth: g.outWidth,
-        kernelH: g.kernelH,
-        kernelW: g.kernelW,
-        strideH: g.strideH,
-        strideW: g.strideW,
-        padH: g.padH,
-        padW: g.padW,
+        ...windowFields(g),
         source: sourceAt,
         target: targetAt,
         divisors: divisorsAt,
@@ -866,4 +848,10 @@ export class WasmKernels {
       this.#releaseTemporaries();
     }
   }
+}
+
+/** A pooling task's window geometry (every field of `Pool2dGeometry` but batch and channels). */
+function windowFields(g: Pool2dGeometry) {
+  const { inHeight, inWidth, outHeight, outWidth, kernelH, kernelW, strideH, strideW, padH, padW } = g;
+  return { inHeight, inWidth, outHeight, outWidth, kernelH, kernelW, strideH, strideW, padH, padW };
 }

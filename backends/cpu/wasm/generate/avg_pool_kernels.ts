@@ -19,7 +19,7 @@
 
 import type { Pool2dGeometry } from "../../../geometry.ts";
 import { type FunctionWriter, type ModuleBuilder, ValType } from "./encoder.ts";
-import { minMax } from "./max_pool_kernels.ts";
+import { dispatchWindowGroup, minMax } from "./max_pool_kernels.ts";
 
 const { i32, v128 } = ValType;
 
@@ -228,27 +228,7 @@ function writeAvgForward(f: FunctionWriter): void {
   };
 
   /** {@link windows} for the kernel width, masked where the group's last window passes the edge. */
-  const anyWindows = () => {
-    f.localGet(group).i32Const(1).i32Shl().localGet(A.pW).i32Sub().i32Const(6).i32Add().localGet(A.kW)
-      .i32Add();
-    f.localGet(A.W).i32GtS().localSet(needMasks);
-    const bothMasks = (width: 2 | 3 | undefined) => {
-      f.localGet(needMasks).if();
-      windows(width, true);
-      f.else();
-      windows(width, false);
-      f.end();
-    };
-    f.localGet(A.kW).i32Const(3).i32Eq().if();
-    bothMasks(3);
-    f.else();
-    f.localGet(A.kW).i32Const(2).i32Eq().if();
-    bothMasks(2);
-    f.else();
-    bothMasks(undefined);
-    f.end();
-    f.end();
-  };
+  const anyWindows = () => dispatchWindowGroup(f, { group, needMasks, pW: A.pW, kW: A.kW, W: A.W }, windows);
 
   /** Pushes the address of output (oh, group). */
   const outAt = () => {

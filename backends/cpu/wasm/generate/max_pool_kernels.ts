@@ -101,6 +101,48 @@ export function minMax(
 }
 
 /**
+ * Emits `body(width, masked)` for the group of four stride-2 windows starting at output column
+ * `group` (locals and parameters by index): specialised for kernel widths 3 and 2, every common
+ * layer, generic (`undefined`) otherwise, and masked only where the group's last window, or a lane
+ * past the row, reaches column W (`needMasks` is set here). Max and average pooling both run their
+ * four-window path through it.
+ *
+ * @example
+ * ```ts
+ * import { FunctionWriter, ValType } from "./encoder.ts";
+ * import { dispatchWindowGroup } from "./max_pool_kernels.ts";
+ * const f = new FunctionWriter([ValType.i32, ValType.i32, ValType.i32], []);
+ * const group = f.local(ValType.i32), needMasks = f.local(ValType.i32);
+ * dispatchWindowGroup(f, { group, needMasks, pW: 0, kW: 1, W: 2 }, () => {});
+ * ```
+ */
+export function dispatchWindowGroup(
+  f: FunctionWriter,
+  at: { group: number; needMasks: number; pW: number; kW: number; W: number },
+  body: (width: 2 | 3 | undefined, masked: boolean) => void,
+): void {
+  f.localGet(at.group).i32Const(1).i32Shl().localGet(at.pW).i32Sub().i32Const(6).i32Add().localGet(at.kW)
+    .i32Add();
+  f.localGet(at.W).i32GtS().localSet(at.needMasks);
+  const bothMasks = (width: 2 | 3 | undefined) => {
+    f.localGet(at.needMasks).if();
+    body(width, true);
+    f.else();
+    body(width, false);
+    f.end();
+  };
+  f.localGet(at.kW).i32Const(3).i32Eq().if();
+  bothMasks(3);
+  f.else();
+  f.localGet(at.kW).i32Const(2).i32Eq().if();
+  bothMasks(2);
+  f.else();
+  bothMasks(undefined);
+  f.end();
+  f.end();
+}
+
+/**
  * `v128.bitselect` of two vectors under a mask whose lanes are all ones or all zeros; with
  * `relaxed`, `i32x4.relaxed_laneselect`, which engines compile to one blend instruction where
  * bitselect takes three, and which is exact for such masks.
@@ -311,28 +353,8 @@ function writeMaxForward(f: FunctionWriter, relaxed: boolean): void {
   };
 
   /** {@link windows} for the kernel width, masked where the last window reaches past the edge. */
-  const anyWindows = (body = windows) => {
-    // Masks are needed when window group + 3 (or a lane past the row) reaches column W.
-    f.localGet(group).i32Const(1).i32Shl().localGet(P.pW).i32Sub().i32Const(6).i32Add().localGet(P.kW)
-      .i32Add();
-    f.localGet(P.W).i32GtS().localSet(needMasks);
-    const bothMasks = (width: 2 | 3 | undefined) => {
-      f.localGet(needMasks).if();
-      body(width, true);
-      f.else();
-      body(width, false);
-      f.end();
-    };
-    f.localGet(P.kW).i32Const(3).i32Eq().if();
-    bothMasks(3);
-    f.else();
-    f.localGet(P.kW).i32Const(2).i32Eq().if();
-    bothMasks(2);
-    f.else();
-    bothMasks(undefined);
-    f.end();
-    f.end();
-  };
+  const anyWindows = (body = windows) =>
+    dispatchWindowGroup(f, { group, needMasks, pW: P.pW, kW: P.kW, W: P.W }, body);
 
   const storeLane = (lane: number) => {
     f.localGet(P.out).localGet(rowOut).localGet(group).i32Add().i32Const(2).i32Shl().i32Add();
