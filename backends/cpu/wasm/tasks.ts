@@ -95,8 +95,8 @@ export interface ConvTask extends Conv2dGeometry {
   offsets: number;
 }
 
-/** Max pooling forward over `planes` planes (geometry as `Pool2dGeometry`, batch × channels = planes). */
-export interface PoolTask {
+/** Pooling windows over `planes` planes (geometry as `Pool2dGeometry`, batch × channels = planes). */
+export interface PoolWindows {
   planes: number;
   inHeight: number;
   inWidth: number;
@@ -108,6 +108,10 @@ export interface PoolTask {
   strideW: number;
   padH: number;
   padW: number;
+}
+
+/** Max pooling forward (see {@link PoolWindows}). */
+export interface PoolTask extends PoolWindows {
   x: number;
   out: number;
   argmax: number;
@@ -143,18 +147,7 @@ export interface PoolBackwardTask {
  * with the windows' float64 `divisors` (see `avgPoolDivisors`); backward's share table rows hold
  * `shareRow` float64s (see `avgPoolShareRow`), one table in each thread's scratch.
  */
-export interface AvgPoolTask {
-  planes: number;
-  inHeight: number;
-  inWidth: number;
-  outHeight: number;
-  outWidth: number;
-  kernelH: number;
-  kernelW: number;
-  strideH: number;
-  strideW: number;
-  padH: number;
-  padW: number;
+export interface AvgPoolTask extends PoolWindows {
   source: number;
   target: number;
   divisors: number;
