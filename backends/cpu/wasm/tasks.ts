@@ -204,7 +204,8 @@ const CONV_FIELDS = [
   "scratchStride",
 ] as const;
 
-const POOL_FIELDS = [
+/** The fields of {@link PoolWindows}, in the order every pooling kernel takes them. */
+const WINDOW_FIELDS = [
   "planes",
   "inHeight",
   "inWidth",
@@ -216,6 +217,10 @@ const POOL_FIELDS = [
   "strideW",
   "padH",
   "padW",
+] as const;
+
+const POOL_FIELDS = [
+  ...WINDOW_FIELDS,
   "x",
   "out",
   "argmax",
@@ -241,17 +246,7 @@ const ELEMENTWISE_FIELDS = ["op", "length", "a", "b", "out", "extra", "extra2"] 
 const POOL_BACKWARD_FIELDS = ["planes", "inPlane", "outPlane", "dy", "argmax", "dx"] as const;
 
 const AVG_POOL_FIELDS = [
-  "planes",
-  "inHeight",
-  "inWidth",
-  "outHeight",
-  "outWidth",
-  "kernelH",
-  "kernelW",
-  "strideH",
-  "strideW",
-  "padH",
-  "padW",
+  ...WINDOW_FIELDS,
   "source",
   "target",
   "divisors",
