@@ -136,13 +136,15 @@ const median = (values: number[]) => [...values].sort((a, b) => a - b)[values.le
 for (const c of cases) {
   // Catches `await Promise.all(computes);` before the communication loop in
   // DataParallelTrainer.step: the runtime then never applies the FC update while device 0's conv
-  // backward is held, and the step fails with the gate's "did not overlap" error after 10 s.
+  // backward is held, and the step fails with the gate's "did not overlap" error after 30 s. (The
+  // gate waited 10 s until a parallel CI run, every core busy, once failed it at step 2 and then
+  // passed again, alone and in the full suite: a slow wait or a rare hang, not yet known.)
   Deno.test({
     name: `overlap (${c.exchange}): the FC update is applied while device 0's conv backward waits for it`,
     ignore: c.ignore,
     fn: async () => {
       for (const mode of ["master", "allreduce"] as const) {
-        const trainer = await gatedTrainer(c, overlap(groups), mode, 10);
+        const trainer = await gatedTrainer(c, overlap(groups), mode, 30);
         try {
           for (let step = 0; step < 4; step++) {
             const result = await trainer.step(tiny.batch(step));
