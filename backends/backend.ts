@@ -250,8 +250,12 @@ export interface Backend {
   /** Batched GEMM; see {@link MatmulSpec}. `out` is dense `[batch, m, n]`. */
   matmul(a: Storage, b: Storage, out: Storage, spec: MatmulSpec): void;
 
-  /** Cross-correlation of NCHW `x` with `[Cout, Cin/groups, kh, kw]` weights, no bias. */
-  conv2dForward(x: Storage, weight: Storage, out: Storage, geometry: Conv2dGeometry): void;
+  /**
+   * Cross-correlation of NCHW `x` with `[Cout, Cin/groups, kh, kw]` weights; with `bias`
+   * (`[Cout]`), each output channel then adds its bias, one float32 rounding, the same bits as a
+   * broadcast `add` afterwards.
+   */
+  conv2dForward(x: Storage, weight: Storage, out: Storage, geometry: Conv2dGeometry, bias?: Storage): void;
   /** Gradient of the convolution with respect to its input. */
   conv2dBackwardInput(dy: Storage, weight: Storage, dx: Storage, geometry: Conv2dGeometry): void;
   /** Gradient of the convolution with respect to its weights (summed over the batch). */

@@ -401,6 +401,57 @@ Deno.test("wasm conv: forward, input and weight gradients match the oracle", () 
   }
 });
 
+// Mutations tried, each made this test fail: the WebAssembly epilogue adding the bias of the
+// next channel; the TypeScript kernel adding the bias once per group instead of once per image.
+Deno.test("conv with bias: the fused epilogue gives the bits of a convolution then a broadcast add", async () => {
+  const { CpuBackend } = await import("../backends/cpu/backend.ts");
+  for (const kernels of ["wasm", "ts"] as const) {
+    const backend = new CpuBackend({ name: `bias-${kernels}`, threads: 2, kernels });
+    try {
+      for (const c of CONV_CASES) {
+        const { g, x, w } = convOperands(c);
+        const bias = randomArray(g.outChannels);
+        const n = g.batch * g.outChannels * g.outHeight * g.outWidth, P = g.outHeight * g.outWidth;
+        const [sx, sw, sb] = [x, w, bias].map((v) => backend.upload(v));
+        const plain = backend.allocate(n, "float32"), added = backend.allocate(n, "float32");
+        const fused = backend.allocate(n, "float32");
+        backend.conv2dForward(sx, sw, plain, g);
+        backend.binary(
+          "add",
+          plain,
+          { offset: 0, strides: [g.outChannels * P, P, 1] },
+          sb,
+          {
+            offset: 0,
+            strides: [0, 1, 0],
+          },
+          added,
+          [g.batch, g.outChannels, P],
+        );
+        backend.conv2dForward(sx, sw, fused, g, sb);
+        assertSameBits(
+          backend.readSync(fused) as Float32Array,
+          backend.readSync(added) as Float32Array,
+          `${kernels} ${c.name}`,
+        );
+      }
+      assert.throws(
+        () =>
+          backend.conv2dForward(
+            backend.upload(new Float32Array(75)),
+            backend.upload(new Float32Array(75)),
+            backend.allocate(1, "float32"),
+            conv2dGeometry([1, 3, 5, 5], [1, 3, 5, 5]),
+            backend.upload(new Float32Array(2)),
+          ),
+        /bias has 2 elements, geometry expects 1/,
+      );
+    } finally {
+      backend.dispose();
+    }
+  }
+});
+
 Deno.test("wasm conv: wrong operand sizes are refused like the TypeScript kernels", () => {
   const g = conv2dGeometry([1, 3, 8, 8], [4, 3, 3, 3], { padding: 1 });
   assert.throws(

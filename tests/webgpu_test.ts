@@ -438,13 +438,16 @@ test("conv2d forward and both backwards, with groups, stride, padding", async (g
     const geo = conv2dGeometry(c.x, c.w, { stride: c.stride, padding: c.padding, groups: c.groups });
     const yLen = geo.batch * geo.outChannels * geo.outHeight * geo.outWidth;
     const x = randoms(prod(c.x), rand), w = randoms(prod(c.w), rand, -0.3, 0.3), dy = randoms(yLen, rand);
-    await compare(g, `conv2d ${JSON.stringify(c)}`, [x, w, dy], (b, [sx, sw, sdy]) => {
+    // The fused bias (the last output) is checked too: dropping it on the GPU failed this test.
+    const bias = randoms(geo.outChannels, rand);
+    await compare(g, `conv2d ${JSON.stringify(c)}`, [x, w, dy, bias], (b, [sx, sw, sdy, sbias]) => {
       const y = b.allocate(yLen, "float32"), dx = b.allocate(x.length, "float32");
-      const dw = b.allocate(w.length, "float32");
+      const dw = b.allocate(w.length, "float32"), yb = b.allocate(yLen, "float32");
       b.conv2dForward(sx, sw, y, geo);
+      b.conv2dForward(sx, sw, yb, geo, sbias);
       b.conv2dBackwardInput(sdy, sw, dx, geo);
       b.conv2dBackwardFilter(sx, sdy, dw, geo);
-      return [y, dx, dw];
+      return [y, dx, dw, yb];
     });
   }
 });

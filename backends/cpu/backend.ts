@@ -330,9 +330,13 @@ export class CpuBackend implements Backend {
     }
   }
 
-  conv2dForward(x: Storage, weight: Storage, out: Storage, geometry: Conv2dGeometry): void {
-    if (this.wasm?.conv2dForward(f32(x), f32(weight), f32(out), geometry)) return;
-    conv2dForward(f32(x), f32(weight), f32(out), geometry);
+  conv2dForward(x: Storage, weight: Storage, out: Storage, geometry: Conv2dGeometry, bias?: Storage): void {
+    const b = bias ? f32(bias) : undefined;
+    if (b && b.length !== geometry.outChannels) {
+      throw new Error(`conv2d: bias has ${b.length} elements, geometry expects ${geometry.outChannels}`);
+    }
+    if (this.wasm?.conv2dForward(f32(x), f32(weight), f32(out), geometry, b)) return;
+    conv2dForward(f32(x), f32(weight), f32(out), geometry, b);
   }
 
   conv2dBackwardInput(dy: Storage, weight: Storage, dx: Storage, geometry: Conv2dGeometry): void {

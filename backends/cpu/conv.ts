@@ -119,7 +119,13 @@ function col2imAdd(col: Float32Array, dx: Float32Array, dxOff: number, g: Conv2d
  * conv2dForward(x, w, out, g); // out[9] (an interior pixel) === 27
  * ```
  */
-export function conv2dForward(x: Float32Array, w: Float32Array, out: Float32Array, g: Conv2dGeometry): void {
+export function conv2dForward(
+  x: Float32Array,
+  w: Float32Array,
+  out: Float32Array,
+  g: Conv2dGeometry,
+  bias?: Float32Array,
+): void {
   const { batch, inChannels, outChannels, groups } = g;
   const inPlane = g.inHeight * g.inWidth, P = g.outHeight * g.outWidth;
   const cinG = inChannels / groups, coutG = outChannels / groups;
@@ -149,6 +155,15 @@ export function conv2dForward(x: Float32Array, w: Float32Array, out: Float32Arra
         accumulate: false,
       });
     }
+    if (bias) addBias(out, n * outChannels * P, bias, P);
+  }
+}
+
+/** `out[c, p] += bias[c]` over one image's `bias.length` planes of `P` pixels (float32 rounding). */
+function addBias(out: Float32Array, offset: number, bias: Float32Array, P: number): void {
+  for (let c = 0; c < bias.length; c++) {
+    const b = bias[c];
+    for (let i = offset + c * P, end = i + P; i < end; i++) out[i] += b;
   }
 }
 

@@ -576,12 +576,14 @@ export class WebGpuBackend implements Backend {
   // ---------------------------------------------------------------------------------------------
   // Convolution: im2col into a pooled scratch buffer, then the tiled GEMM; col2im is a gather.
 
-  conv2dForward(x: Storage, weight: Storage, out: Storage, g: Conv2dGeometry): void {
+  conv2dForward(x: Storage, weight: Storage, out: Storage, g: Conv2dGeometry, bias?: Storage): void {
     const sx = this.own(x, "conv2d"), sw = this.own(weight, "conv2d"), o = this.own(out, "conv2d");
     const { P, K, CKK, coutG } = convSizes(g);
     const col = this.columns(sx, g);
+    // With a bias the products go to a scratch buffer, and the broadcast add writes the output.
+    const products = bias ? this.acquire(o.length, "float32") : o;
     for (let gi = 0; gi < g.groups; gi++) {
-      this.gemm(sw.buffer, col.buffer, o.buffer, {
+      this.gemm(sw.buffer, col.buffer, products.buffer, {
         batch: g.batch,
         m: coutG,
         n: P,
@@ -598,6 +600,22 @@ export class WebGpuBackend implements Backend {
       });
     }
     if (col !== sx) this.release(col);
+    if (bias) {
+      const shape = [g.batch, g.outChannels, P];
+      this.binary(
+        "add",
+        products,
+        { offset: 0, strides: [g.outChannels * P, P, 1] },
+        bias,
+        {
+          offset: 0,
+          strides: [0, 1, 0],
+        },
+        out,
+        shape,
+      );
+      this.release(products);
+    }
   }
 
   conv2dBackwardInput(dy: Storage, weight: Storage, dx: Storage, g: Conv2dGeometry): void {

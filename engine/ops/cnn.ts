@@ -17,8 +17,7 @@ import {
 import { recordOp } from "../autograd.ts";
 import { formatShape, ShapeError } from "../errors.ts";
 import { outputTensor, type Tensor } from "../tensor.ts";
-import { add } from "./elementwise.ts";
-import { checkOperands, reshapeRaw } from "./raw.ts";
+import { checkOperands, reduceRaw } from "./raw.ts";
 
 export type { Conv2dOptions, LrnParams, Pool2dOptions };
 
@@ -55,9 +54,12 @@ export function conv2d(x: Tensor, weight: Tensor, bias?: Tensor | null, options:
     );
   }
   const out = outputTensor(x.backend, [g.batch, g.outChannels, g.outHeight, g.outWidth]);
-  x.backend.conv2dForward(x.storage, weight.storage, out.storage, g);
-  recordOp("conv2d", [x, weight], out, [x, weight], (dy) => {
-    let dx: Tensor | null = null, dw: Tensor | null = null;
+  // The bias is added by the convolution itself, in its epilogue (one pass over the output fewer);
+  // its gradient sums dy over batch and pixels, as the broadcast add's would.
+  x.backend.conv2dForward(x.storage, weight.storage, out.storage, g, bias?.storage);
+  const inputs = bias ? [x, weight, bias] : [x, weight];
+  recordOp("conv2d", inputs, out, [x, weight], (dy) => {
+    let dx: Tensor | null = null, dw: Tensor | null = null, db: Tensor | null = null;
     if (x.requiresGrad) {
       dx = outputTensor(x.backend, x.shape);
       x.backend.conv2dBackwardInput(dy.storage, weight.storage, dx.storage, g);
@@ -66,21 +68,10 @@ export function conv2d(x: Tensor, weight: Tensor, bias?: Tensor | null, options:
       dw = outputTensor(x.backend, weight.shape);
       x.backend.conv2dBackwardFilter(x.storage, dy.storage, dw.storage, g);
     }
-    return [dx, dw];
+    if (bias?.requiresGrad) db = reduceRaw("sum", dy, [0, 2, 3], false, "conv2d");
+    return bias ? [dx, dw, db] : [dx, dw];
   });
-  if (!bias) return out;
-  const channelBias = reshapeForChannels(bias);
-  const biased = add(out, channelBias);
-  out.dispose();
-  channelBias.dispose();
-  return biased;
-}
-
-/** `[C]` → `[1, C, 1, 1]` with autograd, so the bias broadcasts over NCHW. */
-function reshapeForChannels(bias: Tensor): Tensor {
-  const view = reshapeRaw(bias, [1, bias.shape[0], 1, 1]);
-  recordOp("reshape", [bias], view, [], (dy) => [reshapeRaw(dy, bias.shape)]);
-  return view;
+  return out;
 }
 
 /**

@@ -93,6 +93,8 @@ export interface ConvOperands {
   weight: number;
   /** y (forward) or dy (both gradients). */
   output: number;
+  /** Forward: the `[outChannels]` bias each output channel adds, or 0 for none. */
+  bias?: number;
 }
 
 function im2colArgs(g: Conv2dGeometry): number[] {
@@ -177,6 +179,9 @@ export function convForwardImages(
         };
       gemmBlocked(x, problem(n, gi), scratch, packColumns, weights + gi * slot);
     }
+    // The bias in the epilogue, while this image's output is still in cache.
+    const y = at.output + 4 * n * g.outChannels * P;
+    if (at.bias) x.add_channels(y, at.bias, y, 1, g.outChannels, P);
   }
 }
 

@@ -394,7 +394,7 @@ export class WasmKernels {
   #convTask(
     kind: TaskKind,
     g: Conv2dGeometry,
-    at: { image: number; weight: number; output: number },
+    at: { image: number; weight: number; output: number; bias?: number },
   ): boolean {
     const flops = 2 * g.batch * g.outHeight * g.outWidth * g.outChannels * (g.inChannels / g.groups) *
       g.kernelH *
@@ -415,7 +415,7 @@ export class WasmKernels {
       offsets = address;
     }
     if (scratch === undefined) return false;
-    this.#run(kind, { ...g, ...at, offsets, scratch, scratchStride }, threads);
+    this.#run(kind, { ...g, ...at, bias: at.bias ?? 0, offsets, scratch, scratchStride }, threads);
     return true;
   }
 
@@ -426,6 +426,7 @@ export class WasmKernels {
     weight: Float32Array,
     output: Float32Array,
     result: "image" | "weight" | "output",
+    bias?: Float32Array,
   ): boolean {
     checkLength("x", image, g.batch * g.inChannels * g.inHeight * g.inWidth);
     checkLength("w", weight, g.outChannels * (g.inChannels / g.groups) * g.kernelH * g.kernelW);
@@ -434,8 +435,16 @@ export class WasmKernels {
       const imageAt = this.#stage(image, image.length, result !== "image");
       const weightAt = this.#stage(weight, weight.length, result !== "weight");
       const outputAt = this.#stage(output, output.length, result !== "output");
-      if (imageAt === undefined || weightAt === undefined || outputAt === undefined) return false;
-      const done = this.#convTask(kind, g, { image: imageAt, weight: weightAt, output: outputAt });
+      const biasAt = bias ? this.#stage(bias, g.outChannels, true) : 0;
+      if (imageAt === undefined || weightAt === undefined || outputAt === undefined || biasAt === undefined) {
+        return false;
+      }
+      const done = this.#convTask(kind, g, {
+        image: imageAt,
+        weight: weightAt,
+        output: outputAt,
+        bias: biasAt,
+      });
       if (!done) return false;
       if (result === "image") this.#unstage(image, imageAt, image.length);
       else if (result === "weight") this.#unstage(weight, weightAt, weight.length);
@@ -678,9 +687,18 @@ export class WasmKernels {
     }
   }
 
-  /** Convolution forward (`y` overwritten); false when it does not fit the kernel memory. */
-  conv2dForward(x: Float32Array, w: Float32Array, y: Float32Array, g: Conv2dGeometry): boolean {
-    return this.#conv(TaskKind.convForward, g, x, w, y, "output");
+  /**
+   * Convolution forward (`y` overwritten), plus `bias` per output channel when given; false when it
+   * does not fit the kernel memory.
+   */
+  conv2dForward(
+    x: Float32Array,
+    w: Float32Array,
+    y: Float32Array,
+    g: Conv2dGeometry,
+    bias?: Float32Array,
+  ): boolean {
+    return this.#conv(TaskKind.convForward, g, x, w, y, "output", bias);
   }
 
   /** Input gradient (`dx` overwritten); false when it does not fit the kernel memory. */

@@ -93,6 +93,8 @@ export interface ConvTask extends Conv2dGeometry {
   output: number;
   /** Forward and weight gradient: address of the int32 window-offset table (see `windowOffsets`). */
   offsets: number;
+  /** Forward: address of the bias, 0 for none. */
+  bias: number;
 }
 
 /** Pooling windows over `planes` planes (geometry as `Pool2dGeometry`, batch × channels = planes). */
@@ -200,6 +202,7 @@ const CONV_FIELDS = [
   "weight",
   "output",
   "offsets",
+  "bias",
   "scratch",
   "scratchStride",
 ] as const;
@@ -529,7 +532,7 @@ export function runTaskShare(
     return;
   }
   const g = task as unknown as Conv2dGeometry;
-  const at = { image: task.image, weight: task.weight, output: task.output };
+  const at = { image: task.image, weight: task.weight, output: task.output, bias: task.bias };
   const scratch = task.scratch + t * task.scratchStride;
   if (kind === TaskKind.convBackwardFilter) {
     const [r0, r1] = share(columnRows(g), t, threads, GEMM_TILE.nr);
