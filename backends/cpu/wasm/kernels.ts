@@ -22,7 +22,7 @@ import { detectWasmFeatures, type WasmFeatures } from "./features.ts";
 import { GEMM_SCRATCH_BYTES } from "./gemm.ts";
 import { KernelHeap } from "./heap.ts";
 import { checkLrn, type LrnParams } from "../../geometry.ts";
-import { lrnConstants, lrnScratchBytes } from "./generate/lrn_kernels.ts";
+import { lrnConstants, lrnScratchBytes } from "./lrn.ts";
 import { avgPoolDivisors, avgPoolShareBytes, avgPoolShareRow } from "./generate/avg_pool_kernels.ts";
 import {
   instantiateKernels,

@@ -14,7 +14,7 @@ import type { Conv2dGeometry } from "../../geometry.ts";
 import { columnRows, convBackwardFilterRows, convBackwardInputImages, convForwardImages } from "./conv.ts";
 import { GEMM_TILE, gemmBlocked, type GemmProblem, gemmWindow } from "./gemm.ts";
 import type { KernelExports } from "./generate/module.ts";
-import { LRN_FIELDS, type LrnTask, runLrnImages } from "./generate/lrn_kernels.ts";
+import { LRN_FIELDS, type LrnTask, runLrnImages } from "./lrn.ts";
 
 /**
  * What a task computes.
