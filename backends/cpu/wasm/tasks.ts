@@ -415,6 +415,11 @@ function runMatmul(x: KernelExports, task: Record<string, number>, t: number, th
   }
 }
 
+/** A pooling kernel's geometry arguments for `planes` planes, in {@link WINDOW_FIELDS} order. */
+function windowArgs(task: Record<string, number>, planes: number): number[] {
+  return WINDOW_FIELDS.map((field) => (field === "planes" ? planes : task[field]));
+}
+
 /** Average pooling, forward or backward, of planes [p0, p1) on thread `t` (its scratch). */
 function runAvgPoolPlanes(
   x: KernelExports,
@@ -425,19 +430,7 @@ function runAvgPoolPlanes(
   t: number,
 ): void {
   const inPlane = 4 * task.inHeight * task.inWidth, outPlane = 4 * task.outHeight * task.outWidth;
-  const geometry = [
-    p1 - p0,
-    task.inHeight,
-    task.inWidth,
-    task.outHeight,
-    task.outWidth,
-    task.kernelH,
-    task.kernelW,
-    task.strideH,
-    task.strideW,
-    task.padH,
-    task.padW,
-  ];
+  const geometry = windowArgs(task, p1 - p0);
   if (backward) {
     const scratch = task.scratch + t * task.scratchStride;
     x.avg_pool_backward(
@@ -516,17 +509,7 @@ export function runTaskShare(
         task.x + p0 * inPlane,
         task.out + p0 * outPlane,
         task.argmax + p0 * outPlane,
-        p1 - p0,
-        task.inHeight,
-        task.inWidth,
-        task.outHeight,
-        task.outWidth,
-        task.kernelH,
-        task.kernelW,
-        task.strideH,
-        task.strideW,
-        task.padH,
-        task.padW,
+        ...windowArgs(task, p1 - p0),
       );
     }
     return;

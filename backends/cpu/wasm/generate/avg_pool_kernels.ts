@@ -19,7 +19,7 @@
 
 import type { Pool2dGeometry } from "../../../geometry.ts";
 import { type FunctionWriter, type ModuleBuilder, ValType } from "./encoder.ts";
-import { dispatchWindowGroup, minMax } from "./max_pool_kernels.ts";
+import { dispatchWindowGroup, minMax, windowParameters } from "./max_pool_kernels.ts";
 
 const { i32, v128 } = ValType;
 
@@ -118,22 +118,7 @@ export function avgPoolShareBytes(g: Pool2dGeometry): number {
  * taps in order, so a row's partial sum cannot be shared with the next window.
  */
 function writeAvgForward(f: FunctionWriter): void {
-  const A = {
-    x: 0,
-    out: 1,
-    divisors: 2,
-    planes: 3,
-    H: 4,
-    W: 5,
-    OH: 6,
-    OW: 7,
-    kH: 8,
-    kW: 9,
-    sH: 10,
-    sW: 11,
-    pH: 12,
-    pW: 13,
-  } as const;
+  const A = { x: 0, out: 1, divisors: 2, ...windowParameters(3) } as const;
   const p = f.local(i32), base = f.local(i32), outBase = f.local(i32), oh = f.local(i32), ow = f.local(i32);
   const h = f.local(i32), w = f.local(i32), h0 = f.local(i32), hs = f.local(i32), he = f.local(i32);
   const w0 = f.local(i32), ws = f.local(i32), we = f.local(i32), row = f.local(i32), kw = f.local(i32);
@@ -303,24 +288,7 @@ function writeAvgForward(f: FunctionWriter): void {
  * strides, one column at a time in lane 0.
  */
 function writeAvgBackward(f: FunctionWriter): void {
-  const A = {
-    dy: 0,
-    dx: 1,
-    divisors: 2,
-    shares: 3,
-    shareRow: 4,
-    planes: 5,
-    H: 6,
-    W: 7,
-    OH: 8,
-    OW: 9,
-    kH: 10,
-    kW: 11,
-    sH: 12,
-    sW: 13,
-    pH: 14,
-    pW: 15,
-  } as const;
+  const A = { dy: 0, dx: 1, divisors: 2, shares: 3, shareRow: 4, ...windowParameters(5) } as const;
   const p = f.local(i32), oh = f.local(i32), ow = f.local(i32), h = f.local(i32), w = f.local(i32);
   const u = f.local(i32), q = f.local(i32), m = f.local(i32), r = f.local(i32), k = f.local(i32);
   const rounds = f.local(i32), rowBytes = f.local(i32), ohLo = f.local(i32), ohHi = f.local(i32);

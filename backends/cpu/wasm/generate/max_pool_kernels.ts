@@ -49,22 +49,33 @@ export const MAX_POOL_EXPORTS = {
   maxBackward: "max_pool_backward",
 } as const;
 
-const P = {
-  x: 0,
-  out: 1,
-  argmax: 2,
-  planes: 3,
-  H: 4,
-  W: 5,
-  OH: 6,
-  OW: 7,
-  kH: 8,
-  kW: 9,
-  sH: 10,
-  sW: 11,
-  pH: 12,
-  pW: 13,
-} as const;
+/**
+ * Parameter indices of a pooling kernel's window geometry (planes, H, W, OH, OW, kH, kW, sH, sW,
+ * pH, pW, as `WINDOW_FIELDS` in `../tasks.ts` orders them), which follow its `first` operands.
+ *
+ * @example
+ * ```ts
+ * import { windowParameters } from "./max_pool_kernels.ts";
+ * console.log(windowParameters(3).pW); // 13
+ * ```
+ */
+export function windowParameters(first: number) {
+  return {
+    planes: first,
+    H: first + 1,
+    W: first + 2,
+    OH: first + 3,
+    OW: first + 4,
+    kH: first + 5,
+    kW: first + 6,
+    sH: first + 7,
+    sW: first + 8,
+    pH: first + 9,
+    pW: first + 10,
+  } as const;
+}
+
+const P = { x: 0, out: 1, argmax: 2, ...windowParameters(3) } as const;
 
 /**
  * `dst = max(a, b)` (`keepLarger`) or `dst = min(a, b)` on the i32 values `a` and `b` push, without

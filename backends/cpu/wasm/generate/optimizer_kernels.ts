@@ -89,18 +89,46 @@ function splat(f: FunctionWriter, param: number): number {
   return local;
 }
 
+/**
+ * The decayed gradient of both updates, as the TypeScript kernels compute it: loads w into `w`,
+ * then `into = g + fround(w·d)` where the decay is on, else `g`.
+ */
+function decayedGradient(
+  f: FunctionWriter,
+  [param, grad]: readonly [number, number],
+  at: number,
+  single: boolean,
+  w: number,
+  d: number | undefined,
+  into: number,
+): void {
+  load(f, param, at, single);
+  f.localSet(w);
+  load(f, grad, at, single);
+  if (d !== undefined) f.localGet(w).localGet(d).f32x4Mul().f32x4Add();
+  f.localSet(into);
+}
+
+/**
+ * `loop(true)` where the decay parameter is not ±0 (`d !== 0` of the TypeScript kernels, true for
+ * NaN), else `loop(false)`: decided once per call.
+ */
+function byDecay(f: FunctionWriter, decay: number, loop: (withDecay: boolean) => void): void {
+  f.localGet(decay).f32Const(0).f32Ne().if();
+  loop(true);
+  f.else();
+  loop(false);
+  f.end();
+}
+
 function writeSgd(f: FunctionWriter): void {
   const [param, grad, history, n, rate, momentum, decay] = [0, 1, 2, 3, 4, 5, 6];
   const r = splat(f, rate), m = splat(f, momentum), d = splat(f, decay);
   const w = f.local(v128), diff = f.local(v128), h = f.local(v128);
   const loop = (withDecay: boolean) =>
     forEachLanes(f, n, [param, grad, history], (at, single) => {
-      load(f, param, at, single);
-      f.localSet(w);
-      load(f, grad, at, single);
       // diff = g + fround(w·d): the order of the TypeScript kernel.
-      if (withDecay) f.localGet(w).localGet(d).f32x4Mul().f32x4Add();
-      f.localSet(diff);
+      decayedGradient(f, [param, grad], at, single, w, withDecay ? d : undefined, diff);
       // h = fround(h·m) + fround(diff·r)
       load(f, history, at, single);
       f.localGet(m).f32x4Mul().localGet(diff).localGet(r).f32x4Mul().f32x4Add().localSet(h);
@@ -108,12 +136,7 @@ function writeSgd(f: FunctionWriter): void {
       f.localGet(w).localGet(h).f32x4Sub().localSet(w);
       store(f, param, at, single, w);
     });
-  // `d !== 0` of the TypeScript kernel (false for ±0, true for NaN), once per call.
-  f.localGet(decay).f32Const(0).f32Ne().if();
-  loop(true);
-  f.else();
-  loop(false);
-  f.end();
+  byDecay(f, decay, loop);
 }
 
 function writeAdam(f: FunctionWriter): void {
@@ -124,11 +147,7 @@ function writeAdam(f: FunctionWriter): void {
   const w = f.local(v128), g = f.local(v128), mi = f.local(v128), vi = f.local(v128);
   const loop = (withDecay: boolean) =>
     forEachLanes(f, n, [param, grad, mParam, vParam], (at, single) => {
-      load(f, param, at, single);
-      f.localSet(w);
-      load(f, grad, at, single);
-      if (withDecay) f.localGet(w).localGet(d).f32x4Mul().f32x4Add();
-      f.localSet(g);
+      decayedGradient(f, [param, grad], at, single, w, withDecay ? d : undefined, g);
       // mi = fround(m·β1) + fround(g·(1 − β1))
       load(f, mParam, at, single);
       f.localGet(b1).f32x4Mul().localGet(g).localGet(c1).f32x4Mul().f32x4Add().localSet(mi);
@@ -146,11 +165,7 @@ function writeAdam(f: FunctionWriter): void {
       f.f32x4Sub().localSet(w);
       store(f, param, at, single, w);
     });
-  f.localGet(decay).f32Const(0).f32Ne().if();
-  loop(true);
-  f.else();
-  loop(false);
-  f.end();
+  byDecay(f, decay, loop);
 }
 
 /**
