@@ -118,6 +118,16 @@ Deno.test("cli: resuming at step 4 and going on to 6 equals a straight run to 6"
   assert.notEqual(resumed.paramsSha256, four.paramsSha256);
 });
 
+// Mutation: dropping `accumulate: args.accumulate` from cli/train.ts runs one pass of 8 on the one
+// device, and the hashes differ.
+Deno.test("cli: --devices 1 --accumulate 2 trains the same bits as --devices 2", async () => {
+  const [accumulated, parallel] = await Promise.all([
+    trainJson("--steps", "3", "--devices", "1", "--accumulate", "2"),
+    trainJson("--steps", "3"),
+  ]);
+  assert.equal(accumulated.paramsSha256, parallel.paramsSha256);
+});
+
 Deno.test("cli: bad inputs fail with a clear message and no stack trace", async () => {
   const schedule = `${dir}/broken.sched`;
   await Deno.writeTextFile(
@@ -132,6 +142,10 @@ Deno.test("cli: bad inputs fail with a clear message and no stack trace", async 
     [["--epoch", "2"], ["unknown option --epoch", "did you mean --epochs?"]],
     [["--devices", "0"], ["--devices must be at least 1, got 0"]],
     [["--batch", "9", "--devices", "2"], ["--batch 9 does not split evenly over 2 devices"]],
+    [["--batch", "8", "--devices", "2", "--accumulate", "3"], [
+      "--accumulate 3 does not split the 4 samples",
+    ]],
+    [["--accumulate", "0"], ["--accumulate must be at least 1, got 0"]],
     [["--model", "lenett"], ['unknown model "lenett"', "did you mean lenet?"]],
     [["--model", "cifar-quick", "--data", "mnist"], ["1×28×28", "3×32×32"]],
     [[...FAST, "--steps", "2", "--schedule", schedule], ["line 6", "updat conv", "^"]],

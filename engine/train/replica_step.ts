@@ -8,6 +8,16 @@
  * backward performs the same kernels on the same values as one pass (see `autograd.ts`), which is
  * what lets the data-parallel schedules stay bit-identical.
  *
+ * Gradient accumulation (`microBatches: K`) runs the batch as K contiguous micro-batches, one after
+ * another, each with its own forward, mean loss and backward; the engine adds each micro-batch's
+ * gradients onto `.grad` (`previous + new`, see `autograd.ts`), and after the last one every gradient
+ * is multiplied by `fround(1/K)`. That is exactly what K data-parallel devices holding those
+ * micro-batches compute, `(g0 + g1 + … + g(K−1)) · fround(1/K)` added in order, with the same dropout
+ * masks (they are keyed by global sample): `1 device × K micro-batches` gives the bits of `K devices`.
+ * It is not the bits of one pass over the whole batch, whose kernels sum the batch in one reduction
+ * and scale the loss by 1/(K·m) instead of 1/m then 1/K. Segmented, only the last micro-batch's
+ * backward reports groups, so nothing is communicated before the last micro-batch.
+ *
  * @module
  */
 
@@ -16,7 +26,10 @@ import type { ForwardContext, Module } from "../nn/module.ts";
 import type { ParameterEntry } from "../nn/parameter.ts";
 import { softmaxCrossEntropy } from "../ops/softmax.ts";
 import { tidy } from "../runtime.ts";
-import type { Tensor } from "../tensor.ts";
+import { ShapeError } from "../errors.ts";
+import { mul } from "../ops/elementwise.ts";
+import { slice } from "../ops/layout.ts";
+import { Tensor } from "../tensor.ts";
 
 /** Loss and top-1 hits of one batch. */
 export interface StepMetrics {
@@ -48,6 +61,11 @@ export interface ReplicaStepOptions {
    * forward timing ends.
    */
   onForward?: () => void;
+  /**
+   * Gradient accumulation: run the batch as this many equal, contiguous micro-batches and average
+   * their gradients (default 1: one pass). See the module notes for what it is bit-identical to.
+   */
+  microBatches?: number;
 }
 
 /**
@@ -91,7 +109,93 @@ export async function replicaStep(
   labelValues: Int32Array,
   options: ReplicaStepOptions,
 ): Promise<StepMetrics> {
+  const count = options.microBatches ?? 1;
+  const batch = images.shape[0];
+  if (!Number.isInteger(count) || count < 1 || batch % count !== 0) {
+    throw new ShapeError(
+      "replicaStep",
+      `a batch of ${batch} does not split into ${count} equal micro-batches (give a whole number that divides it)`,
+    );
+  }
   model.train();
+  try {
+    return await accumulate(model, parameters, images, labels, labelValues, options, count);
+  } catch (error) {
+    // A failed segmented step leaves gradients behind that the next step would add onto.
+    if (options.groups) {
+      for (const p of parameters) {
+        p.tensor.grad?.dispose();
+        p.tensor.grad = null;
+      }
+    }
+    throw error;
+  }
+}
+
+/** The micro-batches of {@link replicaStep} in order (one when `count` is 1). */
+async function accumulate(
+  model: Module,
+  parameters: readonly ParameterEntry[],
+  images: Tensor,
+  labels: Tensor,
+  labelValues: Int32Array,
+  options: ReplicaStepOptions,
+  count: number,
+): Promise<StepMetrics> {
+  if (count === 1) return await microStep(model, parameters, images, labels, labelValues, options, true);
+  const batch = images.shape[0];
+  const size = batch / count;
+  const scale = Math.fround(1 / count);
+  let loss = 0, correct = 0;
+  for (let k = 0; k < count; k++) {
+    const last = k === count - 1;
+    const values = labelValues.subarray(k * size, (k + 1) * size);
+    const microImages = slice(images, [k * size, ...images.shape.slice(1).map(() => 0)], [
+      size,
+      ...images.shape.slice(1),
+    ]);
+    const microLabels = new Tensor(labels.backend, labels.backend.upload(values), [size], {
+      hostInts: values,
+    });
+    try {
+      const metrics = await microStep(model, parameters, microImages, microLabels, values, {
+        ...options,
+        context: { ...options.context, sampleOffset: (options.context.sampleOffset ?? 0) + k * size },
+        // Earlier micro-batches leave their gradients in `.grad` for the next to add onto.
+        groups: last ? options.groups : undefined,
+        onForward: last ? options.onForward : undefined,
+        finish: last ? (members) => averageGradients(members, scale) : undefined,
+      }, last);
+      loss += metrics.loss;
+      correct += metrics.correct;
+    } finally {
+      microImages.dispose();
+      microLabels.dispose();
+    }
+  }
+  return { loss: loss / count, correct, count: batch };
+}
+
+/** Multiplies each member's accumulated `.grad` by `scale` (`fround(1/K)`), as a device average does. */
+function averageGradients(members: readonly ParameterEntry[], scale: number): void {
+  for (const member of members) {
+    const grad = member.tensor.grad;
+    if (!grad) continue;
+    member.tensor.grad = tidy(() => mul(grad, scale));
+    grad.dispose();
+  }
+}
+
+/** One forward and backward; `finish` sees each group's (or, unsegmented, every) final gradients. */
+async function microStep(
+  model: Module,
+  parameters: readonly ParameterEntry[],
+  images: Tensor,
+  labels: Tensor,
+  labelValues: Int32Array,
+  options: ReplicaStepOptions & { finish?: (members: readonly ParameterEntry[]) => void },
+  last: boolean,
+): Promise<StepMetrics> {
   const { loss, logits } = tidy(() => {
     const logits = model.forward(images, options.context);
     return { loss: softmaxCrossEntropy(logits, labels), logits };
@@ -102,6 +206,7 @@ export async function replicaStep(
     for (const group of options.groups ?? []) {
       const members = parameters.filter((p) => p.group === group);
       tidy(() => pass.runUntil(members.map((m) => m.tensor)));
+      options.finish?.(members);
       await options.onGroup?.(group, members);
     }
     tidy(() => pass.runToEnd());
@@ -111,6 +216,8 @@ export async function replicaStep(
         p.tensor.grad?.dispose();
         p.tensor.grad = null;
       }
+    } else if (last) {
+      options.finish?.(parameters);
     }
     const [lossValue, logitValues] = await Promise.all([loss.item(), logits.data()]);
     return {

@@ -34,6 +34,11 @@ export interface TrainStepOptions {
   seed?: number;
   /** Global index of the batch's first sample within the global batch (data-parallel shards). */
   sampleOffset?: number;
+  /**
+   * Gradient accumulation: run the batch as this many equal micro-batches before the one update
+   * (default 1). The same bits as that many data-parallel devices; see `replicaStep`.
+   */
+  accumulate?: number;
 }
 
 async function labelsOf(batch: LabelledBatch): Promise<Int32Array> {
@@ -64,7 +69,10 @@ export async function trainStep(
   const labels = await labelsOf(batch);
   let metrics: StepMetrics;
   try {
-    metrics = await replicaStep(model, optimizer.parameters, batch.images, batch.labels, labels, { context });
+    metrics = await replicaStep(model, optimizer.parameters, batch.images, batch.labels, labels, {
+      context,
+      microBatches: options.accumulate,
+    });
     optimizer.step();
   } finally {
     optimizer.zeroGrad();
