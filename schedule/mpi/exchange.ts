@@ -16,6 +16,11 @@
  * - `allreduce`: `MPI_Iallgather` of each group's gradients, then every rank averages in rank order
  *   and applies the identical update to its own replica.
  *
+ * With a 16-bit wire format (`wire.ts`: `fp16`, `bf16`) each rank encodes its gradients (with its
+ * own error-feedback residual, if asked) and the gathers carry the 16-bit values as bytes, half as
+ * many; the averaging ranks decode them exactly before the same rank-order average, so the result
+ * equals the in-process run under the same format bit for bit. Parameters travel in float32.
+ *
  * A failed rank fails the job, never hangs it (see `transport.ts`); a failed step is not undone,
  * since the other ranks are left inside collectives and only a new job can continue.
  *
@@ -44,6 +49,7 @@ import type {
 import { averageInDeviceOrder, hostParameterEntries } from "../runtime/host_parameters.ts";
 import type { DataParallelOptions } from "../runtime/trainer.ts";
 import type { TraceRecorder, TraceSpan } from "../runtime/trace.ts";
+import { GradientWire } from "../runtime/wire.ts";
 import {
   detectMpiLaunch,
   eagerMessageBytes,
@@ -64,6 +70,11 @@ interface Piece {
   offset: number;
   /** Elements. */
   size: number;
+}
+
+/** The bytes of `values`, to send 16-bit values as `MPI_BYTE`s. */
+function bytesOf(values: Uint16Array): Uint8Array {
+  return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
 }
 
 /** Default chunk (averaged, updated and sent back as one): 1 MiB keeps per-update costs small. */
@@ -90,6 +101,12 @@ export class MpiExchange implements Exchange {
   readonly #chunkBytes: number;
   /** `performance.now()` just after a barrier all ranks left together: the ranks' common zero. */
   readonly #clockZero: number;
+  /** The gradients' wire format, where compressed (`undefined`: fp32, exact). */
+  readonly #wire: GradientWire | undefined;
+  /** This rank's encoded gradients of one group (compressed wire only). */
+  readonly #sendWire: Uint16Array | undefined;
+  /** Every rank's encoded gradients of one group, laid out as {@link #gathered} (compressed, averaging ranks). */
+  readonly #gatheredWire: Uint16Array | undefined;
 
   private constructor(
     transport: MpiTransport,
@@ -100,6 +117,7 @@ export class MpiExchange implements Exchange {
     timeoutMs: number,
     clockZero: number,
     chunkBytes: number,
+    wire: GradientWire | undefined,
   ) {
     this.transport = transport;
     this.#chunkBytes = chunkBytes;
@@ -112,6 +130,11 @@ export class MpiExchange implements Exchange {
     this.#averaged = optimizer ? sharedFloats(layout.total) : undefined;
     const largestGroup = Math.max(...layout.groups.map((g) => g.size));
     this.#gathered = optimizer ? sharedFloats(transport.size * largestGroup) : undefined;
+    this.#wire = wire;
+    // In shared memory, which never moves while MPI reads and writes it.
+    const halves = (n: number) => new Uint16Array(new SharedArrayBuffer(2 * n));
+    this.#sendWire = wire ? halves(largestGroup) : undefined;
+    this.#gatheredWire = wire && optimizer ? halves(transport.size * largestGroup) : undefined;
     const entries = hostParameterEntries(layout, device.parameters, this.#averaged);
     this.parameterEntries = entries;
     this.optimizers = optimizer ? [optimizer(entries)] : [];
@@ -135,6 +158,8 @@ export class MpiExchange implements Exchange {
     // exchange the wrong bytes silently, so they are compared before anything moves.
     const configuration = JSON.stringify({
       mode,
+      wire: options.wire ?? "fp32",
+      errorFeedback: options.errorFeedback ?? false,
       model: reference.modelName,
       plan: options.plan.steps.map(stepLabel),
       slots: layout.slots.map((s) => `${s.name}:${s.group}:${s.size}`),
@@ -147,7 +172,7 @@ export class MpiExchange implements Exchange {
         "compare configurations",
         `found that rank${differing.length > 1 ? "s" : ""} ${differing.join(", ")} run${
           differing.length > 1 ? "" : "s"
-        } another plan, reduction mode or model than rank 0`,
+        } another plan, reduction mode, wire format or model than rank 0`,
       );
     }
 
@@ -187,6 +212,7 @@ export class MpiExchange implements Exchange {
         timeoutSeconds * 1000,
         clockZero,
         options.chunkBytes ?? DEFAULT_CHUNK_BYTES,
+        GradientWire.create(options, layout.total, [rank]),
       );
     } catch (error) {
       await device!.close();
@@ -253,11 +279,27 @@ export class MpiExchange implements Exchange {
     const gradients = (m: Piece) => this.#device.gradients.subarray(m.offset, m.offset + m.size);
     const parameters = (m: Piece) => this.#device.parameters.subarray(m.offset, m.offset + m.size);
     const spans: PipelineSpans = { reduce: [performance.now(), 0] };
+    const wire = this.#wire;
+    // A compressed wire sends each message's gradients encoded (as bytes) and gathers them encoded.
+    const send = (m: Piece) => {
+      if (!wire) return gradients(m);
+      const encoded = this.#sendWire!.subarray(m.offset - base, m.offset - base + m.size);
+      wire.encode(this.rank, m.offset, gradients(m), encoded);
+      return bytesOf(encoded);
+    };
+    const encodedTarget = (m: Piece) =>
+      this.#gatheredWire?.subarray(n * (m.offset - base), n * (m.offset - base + m.size));
+    const receive = (m: Piece) => {
+      if (!wire) return target(m);
+      const encoded = encodedTarget(m);
+      return encoded && bytesOf(encoded);
+    };
     const gathers = messages.map((m) =>
       this.#mode === "master"
-        ? transport.gather(gradients(m), target(m), 0, `reduce ${group}`)
-        : transport.allgather(gradients(m), target(m)!, `reduce ${group}`)
+        ? transport.gather(send(m), receive(m), 0, `reduce ${group}`)
+        : transport.allgather(send(m), receive(m)!, `reduce ${group}`)
     );
+    let sent = spans.reduce[0];
     const broadcasting = options.broadcast && this.#mode === "master";
     // Peers post every receive now; the master sends each chunk once it is updated. Collectives pair
     // up by posting order, which is the same on every rank: all the gathers, then the broadcasts.
@@ -268,9 +310,11 @@ export class MpiExchange implements Exchange {
     for (let first = 0; first < messages.length; first += perChunk) {
       const chunk = messages.slice(first, first + perChunk);
       for (let k = first; k < first + chunk.length; k++) await gathers[k].wait(wait);
+      sent = performance.now();
       if (!gathered) continue;
       for (const m of chunk) {
         const all = target(m)!;
+        if (wire) wire.decode(encodedTarget(m)!, all);
         averageInDeviceOrder(
           Array.from({ length: n }, (_, r) => all.subarray(r * m.size, (r + 1) * m.size)),
           this.#averaged!.subarray(m.offset, m.offset + m.size),
@@ -290,6 +334,15 @@ export class MpiExchange implements Exchange {
       }
     }
     if (!spans.reduce[1]) spans.reduce[1] = performance.now();
+    // What this rank put on the network for the group: half the bytes under a 16-bit wire.
+    const size = groupRange(this.#layout, group).size;
+    context.record(
+      this.rank,
+      `send ${group} gradients`,
+      spans.reduce[0],
+      sent,
+      wire ? wire.bytes(size) : 4 * size,
+    );
     if (broadcasting) {
       spans.broadcast ??= [performance.now(), 0];
       const received = this.#wait(context, `broadcast ${group}`);

@@ -11,7 +11,9 @@
  * - `MpiExchange` (`../mpi/exchange.ts`) — one device per MPI rank: non-blocking collectives.
  *
  * Every exchange averages in device order, `(g0 + … + gN−1) · fround(1/N)`, so every transport and
- * schedule gives the same bits.
+ * schedule gives the same bits. With a 16-bit wire format (`wire.ts`, opt-in, lossy) every device's
+ * gradients are rounded before they travel, the master's own too, and the same holds for the
+ * rounded values; parameters always travel in float32.
  *
  * @module
  */
@@ -41,8 +43,11 @@ export interface ExchangeContext {
   readonly deadline: number;
   /** Whether a device of this process is still computing (a waiting collective then yields the CPU). */
   computing(): boolean;
-  /** Records a transfer inside a step on `device`'s communication lane, e.g. `send fc gradients`. */
-  record(device: number, name: string, start: number, end: number): void;
+  /**
+   * Records a transfer inside a step on `device`'s communication lane, e.g. `send fc gradients`, with
+   * the bytes it moved where known (halved by a 16-bit wire format, see `wire.ts`).
+   */
+  record(device: number, name: string, start: number, end: number, bytes?: number): void;
 }
 
 /** When the parts of a pipelined exchange ran, `[start, end]` in `performance.now()` ms. */

@@ -8,6 +8,10 @@
  * parameters of the group to every peer. Parameters reach the host only when asked for
  * (`syncParameters`), and an undoable update copies on the device.
  *
+ * Gradients travel in float32 only: a 16-bit wire format (`wire.ts`) must round every device's
+ * contribution, but each device averages its own gradients on the device without them passing
+ * through the host, so it is refused here, naming `--wire`.
+ *
  * @module
  */
 
@@ -30,6 +34,7 @@ import {
   settleAll,
 } from "./exchange.ts";
 import { emulateRingAllreduce, type LinkSpec, timedMove } from "./link.ts";
+import { checkWireOptions, type WireOptions } from "./wire.ts";
 
 /** See the module notes. */
 export class ResidentExchange extends InProcessExchange implements Exchange {
@@ -45,7 +50,8 @@ export class ResidentExchange extends InProcessExchange implements Exchange {
 
   /**
    * Activates every device's resident replica (the initial parameters are in their host
-   * `parameters`) and creates the optimizers over the updating devices' own tensors.
+   * `parameters`) and creates the optimizers over the updating devices' own tensors. A compressed
+   * `wire` is refused (see the module notes).
    */
   constructor(
     devices: readonly Device[],
@@ -53,7 +59,16 @@ export class ResidentExchange extends InProcessExchange implements Exchange {
     mode: ReductionMode,
     link: LinkSpec | undefined,
     optimizer: (parameters: ParameterEntry[]) => Optimizer,
+    wire: WireOptions = {},
   ) {
+    checkWireOptions(wire);
+    if ((wire.wire ?? "fp32") !== "fp32") {
+      throw new TandemError(
+        `--wire ${wire.wire}: GPU-resident (${devices[0]?.kind}) devices exchange fp32 gradients only, ` +
+          `since each averages its own gradients on the GPU without rounding them as the peers' would be; ` +
+          `use --wire fp32, or CPU devices`,
+      );
+    }
     super(devices, layout, mode, link);
     this.#replicas = devices.map((d) => d.resident!);
     const count = devices.length;
@@ -85,7 +100,7 @@ export class ResidentExchange extends InProcessExchange implements Exchange {
           this.link,
           () => peer.stageGradients(group, (values) => master.receiveGradients(i + 1, group, values)),
         );
-        context.record(i + 1, `send ${group} gradients`, t.start, t.end);
+        context.record(i + 1, `send ${group} gradients`, t.start, t.end, bytes);
       }));
       master.averageGradients(group);
       return;
@@ -115,7 +130,7 @@ export class ResidentExchange extends InProcessExchange implements Exchange {
       master.stageParameters(group, (values) => {
         for (const peer of peers) peer.receiveParameters(group, values);
       }));
-    peers.forEach((_, i) => context.record(i + 1, `receive ${group} parameters`, t.start, t.end));
+    peers.forEach((_, i) => context.record(i + 1, `receive ${group} parameters`, t.start, t.end, bytes));
     return true;
   }
 

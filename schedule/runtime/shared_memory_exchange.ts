@@ -6,6 +6,11 @@
  * updating devices' parameter buffers, and a broadcast is a copy. An emulated link (`link.ts`) makes
  * each copy last as long as the link would.
  *
+ * With a 16-bit wire format (`wire.ts`) each device's group slice is rounded on reduce — the
+ * master's own into a buffer of its own, each peer's on its way into the master's receive buffer —
+ * and the average reads the rounded slices; the emulated link then carries, and the trace records,
+ * half the bytes. The devices' gradient buffers are only read. Parameters still travel in float32.
+ *
  * @module
  */
 
@@ -15,7 +20,8 @@ import { groupRange, type ParameterLayout, sharedFloats } from "../devices/layou
 import type { ReductionMode } from "../plan/plan.ts";
 import { divergentFrom, type Exchange, type ExchangeContext, InProcessExchange } from "./exchange.ts";
 import { averageInDeviceOrder, hostParameterEntries } from "./host_parameters.ts";
-import { emulateRingAllreduce, type LinkSpec, transfer } from "./link.ts";
+import { emulateRingAllreduce, type LinkSpec, timedMove, transfer } from "./link.ts";
+import { GradientWire, type WireOptions } from "./wire.ts";
 
 /** See the module notes. */
 export class SharedMemoryExchange extends InProcessExchange implements Exchange {
@@ -25,24 +31,35 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
   readonly optimizers: readonly Optimizer[];
   /** The averaged gradients each optimizer reads (its parameters' `.grad`). */
   readonly #averaged: Float32Array[];
-  /** The master's receive buffers for each peer's gradients (index 0 unused). */
+  /**
+   * The master's receive buffers for each peer's gradients (index 0 unused); with a compressed wire,
+   * every device's rounded gradients (index 0 the master's own; in allreduce mode, every device's).
+   */
   readonly #received: Float32Array[];
+  /** The gradients' wire format, where compressed (`undefined`: fp32, exact). */
+  readonly #wire: GradientWire | undefined;
 
-  /** Creates the optimizers over the updating devices' parameter buffers. */
+  /**
+   * Creates the optimizers over the updating devices' parameter buffers; `wire` (default fp32) says
+   * how gradients travel.
+   */
   constructor(
     devices: readonly Device[],
     layout: ParameterLayout,
     mode: ReductionMode,
     link: LinkSpec | undefined,
     optimizer: (parameters: ParameterEntry[]) => Optimizer,
+    wire: WireOptions = {},
   ) {
     super(devices, layout, mode, link);
+    this.#wire = GradientWire.create(wire, layout.total, devices.map((d) => d.index));
     // In kernel memory, as the devices' parameters are: the optimizer updates in place.
     this.#averaged = this.updating.map(() => sharedFloats(layout.total));
     this.optimizers = this.updating.map((device, i) =>
       optimizer(hostParameterEntries(layout, device.parameters, this.#averaged[i]))
     );
-    this.#received = devices.map((d) => sharedFloats(d.index === 0 ? 0 : layout.total));
+    const compressed = this.#wire !== undefined;
+    this.#received = devices.map((d) => sharedFloats(d.index === 0 && !compressed ? 0 : layout.total));
   }
 
   beforeStep(): Promise<void> {
@@ -55,6 +72,7 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
   }
 
   async reduce(group: string, context: ExchangeContext): Promise<void> {
+    if (this.#wire) return await this.#reduceCompressed(this.#wire, group, context);
     const devices = this.local;
     const slice = (buffer: Float32Array) => this.#slice(buffer, group);
     if (this.mode === "master") {
@@ -62,7 +80,8 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
       await Promise.all(
         devices.slice(1).map(async (device) => {
           const t = await transfer(slice(device.gradients), slice(this.#received[device.index]), this.link);
-          context.record(device.index, `send ${group} gradients`, t.start, t.end);
+          const bytes = slice(device.gradients).byteLength;
+          context.record(device.index, `send ${group} gradients`, t.start, t.end, bytes);
         }),
       );
       averageInDeviceOrder(
@@ -77,6 +96,38 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
     averageInDeviceOrder(devices.map((d) => slice(d.gradients)), average);
     for (const averaged of this.#averaged.slice(1)) slice(averaged).set(average);
     await emulateRingAllreduce(start, average.byteLength, devices.length, this.link);
+    recordRing(context, devices, group, start, average.byteLength);
+  }
+
+  /**
+   * {@link reduce} over a 16-bit wire: every device's slice rounded (a peer's inside its emulated
+   * transfer, at the compressed size), then the same device-order average of the rounded slices.
+   */
+  async #reduceCompressed(wire: GradientWire, group: string, context: ExchangeContext): Promise<void> {
+    const devices = this.local;
+    const range = groupRange(this.layout, group);
+    const slice = (buffer: Float32Array) => buffer.subarray(range.offset, range.offset + range.size);
+    const rounded = (device: Device) => slice(this.#received[device.index]);
+    const round = (device: Device) =>
+      wire.quantize(device.index, range.offset, slice(device.gradients), rounded(device));
+    const bytes = wire.bytes(range.size);
+    const average = slice(this.#averaged[0]);
+    if (this.mode === "master") {
+      const sends = devices.slice(1).map(async (device) => {
+        const t = await timedMove(bytes, this.link, () => round(device));
+        context.record(device.index, `send ${group} gradients`, t.start, t.end, bytes);
+      });
+      round(devices[0]); // while the peers' gradients are on the (emulated) link
+      await Promise.all(sends);
+      averageInDeviceOrder(devices.map(rounded), average);
+      return;
+    }
+    const start = performance.now();
+    for (const device of devices) round(device);
+    averageInDeviceOrder(devices.map(rounded), average);
+    for (const averaged of this.#averaged.slice(1)) slice(averaged).set(average);
+    await emulateRingAllreduce(start, bytes, devices.length, this.link);
+    recordRing(context, devices, group, start, bytes);
   }
 
   async broadcast(group: string, context: ExchangeContext): Promise<boolean> {
@@ -85,7 +136,7 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
     await Promise.all(
       this.local.slice(1).map(async (device) => {
         const t = await transfer(master, this.#slice(device.parameters, group), this.link);
-        context.record(device.index, `receive ${group} parameters`, t.start, t.end);
+        context.record(device.index, `receive ${group} parameters`, t.start, t.end, master.byteLength);
       }),
     );
     return true;
@@ -117,4 +168,21 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
   async close(): Promise<void> {
     await Promise.all(this.local.map((d) => d.close()));
   }
+}
+
+/**
+ * Records an all-reduce of `bytes` per device on every device's lane as `send <group> gradients`,
+ * with what each device sends in a ring all-reduce: 2(N−1)/N of them.
+ */
+function recordRing(
+  context: ExchangeContext,
+  devices: readonly Device[],
+  group: string,
+  start: number,
+  bytes: number,
+): void {
+  const n = devices.length;
+  if (n < 2) return;
+  const end = performance.now(), sent = Math.round(2 * (n - 1) / n * bytes);
+  for (const device of devices) context.record(device.index, `send ${group} gradients`, start, end, sent);
 }

@@ -40,6 +40,11 @@ export interface TraceSpan {
   readonly start: number;
   /** End, milliseconds, ≥ start. */
   readonly end: number;
+  /**
+   * Bytes the span moved, where it is a transfer that says so (e.g. `send fc gradients`): half as
+   * many under a 16-bit wire format (`wire.ts`) as under fp32.
+   */
+  readonly bytes?: number;
 }
 
 /**
@@ -84,7 +89,7 @@ export interface ChromeTraceEvent {
   readonly dur?: number;
   /** Category: the lane (complete events). */
   readonly cat?: string;
-  /** Extra data: the iteration for spans, the name or sort index for metadata. */
+  /** Extra data: the iteration (and bytes moved) for spans, the name or sort index for metadata. */
   readonly args?: Readonly<Record<string, string | number>>;
 }
 
@@ -146,6 +151,9 @@ export class TraceRecorder {
       fail(`start and end must be finite, got ${span.start}, ${span.end}`);
     }
     if (span.end < span.start) fail(`ends (${span.end}) before it starts (${span.start})`);
+    if (span.bytes !== undefined && !(Number.isFinite(span.bytes) && span.bytes >= 0)) {
+      fail(`bytes must be a finite number >= 0, got ${span.bytes}`);
+    }
     this.#spans.push({ ...span });
   }
 
@@ -179,7 +187,7 @@ export class TraceRecorder {
   /**
    * The spans as a Chrome trace: one process per device (`device 0`, …), threads `compute` and
    * `communication`, complete (`X`) events in microseconds from the earliest span, the iteration in
-   * `args.step`.
+   * `args.step` and, for a transfer that recorded them, the bytes moved in `args.bytes`.
    */
   toChromeTrace(): ChromeTrace {
     const origin = Math.min(...this.#spans.map((s) => s.start));
@@ -202,7 +210,7 @@ export class TraceRecorder {
         tid: THREAD[s.lane].tid,
         ts: (s.start - origin) * 1e3,
         dur: (s.end - s.start) * 1e3,
-        args: { step: s.step },
+        args: s.bytes === undefined ? { step: s.step } : { step: s.step, bytes: s.bytes },
       });
     }
     return { traceEvents: events, displayTimeUnit: "ms" };
