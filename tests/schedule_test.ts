@@ -7,6 +7,8 @@ import {
   dependenciesOf,
   explain,
   formatPlan,
+  hybrid,
+  isSharded,
   loadSchedule,
   overlap,
   parseSchedule,
@@ -665,4 +667,369 @@ Deno.test("trace: record rejects bad spans; time records a span even when the wo
   );
   assert.deepEqual(trace.spans.map((s) => s.name), ["reduce fc", "reduce conv"]);
   assert.ok(trace.spans.every((s) => s.end >= s.start && s.device === 1 && s.lane === "comm"));
+});
+
+// ---------------------------------------------------------------------------------------------
+// Hybrid plans: `shard`, `Plan.sharded`, the `hybrid` built-in.
+
+const HYBRID_TEXT =
+  "shard fc; forward; backward fc; update fc; backward conv; reduce conv; update conv; broadcast conv";
+
+/** `shape` plus the sharded groups, for hybrid plans. */
+function hybridShape(plan: Plan) {
+  return { ...shape(plan), sharded: plan.sharded === undefined ? undefined : [...plan.sharded] };
+}
+
+// Mutation tried: formatPlan without its `shard` line — the round trip lost `sharded` and failed; and
+// the parser storing the names as written instead of in backward order — the fc7, fc8 case failed.
+Deno.test("shard: parses into Plan.sharded, in backward order, and round-trips through formatPlan", () => {
+  const plan = parseSchedule(`schedule h\n${HYBRID_TEXT.replaceAll("; ", "\n")}`, { groups: GROUPS });
+  assert.deepEqual(plan.sharded, ["fc"]);
+  assert.equal(isSharded(plan, "fc"), true);
+  assert.equal(isSharded(plan, "conv"), false);
+  assert.deepEqual(labels(plan), HYBRID_TEXT.split("; ").slice(1));
+  // `shard` is a declaration, not a step: the steps start at line 2.
+  assert.deepEqual([plan.steps[0].line, plan.steps[0].column], [3, 1]);
+  const text = formatPlan(plan);
+  assert.equal(
+    text,
+    "schedule h\ngroups fc, conv\nshard fc\nforward\nbackward fc\nupdate fc\nbackward conv\nreduce conv\n" +
+      "update conv\nbroadcast conv\n",
+  );
+  assert.deepEqual(hybridShape(parseSchedule(text)), hybridShape(plan));
+  // Lists in any order, commas or spaces, after the headers; stored in backward order.
+  const four = ["fc8", "fc7", "fc6", "conv"];
+  const deep = parseSchedule(
+    "schedule deep\ngroups fc8, fc7, fc6, conv\nshard fc7 fc8\nforward; backward fc8; update fc8\n" +
+      "backward fc7; update fc7; backward fc6; reduce fc6; update fc6; broadcast fc6\n" +
+      "backward conv; reduce conv; update conv; broadcast conv",
+    { mode: "master" },
+  );
+  assert.deepEqual(deep.sharded, ["fc8", "fc7"]);
+  assert.deepEqual(deep.groups, four);
+  assert.deepEqual(hybridShape(parseSchedule(formatPlan(deep))), hybridShape(deep));
+  assert.ok(formatPlan(deep).includes("\nshard fc8, fc7\n"));
+  // Plans without `shard` have no `sharded` field at all, and their text has no `shard` line.
+  for (const p of [sequential(GROUPS), overlap(GROUPS), parseSchedule(SEED, { groups: GROUPS })]) {
+    assert.equal("sharded" in p, false);
+    assert.ok(!formatPlan(p).includes("shard"));
+  }
+  // Text and builder agree.
+  const built = scheduleBuilder(GROUPS).shard("fc").forward().backward("fc").update("fc")
+    .backward("conv").reduce("conv").update("conv").broadcast("conv").build("h");
+  assert.deepEqual(hybridShape(built), hybridShape(plan));
+  assert.deepEqual(
+    hybridShape(scheduleBuilder(four).shard(["fc7", "fc8"]).build()).sharded,
+    ["fc8", "fc7"],
+  );
+});
+
+// Mutations tried, each made this test fail: dropping the "before the first step" check (the
+// `forward\nshard fc` case parsed); letting `all` through (then "every group is sharded" came at
+// column 1 instead of the `all` token's column 7); pointing the prefix error at the keyword instead
+// of the offending name (column 1, not 11).
+Deno.test("shard: syntax and declaration errors carry line, column, the source line and a caret", () => {
+  const cases: [string, number, number, string][] = [
+    ["forward\nshard fc", 2, 1, "`shard` must come before the first step"],
+    ["shard fc\nshard fc", 2, 1, "`shard` is declared twice"],
+    ["shard", 1, 1, "shard needs one or more groups, e.g. `shard fc`"],
+    [
+      "shard all",
+      1,
+      7,
+      "`shard all` is not allowed: at least one group must stay unsharded (data-parallel); name the output-side groups, e.g. `shard fc`",
+    ],
+    ["  shard fcc", 1, 9, `unknown group "fcc" (did you mean "fc"?); groups are fc, conv`],
+    ["shard lstm", 1, 7, `unknown group "lstm"; groups are fc, conv`],
+    ["shard fc, fc", 1, 11, "group fc is sharded twice"],
+    [
+      "schedule x; shard conv",
+      1,
+      19,
+      "conv is sharded but fc, on its output side, is not: sharded groups must be a prefix of the groups in backward order (fc, conv)",
+    ],
+    [
+      "shard fc, conv",
+      1,
+      1,
+      "every group is sharded; at least one group must stay unsharded (data-parallel): the body whose output is all-gathered into the sharded layers",
+    ],
+    [
+      "shards fc",
+      1,
+      1,
+      `unknown step "shards" (did you mean "shard"?); steps are forward, backward, reduce, update, broadcast`,
+    ],
+  ];
+  for (const [text, line, column, reason] of cases) {
+    assert.throws(() => parseSchedule(text, { groups: GROUPS, fileName: "h.sched" }), (e: unknown) => {
+      assert.ok(e instanceof ScheduleError, String(e));
+      assertAt(e, line, column, reason);
+      const sourceLine = text.split("\n")[line - 1];
+      assert.equal(
+        e.message,
+        `schedule "h.sched" line ${line}, column ${column}: ${reason}\n  ${sourceLine}\n  ${
+          " ".repeat(column - 1)
+        }^`,
+      );
+      return true;
+    }, text);
+  }
+  // Without the model's groups, `shard` needs a `groups` header first, and `groups` cannot follow it.
+  assert.throws(
+    () => parseSchedule("shard fc\ngroups fc, conv"),
+    (e: unknown) =>
+      e instanceof ScheduleError && e.line === 1 && e.column === 1 &&
+      e.reason.startsWith("shard names a group but no groups are known"),
+  );
+  assert.throws(
+    () => parseSchedule("shard fc\ngroups fc, conv", { groups: GROUPS }),
+    (e: unknown) =>
+      e instanceof ScheduleError && e.line === 2 && e.column === 1 &&
+      e.reason === "`groups` must come before `shard`",
+  );
+  // With fc8, fc7, fc6, conv: fc6 alone leaves a gap on its output side; the error names fc8.
+  assert.throws(
+    () => parseSchedule("groups fc8, fc7, fc6, conv\nshard fc8, fc6", { fileName: "h.sched" }),
+    (e: unknown) => {
+      assert.ok(e instanceof ScheduleError);
+      assertAt(
+        e,
+        2,
+        12,
+        "fc6 is sharded but fc7, on its output side, is not: sharded groups must be a prefix of the groups in backward order (fc8, fc7, fc6, conv)",
+      );
+      return true;
+    },
+  );
+});
+
+// Mutations tried, each made this test fail: validation letting `reduce` of a sharded group through
+// (the first case reported "group fc is never updated…" elsewhere instead); the sharded update
+// needing its reduce as before ("update fc comes before reduce fc" for the valid hybrid plan); the
+// sharded stages still including reduce ("group fc is never reduced" instead of "never updated").
+Deno.test("validate: a sharded group is never reduced or broadcast and is updated after its backward", () => {
+  const conv = "backward conv; reduce conv; update conv; broadcast conv";
+  const cases: [string, number, number, string, ("master" | "allreduce")[]][] = [
+    [
+      `shard fc\nforward\nbackward fc; reduce fc; update fc\n${conv}`,
+      3,
+      14,
+      "fc is sharded (model-parallel): its gradients never travel; remove `reduce fc`",
+      ["master", "allreduce"],
+    ],
+    [
+      `shard fc\nforward\nbackward fc; update fc; broadcast fc\n${conv}`,
+      3,
+      25,
+      "fc is sharded (model-parallel): each device keeps and updates its own slice, so there is nothing to broadcast; remove `broadcast fc`",
+      // An error in allreduce mode too, not a no-op note.
+      ["master", "allreduce"],
+    ],
+    [
+      "shard fc\nforward; backward all\n  reduce all; update all; broadcast conv",
+      3,
+      3,
+      "fc is sharded (model-parallel): its gradients never travel; remove `reduce fc` (name the unsharded groups instead of `all`: reduce conv)",
+      ["master"],
+    ],
+    [
+      `shard fc\nforward\nupdate fc; backward fc\n${conv}`,
+      3,
+      1,
+      "update fc comes before backward fc",
+      ["master", "allreduce"],
+    ],
+    [
+      `shard fc\nforward\nbackward fc\n${conv}`,
+      3,
+      1,
+      "group fc is never updated after its backward",
+      ["master", "allreduce"],
+    ],
+  ];
+  for (const [text, line, column, reason, modes] of cases) {
+    for (const mode of modes) {
+      const error = firstError(text, mode);
+      assertAt(error, line, column, reason);
+      assert.ok(
+        error.message.startsWith(`schedule "my.sched" line ${line}, column ${column}: ${reason}\n  `),
+        error.message,
+      );
+      assert.throws(() => parseSchedule(text, { groups: GROUPS, mode }), ScheduleError);
+    }
+  }
+  // The hybrid plan itself is valid, with no note claiming it overlaps nothing.
+  const good = parseSchedule(HYBRID_TEXT, { groups: GROUPS });
+  assert.deepEqual(validatePlan(good, { mode: "master" }).notes, []);
+  // Its sharded update after every backward: nothing overlaps, and the note says so.
+  const late = parseSchedule("shard fc; forward; backward all; update fc; reduce conv; update conv", {
+    groups: GROUPS,
+  });
+  assert.deepEqual(validatePlan(late, { mode: "allreduce" }).notes, [
+    "every reduce and sharded update comes after the last backward, so no communication or update overlaps computation",
+  ]);
+  // Hand-made plans with a bad `sharded` list: no line to quote, the plan's name instead.
+  const base = hybrid(GROUPS);
+  for (
+    const [sharded, reason] of [
+      [
+        ["conv"],
+        "shard: conv is sharded but fc, on its output side, is not: sharded groups must be a prefix of the groups in backward order (fc, conv)",
+      ],
+      [
+        ["fc", "conv"],
+        "shard: every group is sharded; at least one group must stay unsharded (data-parallel): the body whose output is all-gathered into the sharded layers",
+      ],
+      [["lstm"], `shard: unknown group "lstm"; groups are fc, conv`],
+    ] as const
+  ) {
+    const { errors } = checkPlan({ ...base, sharded }, { mode: "master" });
+    assert.equal(errors[0].message, `schedule "hybrid": ${reason}`);
+  }
+});
+
+// Mutations tried, each made this test fail: `hybrid` reducing its sharded group like `overlap`
+// (validation failed in both modes); the default `sharded` being every group (ValueError for fc, conv).
+Deno.test("hybrid built-in: the documented text, valid in both modes", () => {
+  const plan = hybrid(GROUPS);
+  assert.equal(plan.name, "hybrid");
+  assert.deepEqual(
+    hybridShape(plan),
+    hybridShape(parseSchedule(HYBRID_TEXT, { groups: GROUPS, name: "hybrid" })),
+  );
+  assert.deepEqual(hybridShape(builtinSchedule("hybrid", GROUPS)), hybridShape(plan));
+  for (
+    const [groups, sharded] of [
+      [["fc", "conv"], undefined],
+      [["fc8", "fc7", "fc6", "conv5", "conv1"], ["fc8", "fc7", "fc6"]],
+      [["fc8", "fc7", "conv5", "conv1"], undefined],
+    ] as const
+  ) {
+    const p = hybrid(groups, sharded);
+    const shardedGroups = sharded ?? groups.slice(0, 1);
+    assert.deepEqual(p.sharded, shardedGroups);
+    assert.deepEqual(validatePlan(p, { mode: "master" }).notes, []);
+    const notes = validatePlan(p, { mode: "allreduce" }).notes;
+    assert.deepEqual(
+      notes,
+      groups.filter((g) => !shardedGroups.includes(g as never)).map((g) =>
+        `broadcast ${g} (step ${
+          labels(p).indexOf(`broadcast ${g}`)
+        }) is a no-op in allreduce mode: every device updates its own copy`
+      ),
+    );
+    // Sharded groups: backward, update. Unsharded ones: bucketed as in overlap.
+    assert.deepEqual(labels(p), [
+      "forward",
+      ...groups.flatMap((g) =>
+        shardedGroups.includes(g as never)
+          ? [`backward ${g}`, `update ${g}`]
+          : [`backward ${g}`, `reduce ${g}`, `update ${g}`, `broadcast ${g}`]
+      ),
+    ]);
+  }
+  assert.throws(() => hybrid(["only"]), ValueError);
+  assert.throws(() => hybrid(GROUPS, ["conv"]), ValueError);
+});
+
+// Mutations tried, each made this test fail: the builder's `shard` skipping the prefix check; a second
+// `shard` call replacing the first instead of throwing.
+Deno.test("builder: shard checks its groups at once and is kept by later steps", () => {
+  const b = scheduleBuilder(["fc8", "fc7", "conv"]);
+  assert.throws(() => b.shard("fc7"), /fc7 is sharded but fc8, on its output side, is not/);
+  assert.throws(() => b.shard(["fc8", "fc7", "conv"]), /every group is sharded/);
+  assert.throws(() => b.shard([]), ValueError);
+  // @ts-expect-error "fc6" is not one of the groups
+  assert.throws(() => b.shard("fc6"), /unknown group "fc6"/);
+  assert.throws(() => b.shard("all" as "fc8"), /"all" is not allowed/);
+  assert.throws(() => b.shard("fc8").shard("fc8"), /shard is declared twice/);
+  const plan = b.forward().shard("fc8").backward("fc8").update("fc8").build("late-shard");
+  assert.deepEqual(plan.sharded, ["fc8"]);
+  assert.throws(
+    () =>
+      b.shard("fc8").forward().backward("all").reduce("all").update("all").broadcast("all")
+        .build("x", { mode: "master" }),
+    (e: unknown) =>
+      e instanceof ScheduleError && e.stepIndex === 4 &&
+      e.reason === "fc8 is sharded (model-parallel): its gradients never travel; remove `reduce fc8`",
+  );
+});
+
+// Mutation tried: dependenciesOf ignoring `sharded` (an update always needs its reduce) — update fc
+// then waited for nothing of its own but the program-order wait, so the waitsFor checks and the
+// dependency of update fc failed; the golden lists guard the data-parallel plans.
+Deno.test("dependencies: a sharded update waits for its backward; data-parallel plans are unchanged", () => {
+  const plan = hybrid(GROUPS);
+  const index = (label: string) => labels(plan).indexOf(label);
+  assert.deepEqual(dependenciesOf(plan, index("update fc")), [index("backward fc")]);
+  assert.deepEqual(dependenciesOf(plan, index("backward conv")), [index("forward"), index("backward fc")]);
+  assert.deepEqual(dependenciesOf(plan, index("reduce conv")), [index("update fc"), index("backward conv")]);
+  // Lane order and data say everything: no program-order waits were needed.
+  assert.ok(plan.steps.every((s) => s.waitsFor === undefined), JSON.stringify(plan.steps));
+  // The same steps without `sharded`: update fc has no reduce to wait for.
+  assert.deepEqual(dependenciesOf({ ...plan, sharded: undefined }, index("update fc")), []);
+  // Before hybrid plans existed these were the data-parallel plans' dependencies (recorded from HEAD).
+  const deps = (p: Plan) => p.steps.map((_, i) => dependenciesOf(p, i));
+  assert.deepEqual(deps(sequential(GROUPS)), [[], [0], [0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [
+    6,
+    7,
+  ]]);
+  assert.deepEqual(deps(overlap(GROUPS)), [[], [0], [1], [2], [3], [0, 1], [4, 5], [6], [7]]);
+  assert.deepEqual(
+    deps(bucketed(["fc8", "fc7", "conv"])),
+    [[], [0], [1], [2], [3], [0, 1], [4, 5], [6], [7], [0, 5], [8, 9], [10], [11]],
+  );
+});
+
+// Mutations tried, each made this test fail: the lanes not exempting sharded updates from "only
+// device 0 updates" (device 1's comm lane lost #2 update fc); the devices column ignoring `sharded`
+// (no "+ all-gathers"); the data-parallel output changing (the golden overlap text, recorded from
+// HEAD before hybrid plans existed).
+Deno.test("explain: a hybrid plan shows its all-gathers, reduce-scatters and local updates", () => {
+  const text = explain(hybrid(GROUPS), { devices: 2, mode: "master" });
+  const rows = text.split("\n");
+  const row = (i: number) => rows.find((r) => r.startsWith(`#${i} `))!;
+  assert.match(row(0), /^#0 +forward +compute +0\.\.1 \+ all-gathers +-$/);
+  assert.match(row(1), /^#1 +backward fc +compute +0\.\.1 \+ reduce-scatter +#0 forward$/);
+  assert.match(row(2), /^#2 +update fc +comm +0\.\.1, own 1\/2 each +#1 backward fc$/);
+  assert.match(row(4), /^#4 +reduce conv +comm +1 -> 0 /);
+  assert.ok(text.includes("model-parallel steps (sharded: fc; data-parallel: conv):\n"));
+  assert.ok(
+    text.includes(
+      "  #0 forward: each device runs conv on its own b samples; the body output is all-gathered",
+    ),
+  );
+  assert.ok(text.includes("the slices are all-gathered (by columns) before the next layer, the logits too"));
+  assert.ok(
+    text.includes("  #1 backward fc: each layer's weight and bias gradients stay with the device owning"),
+  );
+  assert.ok(text.includes("its partial input gradient for all 2·b samples is reduce-scattered"));
+  assert.ok(text.includes("the rows of its own samples, which feed #3 backward conv"));
+  assert.ok(text.includes(
+    "  #2 update fc: local: every device updates its own 1/2 slice with its own optimizer state, on the comm lane, alongside #3 backward conv; nothing is reduced or broadcast",
+  ));
+  // Every device runs the sharded update; only device 0 the data-parallel one (master mode).
+  assert.ok(text.includes(
+    "  device 1\n    compute | #0 forward -> #1 backward fc -> #3 backward conv\n" +
+      "    comm    | #2 update fc -> #4 reduce conv -> #6 broadcast conv\n",
+  ));
+  assert.ok(!text.includes("notes:") && !text.includes("problems:"));
+  // Data-parallel plans read exactly as before.
+  assert.equal(
+    explain(overlap(GROUPS), { devices: 3, mode: "master" }),
+    'schedule "overlap": 9 steps, 3 devices, master mode (reduce on device 0, update there, broadcast)\ngroups in backward order: fc, conv\n\nstep  what            lane     devices    waits for\n#0    forward         compute  0..2       -\n#1    backward fc     compute  0..2       #0 forward\n#2    reduce fc       comm     1..2 -> 0  #1 backward fc\n#3    update fc       comm     0          #2 reduce fc\n#4    broadcast fc    comm     0 -> 1..2  #3 update fc\n#5    backward conv   compute  0..2       #0 forward, #1 backward fc\n#6    reduce conv     comm     1..2 -> 0  #4 broadcast fc, #5 backward conv\n#7    update conv     comm     0          #6 reduce conv\n#8    broadcast conv  comm     0 -> 1..2  #7 update conv\n\nlanes (steps in the order each lane runs them):\n  device 0\n    compute | #0 forward -> #1 backward fc -> #5 backward conv\n    comm    | #2 reduce fc -> #3 update fc -> #4 broadcast fc -> #6 reduce conv -> #7 update conv -> #8 broadcast conv\n  device 1\n    compute | #0 forward -> #1 backward fc -> #5 backward conv\n    comm    | #2 reduce fc -> #4 broadcast fc -> #6 reduce conv -> #8 broadcast conv\n  device 2\n    compute | #0 forward -> #1 backward fc -> #5 backward conv\n    comm    | #2 reduce fc -> #4 broadcast fc -> #6 reduce conv -> #8 broadcast conv\n',
+  );
+  // A broken hybrid plan is explained too, its problem listed.
+  const broken = explain(
+    parseSchedule(`shard fc; forward; backward fc; reduce fc; update fc`, { groups: GROUPS }),
+    {
+      devices: 2,
+      mode: "allreduce",
+    },
+  );
+  assert.ok(
+    broken.includes('problems:\n  schedule "schedule" line 1, column 33: fc is sharded (model-parallel)'),
+    broken,
+  );
 });

@@ -1,6 +1,9 @@
 import assert from "node:assert/strict";
 import { ValueError } from "../engine/errors.ts";
+import { measureProfile } from "../mod.ts";
+import { tinyAlexNet } from "./fixtures/networks.ts";
 import {
+  activationCollectiveSeconds,
   alexnetScalingTable,
   autoSchedule,
   checkProfile,
@@ -8,6 +11,9 @@ import {
   type CostOptions,
   dependenciesOf,
   groupTotals,
+  hybrid,
+  hybridCandidate,
+  hybridTraffic,
   judgeNetwork,
   type LayerProfile,
   overlap,
@@ -460,4 +466,383 @@ Deno.test("alexnetScalingTable: every link, device count and mode; overlap never
   assert.ok(lines[0].startsWith("| link | devices | mode | sequential ms | overlap ms |"));
   const small = alexnetScalingTable(profile, { devices: [2], modes: ["master"], links: [STANDARD_LINKS[2]] });
   assert.equal(small.rows.length, 1);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Hybrid plans: FC layers model-parallel, their activations travel instead of their gradients.
+
+const fcLayer = (
+  name: string,
+  group: string,
+  f: number,
+  b: number,
+  bytes: number,
+  outputBytes: number,
+  kind: string,
+): LayerProfile => ({ ...layer(name, group, f, b, bytes), outputBytes, kind });
+
+/**
+ * HAND's totals (conv forward 1 s, backward 2 s, 100 B; fc forward 0.5 s, backward 1 s, 1000 B) with
+ * activation sizes at the per-device batch of 4: the body output is 80 B (5 features × 4 samples ×
+ * 4 B), fc1 has 3 outputs (48 B), a ReLU keeps them, fc2 has 2 (32 B, the logits).
+ */
+const HYBRID_PROFILE: Profile = {
+  batchSize: 4,
+  layers: [
+    fcLayer("conv1", "conv", 0.6, 1.2, 60, 160, "Conv2d"),
+    fcLayer("conv2", "conv", 0.4, 0.8, 40, 80, "Conv2d"),
+    fcLayer("fc1", "fc", 0.3, 0.6, 600, 48, "Linear"),
+    fcLayer("relu", "fc", 0.1, 0.1, 0, 48, "ReLU"),
+    fcLayer("fc2", "fc", 0.1, 0.3, 400, 32, "Linear"),
+  ],
+};
+
+// Mutations tried, each made this test fail: dropping the logits' all-gather (the last sharded
+// layer's output; step 12.388 s); pricing the reduce-scatter without its sums (step 13.08 s); master
+// mode running the sharded update on device 0 only (device 1's comm lane lost update fc).
+Deno.test("simulate hybrid: a hand-computed step on 2 devices, activation traffic on the compute lane", () => {
+  const plan = hybrid(GROUPS);
+  const sim = simulate(plan, HYBRID_PROFILE, HAND_COSTS);
+  // One message per collective (N − 1 = 1), 0.5 s latency + bytes / 100 B/s; sums at 1000 B/s.
+  // forward: 1.5 s of compute + all-gathers of conv2's 80 B (1.3), fc1's 48 B (0.98), fc2's 32 B
+  //   (0.82) = 4.6 s.
+  // backward fc: 1 s + reduce-scatters of fc2's input, 48 B (0.5 + 0.48 + 0.048), and fc1's, 80 B
+  //   (0.5 + 0.8 + 0.08) = 3.408 s, ending at 8.008 s.
+  // update fc, on both devices: 1000 B / 2 · 1 ms/B = 0.5 s beside backward conv [8.008, 10.008].
+  // reduce conv 0.5 + 1 + 0.1 = 1.6, update conv 0.1, broadcast conv 1.5: 13.208 s.
+  assert.deepEqual(sim.lanes[0].compute.map((e) => stepLabel(e)), [
+    "forward",
+    "backward fc",
+    "backward conv",
+  ]);
+  const ends = (entries: readonly { start: number; end: number }[]) =>
+    entries.flatMap((e) => [e.start, e.end]);
+  ends(sim.lanes[0].compute).forEach((t, i) =>
+    near(t, [0, 4.6, 4.6, 8.008, 8.008, 10.008][i], `compute ${i}`)
+  );
+  for (const d of [0, 1]) {
+    const comm = sim.lanes[d].comm;
+    assert.deepEqual(
+      comm.map((e) => stepLabel(e)),
+      d === 0
+        ? ["update fc", "reduce conv", "update conv", "broadcast conv"]
+        : ["update fc", "reduce conv", "broadcast conv"],
+    );
+    near(comm[0].start, 8.008, "update fc start");
+    near(comm[0].end, 8.508, "update fc end");
+  }
+  near(sim.stepSeconds, 13.208, "step");
+  // Traffic per device per step: all-gathers 80 + 48 + 32, reduce-scatters 48 + 80.
+  const t = sim.hybrid!;
+  assert.deepEqual(t.sharded, ["fc"]);
+  assert.equal(t.allGatherBytes, 160);
+  assert.equal(t.reduceScatterBytes, 128);
+  assert.equal(t.bytes, 288);
+  near(t.allGatherSeconds, 3.1, "all-gathers");
+  near(t.reduceScatterSeconds, 2.408, "reduce-scatters");
+  assert.deepEqual(t.updateBytes, { fc: 500 });
+  assert.deepEqual(t.transfers.map((x) => [x.kind, x.layer, x.step, x.pieceBytes, x.bytes]), [
+    ["all-gather", "conv2", "forward", 80, 80],
+    ["all-gather", "fc1", "forward", 48, 48],
+    ["all-gather", "fc2", "forward", 32, 32],
+    ["reduce-scatter", "fc2", "backward fc", 48, 48],
+    ["reduce-scatter", "fc1", "backward fc", 80, 80],
+  ]);
+  // The FC collectives are not on the comm lane: only the update and the conv exchange are.
+  near(sim.commSeconds, 0.5 + 1.6 + 0.1 + 1.5, "comm");
+  // The same profile under overlap exchanges the 1000 B of FC gradients instead: 28.7 s (see above).
+  near(simulate(overlap(GROUPS), HYBRID_PROFILE, HAND_COSTS).stepSeconds, 28.7, "overlap");
+  // Allreduce: the activations cost the same (no master); conv's ring 1 + 1 + 0.05, update 0.1.
+  const ring = simulate(plan, HYBRID_PROFILE, { ...HAND_COSTS, mode: "allreduce" });
+  near(ring.stepSeconds, 10.008 + 2.05 + 0.1, "allreduce step");
+  assert.deepEqual(ring.hybrid, t);
+  // No `hybrid` figures for data-parallel plans.
+  assert.equal("hybrid" in simulate(overlap(GROUPS), HYBRID_PROFILE, HAND_COSTS), false);
+});
+
+// Mutation tried: the pieces taken from parameterBytes instead of outputBytes (every transfer then
+// changed with the FC parameters; this test and the hand-computed one failed).
+Deno.test("simulate hybrid: traffic follows batch and widths, not FC parameter bytes", () => {
+  const plan = hybrid(GROUPS);
+  const base = simulate(plan, HYBRID_PROFILE, HAND_COSTS);
+  const scale = (p: Profile, f: (l: LayerProfile) => Partial<LayerProfile>): Profile => ({
+    ...p,
+    layers: p.layers.map((l) => ({ ...l, ...f(l) })),
+  });
+  // 1000× the FC parameters: the collectives and the compute lane do not move; only the local update grows.
+  const heavy = simulate(
+    plan,
+    scale(
+      HYBRID_PROFILE,
+      (l) => ({ parameterBytes: l.group === "fc" ? 1000 * l.parameterBytes : l.parameterBytes }),
+    ),
+    HAND_COSTS,
+  );
+  assert.deepEqual(heavy.hybrid!.transfers, base.hybrid!.transfers);
+  assert.deepEqual(heavy.lanes[0].compute, base.lanes[0].compute);
+  assert.deepEqual(heavy.hybrid!.updateBytes, { fc: 500_000 });
+  // …whereas the data-parallel FC exchange grows with them (11.5 + 10.5 s → over 10,000 s).
+  assert.ok(
+    simulate(
+      overlap(GROUPS),
+      scale(HYBRID_PROFILE, (l) => ({ parameterBytes: 1000 * l.parameterBytes })),
+      HAND_COSTS,
+    )
+      .groups.fc.commSeconds > 10_000,
+  );
+  // Twice the batch per device: twice the bytes; the byte terms double, the latencies stay.
+  const doubled = simulate(
+    plan,
+    { ...scale(HYBRID_PROFILE, (l) => ({ outputBytes: 2 * l.outputBytes! })), batchSize: 8 },
+    HAND_COSTS,
+  ).hybrid!;
+  assert.equal(doubled.bytes, 2 * 288);
+  near(doubled.allGatherSeconds, 3 * 0.5 + 2 * 160 / 100, "all-gathers at twice the batch");
+  near(doubled.reduceScatterSeconds, 2 * 0.5 + 2 * 128 / 100 + 2 * 128 / 1000, "reduce-scatters");
+  // A wider fc1 (6 outputs, 96 B, through the ReLU): its all-gather and fc2's input reduce-scatter grow.
+  const wide = hybridTraffic(
+    scale(HYBRID_PROFILE, (l) => (l.name === "fc1" || l.name === "relu" ? { outputBytes: 96 } : {})),
+    ["fc"],
+    HAND_COSTS,
+  );
+  assert.equal(wide.bytes, 288 + 2 * 48);
+  // More devices: each receives N − 1 pieces.
+  assert.equal(hybridTraffic(HYBRID_PROFILE, ["fc"], { ...HAND_COSTS, devices: 4 }).bytes, 3 * 288);
+});
+
+// Mutation tried: a star also sending its N − 1 messages one after another (the star figures failed).
+Deno.test("activation collectives: N − 1 messages through a shared link, side by side in a star, both modes", () => {
+  const x = 1e6;
+  const base: CostOptions = {
+    link: { bandwidthBytesPerSecond: 1e9, latencySeconds: 1e-4 },
+    devices: 4,
+    mode: "master",
+    memoryBandwidthBytesPerSecond: 1e10,
+  };
+  const message = 1e-4 + x / 1e9;
+  near(activationCollectiveSeconds("all-gather", x, base), 3 * message, "shared all-gather");
+  near(
+    activationCollectiveSeconds("reduce-scatter", x, base),
+    3 * message + 3 * x / 1e10,
+    "shared reduce-scatter",
+  );
+  const star = { ...base, topology: "star" as const };
+  near(activationCollectiveSeconds("all-gather", x, star), message, "star all-gather");
+  near(activationCollectiveSeconds("reduce-scatter", x, star), message + 3 * x / 1e10, "star reduce-scatter");
+  for (const kind of ["all-gather", "reduce-scatter"] as const) {
+    assert.equal(
+      activationCollectiveSeconds(kind, x, { ...base, mode: "allreduce" }),
+      activationCollectiveSeconds(kind, x, base),
+    );
+    assert.equal(activationCollectiveSeconds(kind, x, { ...base, devices: 1 }), 0);
+  }
+  // In a whole step at 3 devices: the star saves one message per collective.
+  const at3 = (topology: "star" | "shared") =>
+    simulate(hybrid(GROUPS), HYBRID_PROFILE, { ...HAND_COSTS, devices: 3, topology }).hybrid!;
+  near(at3("shared").allGatherSeconds, 2 * (3 * 0.5 + 160 / 100), "3 devices, shared");
+  near(at3("star").allGatherSeconds, 3 * 0.5 + 160 / 100, "3 devices, star");
+  assert.equal(at3("star").bytes, at3("shared").bytes);
+  assert.throws(() => activationCollectiveSeconds("all-gather", x, { ...base, devices: 0 }), ValueError);
+});
+
+// Mutations tried, each made this test fail: skipping the outputBytes check (the step priced as
+// NaN, no error); skipping the kind check (a sharded Conv2d priced).
+Deno.test("simulate hybrid: refuses profiles that cannot price it, naming what is missing", () => {
+  assert.throws(
+    () => simulate(hybrid(GROUPS), HAND, HAND_COSTS),
+    (e: unknown) =>
+      e instanceof ValueError &&
+      e.message.includes(
+        "the profile lacks outputBytes (activation bytes at the per-device batch) for conv2, fc, which a hybrid plan's all-gathers and reduce-scatters move; measure it with measureProfile",
+      ),
+  );
+  const convHead: Profile = {
+    ...HYBRID_PROFILE,
+    layers: HYBRID_PROFILE.layers.map((l) => (l.name === "fc2" ? { ...l, kind: "Conv2d" } : l)),
+  };
+  assert.throws(
+    () => simulate(hybrid(GROUPS), convHead, HAND_COSTS),
+    /fully-connected layers only, but fc2 \(Conv2d\)/,
+  );
+  // The sharded group must be the profile's output side.
+  const inverted: Profile = {
+    ...HYBRID_PROFILE,
+    layers: [...HYBRID_PROFILE.layers.slice(2), ...HYBRID_PROFILE.layers.slice(0, 2)],
+  };
+  assert.throws(() => hybridTraffic(inverted, ["fc"], HAND_COSTS), /must be the profile's output side/);
+  assert.throws(() => hybridTraffic(HYBRID_PROFILE, ["lstm"], HAND_COSTS), /not in the profile/);
+  assert.throws(
+    () => checkProfile({ batchSize: 1, layers: [{ ...layer("a", "x", 1, 1, 1), outputBytes: -1 }] }),
+    /outputBytes -1/,
+  );
+  assert.throws(
+    () => checkProfile({ batchSize: 1, layers: [{ ...layer("a", "x", 1, 1, 1), kind: "" }] }),
+    /kind ""/,
+  );
+});
+
+// Mutation tried: outputBytes from the layer's input instead of its output (conv1 then read the
+// 1×16×16 image's 6144 B, fc2 the 1536 B of its input).
+Deno.test("measureProfile records each layer's output bytes and kind, enough to price hybrid", () => {
+  const network = tinyAlexNet(1);
+  const profile = measureProfile(network, 6, { repeats: 1 });
+  network.dispose();
+  const byName = Object.fromEntries(profile.layers.map((l) => [l.name, l]));
+  // fp32 at 6 samples: conv1 8×16×16, pool2 and flatten 16×4×4, fc1 64, fc2 5.
+  assert.equal(byName.conv1.outputBytes, 4 * 6 * 8 * 16 * 16);
+  assert.equal(byName.pool2.outputBytes, 4 * 6 * 256);
+  assert.equal(byName.flatten.outputBytes, 4 * 6 * 256);
+  assert.equal(byName.fc1.outputBytes, 4 * 6 * 64);
+  assert.equal(byName.drop1.outputBytes, 4 * 6 * 64);
+  assert.equal(byName.fc2.outputBytes, 4 * 6 * 5);
+  assert.deepEqual(
+    profile.layers.map((l) => l.kind),
+    [
+      "Conv2d",
+      "ReLU",
+      "LRN",
+      "MaxPool2d",
+      "Conv2d",
+      "ReLU",
+      "MaxPool2d",
+      "Flatten",
+      "Linear",
+      "ReLU",
+      "Dropout",
+      "Linear",
+    ],
+  );
+  const groups = groupTotals(profile).map((t) => t.group);
+  assert.deepEqual(groups, ["fc", "conv"]);
+  const traffic = simulate(hybrid(groups), profile, { ...HAND_COSTS, devices: 2 }).hybrid!;
+  // All-gathers: flatten's output, fc1's, fc2's; reduce-scatters: fc2's input (drop1's output), fc1's.
+  assert.equal(traffic.allGatherBytes, 4 * 6 * (256 + 64 + 5));
+  assert.equal(traffic.reduceScatterBytes, 4 * 6 * (64 + 256));
+});
+
+/** {@link alexnetProfile} with fp32 activation sizes at batch 128 and the layers' kinds. */
+function alexnetWithActivations(): Profile {
+  const features: Record<string, number> = {
+    conv1: 96 * 55 * 55,
+    norm1: 96 * 55 * 55,
+    pool1: 96 * 27 * 27,
+    conv2: 256 * 27 * 27,
+    norm2: 256 * 27 * 27,
+    pool2: 256 * 13 * 13,
+    conv3: 384 * 13 * 13,
+    conv4: 384 * 13 * 13,
+    conv5: 256 * 13 * 13,
+    pool5: 256 * 6 * 6,
+    fc6: 4096,
+    fc7: 4096,
+    fc8: 1000,
+  };
+  const kind = (name: string) =>
+    name.startsWith("fc")
+      ? "Linear"
+      : name.startsWith("conv")
+      ? "Conv2d"
+      : name.startsWith("norm")
+      ? "LRN"
+      : "MaxPool2d";
+  const profile = alexnetProfile();
+  return {
+    ...profile,
+    layers: profile.layers.map((l) => ({
+      ...l,
+      outputBytes: 4 * 128 * features[l.name],
+      kind: kind(l.name),
+    })),
+  };
+}
+
+// Mutations tried, each made this test fail: choosing hybrid when it is slower (the comparison
+// reversed: NVLink picked hybrid); allowHybrid ignored (defaulting to true: the default call then
+// picked hybrid over PCIe 3 ×4).
+Deno.test("autoSchedule: hybrid when allowed and predicted faster, with the reason in numbers", () => {
+  const profile = alexnetWithActivations();
+  const pcie3 = STANDARD_LINKS.find((l) => l.name === "PCIe 3")!;
+  // Off by default: exactly the data-parallel choice, as without activation sizes.
+  const plain = autoSchedule(profile, pcie3, 4);
+  assert.equal(plain.name, "overlap");
+  assert.deepEqual(plain, autoSchedule(alexnetProfile(), pcie3, 4));
+  assert.equal(plain.judgement.hybrid, undefined);
+
+  // 4 devices behind one PCIe 3 slot: the 234.5 MB FC exchange outlasts the conv backward, while
+  // fc6..fc8's activations are 55 MB per device.
+  const auto = autoSchedule(profile, pcie3, 4, { allowHybrid: true });
+  assert.equal(auto.name, "hybrid");
+  assert.deepEqual(auto.groups, ["fc", "conv"]);
+  assert.deepEqual(auto.sharded, ["fc"]);
+  assert.equal(auto.assignment.pool5, "conv");
+  assert.equal(auto.assignment.fc6, "fc");
+  validatePlan(auto, { mode: "master" });
+  const h = auto.judgement.hybrid!;
+  assert.equal(h.boundaryLayer, "fc6");
+  assert.deepEqual(h.shardedLayers, ["fc6", "fc7", "fc8"]);
+  // Per device: 3 × (pool5 + fc6 + fc7 + fc8 outputs) gathered, 3 × (pool5 + fc6 + fc7) scattered.
+  const mb = 4 * 128;
+  assert.equal(h.traffic.allGatherBytes, 3 * mb * (9216 + 4096 + 4096 + 1000));
+  assert.equal(h.traffic.reduceScatterBytes, 3 * mb * (9216 + 4096 + 4096));
+  assert.equal(h.dataParallelBytes, 4 * (37_752_832 + 16_781_312 + 4_097_000));
+  near(
+    h.dataParallelExchangeSeconds,
+    commStepSeconds("reduce", h.dataParallelBytes, { link: pcie3, devices: 4, mode: "master" }) +
+      commStepSeconds("broadcast", h.dataParallelBytes, { link: pcie3, devices: 4, mode: "master" }),
+    "data-parallel FC exchange",
+  );
+  const overlapSeconds = plain.judgement.split!.overlapSeconds;
+  assert.ok(h.stepSeconds < overlapSeconds, `${h.stepSeconds} vs ${overlapSeconds}`);
+  near(
+    h.stepSeconds,
+    simulate(auto, regroupProfile(profile, auto.assignment), { link: pcie3, devices: 4, mode: "master" })
+      .stepSeconds,
+    "step",
+  );
+  assert.equal(
+    auto.judgement.reason.split(". Data-parallel verdict: ")[0],
+    "hybrid: shard fc6..fc8 (cut before fc6) and keep the rest data-parallel: at 12.0 GB/s with 4 devices (master) " +
+      "the sharded layers fc6..fc8 move 55.0 MB of activations per device per step (all-gathers 28.3 MB, " +
+      "reduce-scatters 26.7 MB) in 4.93 ms on the compute lane, instead of exchanging their 234.5 MB of gradients " +
+      `(reduce and broadcast: 120.84 ms); predicted step ${(h.stepSeconds * 1e3).toFixed(2)} ms against ${
+        (overlapSeconds * 1e3).toFixed(2)
+      } ms with overlap`,
+  );
+  assert.ok(auto.judgement.reason.endsWith(plain.judgement.reason));
+
+  // Over NVLink the FC exchange hides under the conv backward: overlap stays, and the reason says why.
+  const nvlink = STANDARD_LINKS.find((l) => l.name === "NVLink")!;
+  const fast = autoSchedule(profile, nvlink, 2, { allowHybrid: true });
+  assert.equal(fast.name, "overlap");
+  assert.equal(fast.sharded, undefined);
+  assert.ok(fast.judgement.hybrid!.stepSeconds > fast.judgement.split!.overlapSeconds);
+  assert.ok(
+    fast.judgement.reason.startsWith(
+      autoSchedule(profile, nvlink, 2).judgement.reason + "; hybrid priced too and not faster: at 150.0 GB/s",
+    ),
+    fast.judgement.reason,
+  );
+
+  // A profile that cannot say which layers are fully connected: the data-parallel choice, and why.
+  const unknown = autoSchedule(alexnetProfile(), pcie3, 4, { allowHybrid: true });
+  assert.equal(unknown.name, "overlap");
+  assert.ok(
+    unknown.judgement.reason.endsWith(
+      "; hybrid not considered: the profile does not say which layers are fully connected (no `kind`; measureProfile records it)",
+    ),
+  );
+  assert.equal(
+    autoSchedule(resnetLikeProfile(), pcie3, 4, { allowHybrid: true }).name,
+    "sequential",
+  );
+  // The candidate on its own; a convolutional output side has none.
+  const found = hybridCandidate(profile, { link: pcie3, devices: 4, mode: "master" });
+  assert.ok("candidate" in found && found.candidate.stepSeconds === h.stepSeconds);
+  const convOut = {
+    ...profile,
+    layers: profile.layers.map((l) => (l.name === "fc8" ? { ...l, kind: "Conv2d" } : l)),
+  };
+  assert.deepEqual(hybridCandidate(convOut, { link: pcie3, devices: 4, mode: "master" }), {
+    why: "the output-side layer with parameters, fc8, is Conv2d, not fully connected",
+  });
 });

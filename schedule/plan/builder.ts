@@ -2,7 +2,8 @@
  * The typed, in-code form of a schedule. It produces exactly the plan the text form would, except
  * that every step's `line` and `column` are 0 (the {@link PlanStep} convention for "built in code");
  * validation then names the step index instead of a line. Builders are immutable, so a common prefix
- * can be shared between variants.
+ * can be shared between variants. `shard` declares a hybrid plan's model-parallel groups, like the
+ * text's `shard` statement.
  *
  * @module
  */
@@ -17,7 +18,7 @@ import {
   type StepKind,
   withProgramOrder,
 } from "./plan.ts";
-import { validatePlan } from "./validate.ts";
+import { shardingProblem, validatePlan } from "./validate.ts";
 
 /**
  * What a group step acts on: one group, several (in the order given), or `"all"` in backward order.
@@ -50,12 +51,49 @@ export class ScheduleBuilder<G extends string> {
   /** The groups in backward order (output side first). */
   readonly groups: readonly G[];
   readonly #steps: readonly PlanStep[];
+  readonly #sharded: readonly G[] | undefined;
 
-  /** A builder for `groups` holding `steps` so far; use {@link scheduleBuilder} to start one. */
-  constructor(groups: readonly G[], steps: readonly PlanStep[] = []) {
+  /**
+   * A builder for `groups` holding `steps` so far and, for a hybrid plan, the `sharded` groups; use
+   * {@link scheduleBuilder} to start one.
+   */
+  constructor(groups: readonly G[], steps: readonly PlanStep[] = [], sharded?: readonly G[]) {
     checkGroupNames(groups, "scheduleBuilder");
     this.groups = [...groups];
     this.#steps = steps;
+    this.#sharded = sharded;
+  }
+
+  /**
+   * Declares `target` model-parallel, as the text's `shard` statement does (see `Plan.sharded`):
+   * groups from the output side, leaving at least one unsharded; stored in backward order. Unknown
+   * groups, `"all"`, a second call, and a list that is not a prefix of the groups or leaves no group
+   * unsharded throw a `ValueError` here; the steps' order is checked by `build` with a mode.
+   *
+   * @example
+   * ```ts
+   * import { scheduleBuilder } from "./builder.ts";
+   * const plan = scheduleBuilder(["fc", "conv"]).shard("fc")
+   *   .forward().backward("fc").update("fc")
+   *   .backward("conv").reduce("conv").update("conv").broadcast("conv")
+   *   .build("hybrid", { mode: "master" });
+   * console.log(plan.sharded); // ["fc"]
+   * ```
+   */
+  shard(target: G | readonly G[]): ScheduleBuilder<G> {
+    const list: readonly string[] = typeof target === "string" ? [target] : target;
+    const fail = (reason: string): never => {
+      throw new ValueError("scheduleBuilder.shard", reason);
+    };
+    if (this.#sharded !== undefined) fail("shard is declared twice");
+    if (list.length === 0) fail("needs at least one group");
+    if (list.includes("all")) {
+      fail(`"all" is not allowed: at least one group must stay unsharded (data-parallel)`);
+    }
+    const problem = shardingProblem(this.groups, list);
+    if (problem !== undefined) fail(problem.reason);
+    const sharded = this.groups.filter((g) => list.includes(g));
+    return new ScheduleBuilder(this.groups, this.#steps, sharded);
   }
 
   /** Adds the forward pass. */
@@ -65,7 +103,7 @@ export class ScheduleBuilder<G extends string> {
       lane: "compute",
       line: 0,
       column: 0,
-    }]);
+    }], this.#sharded);
   }
 
   /** Adds the backward pass of `target` (segments in the order given; `"all"` in backward order). */
@@ -90,7 +128,12 @@ export class ScheduleBuilder<G extends string> {
 
   /** The plan named `name`; with `options.mode` it is validated first (throws a `ScheduleError`). */
   build(name = "custom", options: { readonly mode?: ReductionMode } = {}): Plan {
-    const plan: Plan = { name, groups: [...this.groups], steps: withProgramOrder(this.#steps) };
+    const plan: Plan = {
+      name,
+      groups: [...this.groups],
+      steps: withProgramOrder(this.#steps, this.#sharded),
+      ...(this.#sharded === undefined ? {} : { sharded: [...this.#sharded] }),
+    };
     if (options.mode !== undefined) validatePlan(plan, { mode: options.mode });
     return plan;
   }
@@ -111,7 +154,7 @@ export class ScheduleBuilder<G extends string> {
       }
     }
     const added = list.map((group): PlanStep => ({ kind, group, lane: laneOf(kind), line: 0, column: 0 }));
-    return new ScheduleBuilder(this.groups, [...this.#steps, ...added]);
+    return new ScheduleBuilder(this.groups, [...this.#steps, ...added], this.#sharded);
   }
 }
 

@@ -1,7 +1,8 @@
 /**
  * The schedules Tandem ships. All are valid in both reduction modes (in `allreduce` their broadcasts
- * are no-ops), and all compute the same parameters bit for bit: group updates are elementwise and
- * reductions run in device order, so only the timing differs.
+ * are no-ops), and the data-parallel ones compute the same parameters bit for bit: group updates are
+ * elementwise and reductions run in device order, so only the timing differs. `hybrid` makes the
+ * output-side group model-parallel: activations travel instead of that group's gradients.
  *
  * @module
  */
@@ -67,6 +68,35 @@ export function overlap(groups: readonly string[]): Plan {
 }
 
 /**
+ * The hybrid schedule ("one weird trick", Krizhevsky 2014): the `sharded` groups (by default the
+ * output-side one, e.g. `fc`) are model-parallel — each device holds 1/N of every layer's output
+ * units and their optimizer state — and the rest stay data-parallel. Forward all-gathers the body
+ * output and every sharded layer's output slices; `backward g` of a sharded group reduce-scatters
+ * each layer's input gradient; its weight gradients never travel, so `update g` follows `backward g`
+ * directly, on each device's own slice, on the communication lane while the body's backward runs.
+ * Each unsharded group is then bucketed as in {@link overlap}. For groups fc, conv the text is
+ * `shard fc; forward; backward fc; update fc; backward conv; reduce conv; update conv; broadcast conv`.
+ * `sharded` must be a prefix of `groups` leaving at least one group unsharded (else `ValueError`).
+ *
+ * @example
+ * ```ts
+ * import { hybrid } from "./builtins.ts";
+ * import { formatPlan } from "./dsl.ts";
+ * console.log(formatPlan(hybrid(["fc", "conv"])));
+ * console.log(hybrid(["fc8", "fc7", "fc6", "conv"], ["fc8", "fc7", "fc6"]).sharded); // ["fc8", "fc7", "fc6"]
+ * ```
+ */
+export function hybrid(groups: readonly string[], sharded: readonly string[] = groups.slice(0, 1)): Plan {
+  let builder = scheduleBuilder(groups).shard(sharded).forward();
+  for (const group of groups) {
+    builder = sharded.includes(group)
+      ? builder.backward(group).update(group)
+      : builder.backward(group).reduce(group).update(group).broadcast(group);
+  }
+  return builder.build("hybrid");
+}
+
+/**
  * Names accepted by {@link builtinSchedule}.
  *
  * @example
@@ -76,10 +106,11 @@ export function overlap(groups: readonly string[]): Plan {
  * console.log(builtinSchedule(name, ["fc", "conv"]).steps.length); // 9
  * ```
  */
-export type BuiltinName = "sequential" | "overlap" | "bucketed";
+export type BuiltinName = "sequential" | "overlap" | "bucketed" | "hybrid";
 
 /**
- * A built-in schedule by name, for command lines and config files.
+ * A built-in schedule by name, for command lines and config files. `hybrid` shards the output-side
+ * group (see {@link hybrid}).
  *
  * @example
  * ```ts
@@ -95,10 +126,12 @@ export function builtinSchedule(name: BuiltinName, groups: readonly string[]): P
       return overlap(groups);
     case "bucketed":
       return bucketed(groups);
+    case "hybrid":
+      return hybrid(groups);
     default:
       throw new ValueError(
         "builtinSchedule",
-        `unknown schedule ${JSON.stringify(name)}; built-ins are sequential, overlap, bucketed`,
+        `unknown schedule ${JSON.stringify(name)}; built-ins are sequential, overlap, bucketed, hybrid`,
       );
   }
 }

@@ -14,6 +14,14 @@
  * - `schedule NAME` — names the plan (else `options.name`, else the file's base name, else `schedule`).
  * - `groups G1, G2, …` — declares the groups in backward order; when `options.groups` is also given
  *   (taken from the model) the two must agree, so a schedule written for another model fails early.
+ * - `shard G1, G2, …` — declares model-parallel groups (a hybrid plan, `Plan.sharded`): each device
+ *   holds 1/N of every layer's output units of these groups and their optimizer state, while the
+ *   other groups stay data-parallel. Groups as in the steps below, but `all` is not allowed: they
+ *   must be a prefix of the groups in backward order (the output side, e.g. `fc`) and leave at least
+ *   one group unsharded. At most once, before the first step (after the `schedule` and `groups`
+ *   headers). A sharded group is never reduced or broadcast, and its `update` follows its
+ *   `backward` (validation checks both). Example, the `hybrid` built-in:
+ *   `shard fc; forward; backward fc; update fc; backward conv; reduce conv; update conv; broadcast conv`.
  * - `forward` — the forward pass (no group).
  * - `backward|reduce|update|broadcast TARGETS` — TARGETS is `all` or one or more groups separated by
  *   commas or spaces. `all` and lists expand into one step per group, `all` in backward order, so
@@ -43,7 +51,7 @@ import {
   stepLabel,
   withProgramOrder,
 } from "./plan.ts";
-import { validatePlan } from "./validate.ts";
+import { shardingProblem, validatePlan } from "./validate.ts";
 
 /**
  * Options of {@link parseSchedule}, {@link loadSchedule} and the {@link schedule} tag.
@@ -70,7 +78,7 @@ export interface ParseOptions {
 }
 
 const STEP_KINDS: readonly StepKind[] = ["forward", "backward", "reduce", "update", "broadcast"];
-const KEYWORDS = [...STEP_KINDS, "schedule", "groups"];
+const KEYWORDS = [...STEP_KINDS, "schedule", "groups", "shard"];
 const NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/;
 
 interface Token {
@@ -182,6 +190,8 @@ export function parseSchedule(text: string, options: ParseOptions = {}): Plan {
   let name: string | undefined;
   let groups = options.groups;
   let declaredGroups = false;
+  /** The `shard` statement's groups, in backward order; undefined until one is seen. */
+  let sharded: string[] | undefined;
   const steps: PlanStep[] = [];
   let statementCount = 0;
 
@@ -214,6 +224,7 @@ export function parseSchedule(text: string, options: ParseOptions = {}): Plan {
       if (keyword === "groups") {
         if (declaredGroups) fail("groups are declared twice", head.column);
         if (steps.length > 0) fail("`groups` must come before the first step", head.column);
+        if (sharded !== undefined) fail("`groups` must come before `shard`", head.column);
         const declared = namesOf(rest, head, "groups", fail);
         for (const token of declared) {
           if (token.text === "all") fail(`"all" is reserved and cannot name a group`, token.column);
@@ -231,6 +242,43 @@ export function parseSchedule(text: string, options: ParseOptions = {}): Plan {
         }
         groups = names;
         declaredGroups = true;
+        continue;
+      }
+
+      if (keyword === "shard") {
+        if (sharded !== undefined) fail("`shard` is declared twice", head.column);
+        if (steps.length > 0) fail("`shard` must come before the first step", head.column);
+        if (groups === undefined) {
+          fail(
+            "shard names a group but no groups are known: pass options.groups or declare them first, e.g. `groups fc, conv`",
+            head.column,
+          );
+        }
+        if (rest.length === 0) fail("shard needs one or more groups, e.g. `shard fc`", head.column);
+        const known: readonly string[] = groups;
+        const targets = namesOf(rest, head, "shard", fail);
+        for (const token of targets) {
+          if (token.text === "all") {
+            fail(
+              "`shard all` is not allowed: at least one group must stay unsharded (data-parallel); name the output-side groups, e.g. `shard fc`",
+              token.column,
+            );
+          }
+          if (!known.includes(token.text)) {
+            fail(
+              `unknown group ${JSON.stringify(token.text)}${suggestion(token.text, known)}; groups are ${
+                known.join(", ")
+              }`,
+              token.column,
+            );
+          }
+        }
+        const names = targets.map((t) => t.text);
+        const problem = shardingProblem(known, names);
+        if (problem !== undefined) {
+          fail(problem.reason, problem.at === undefined ? head.column : targets[problem.at].column);
+        }
+        sharded = known.filter((g) => names.includes(g));
         continue;
       }
 
@@ -283,8 +331,9 @@ export function parseSchedule(text: string, options: ParseOptions = {}): Plan {
   const plan: Plan = {
     name: name ?? options.name ?? fromFile ?? "schedule",
     groups: [...groups!],
-    steps: withProgramOrder(steps),
+    steps: withProgramOrder(steps, sharded),
     source,
+    ...(sharded === undefined ? {} : { sharded }),
   };
   if (options.mode !== undefined) validatePlan(plan, { mode: options.mode });
   return plan;
@@ -379,18 +428,24 @@ function joinTemplate(strings: TemplateStringsArray, values: readonly unknown[])
 }
 
 /**
- * The canonical text of a plan: a `schedule` header, the `groups` declaration and one step a line.
- * Parsing it gives the same plan (positions aside), so it is also a readable plan fingerprint. Text
- * can only express program order, so extra `waitsFor` entries of hand-made plans are not kept.
+ * The canonical text of a plan: a `schedule` header, the `groups` declaration, the `shard`
+ * declaration of a hybrid plan, and one step a line. Parsing it gives the same plan (positions
+ * aside), so it is also a readable plan fingerprint. Text can only express program order, so extra
+ * `waitsFor` entries of hand-made plans are not kept.
  *
  * @example
  * ```ts
  * import { formatPlan, parseSchedule } from "./dsl.ts";
  * const plan = parseSchedule("forward; backward all", { groups: ["fc", "conv"], name: "x" });
  * console.log(formatPlan(plan)); // "schedule x\ngroups fc, conv\nforward\nbackward fc\nbackward conv\n"
+ * const hybrid = parseSchedule("shard fc; forward; backward fc; update fc", { groups: ["fc", "conv"], name: "h" });
+ * console.log(formatPlan(hybrid)); // "schedule h\ngroups fc, conv\nshard fc\nforward\nbackward fc\nupdate fc\n"
  * ```
  */
 export function formatPlan(plan: Plan): string {
   const header = NAME.test(plan.name) ? `schedule ${plan.name}\n` : `# ${plan.name}\n`;
-  return `${header}groups ${plan.groups.join(", ")}\n${plan.steps.map((s) => `${stepLabel(s)}\n`).join("")}`;
+  const shard = (plan.sharded ?? []).length > 0 ? `shard ${plan.sharded!.join(", ")}\n` : "";
+  return `${header}groups ${plan.groups.join(", ")}\n${shard}${
+    plan.steps.map((s) => `${stepLabel(s)}\n`).join("")
+  }`;
 }

@@ -1,12 +1,15 @@
 /**
  * A plain-text picture of a plan: what each step does on which devices, what it waits for, and the
- * order of steps on every device's compute and communication lanes.
+ * order of steps on every device's compute and communication lanes. A hybrid plan (`Plan.sharded`)
+ * also gets a section saying what its model-parallel steps move: the activation all-gathers inside
+ * `forward`, the input-gradient reduce-scatters inside `backward g`, and the local `update g` and
+ * the compute it runs beside.
  *
  * @module
  */
 
 import { ValueError } from "../../engine/errors.ts";
-import { dependenciesOf, type Plan, type ReductionMode, stepLabel } from "./plan.ts";
+import { dependenciesOf, isSharded, type Plan, type ReductionMode, stepLabel } from "./plan.ts";
 import { checkPlan } from "./validate.ts";
 
 /**
@@ -33,7 +36,9 @@ function deviceList(from: number, to: number): string {
  * Explains `plan` for `options.devices` devices in `options.mode`. Steps are numbered by their
  * index in `plan.steps` (`#0` is the first), the numbering `dependenciesOf` and the simulator use.
  * Validation problems and notes are listed at the end instead of thrown, so a broken plan can be
- * explained too.
+ * explained too. For a hybrid plan the devices column marks the steps that carry activation traffic
+ * (`+ all-gathers`, `+ reduce-scatter`) and the sharded updates (`own 1/N each`, on every device in
+ * either mode), and a "model-parallel steps" section spells them out; other plans read as before.
  *
  * @example
  * ```ts
@@ -49,6 +54,18 @@ function deviceList(from: number, to: number): string {
  * // #2    reduce fc       comm     1 -> 0   #1 backward fc
  * // ...
  * ```
+ *
+ * @example
+ * ```ts
+ * import { hybrid } from "./builtins.ts";
+ * import { explain } from "./explain.ts";
+ * console.log(explain(hybrid(["fc", "conv"]), { devices: 2, mode: "master" }));
+ * // ...
+ * // #2    update fc       comm     0..1, own 1/2 each  #1 backward fc
+ * // ...
+ * // model-parallel steps (sharded: fc; data-parallel: conv):
+ * //   #0 forward: each device runs conv on its own b samples; the body output is all-gathered ...
+ * ```
  */
 export function explain(plan: Plan, options: ExplainOptions): string {
   const { devices, mode } = options;
@@ -61,8 +78,17 @@ export function explain(plan: Plan, options: ExplainOptions): string {
   const everyone = deviceList(0, last);
   const master = mode === "master";
 
-  const where = (kind: string): string => {
-    if (kind === "forward" || kind === "backward") return everyone;
+  const sharded = plan.sharded ?? [];
+  const hybrid = sharded.length > 0;
+  const where = (kind: string, group?: string): string => {
+    const split = hybrid && devices > 1;
+    if (kind === "forward") return split ? `${everyone} + all-gathers` : everyone;
+    if (kind === "backward") {
+      return split && isSharded(plan, group) ? `${everyone} + reduce-scatter` : everyone;
+    }
+    if (kind === "update" && isSharded(plan, group)) {
+      return split ? `${everyone}, own 1/${devices} each` : everyone;
+    }
     if (kind === "update") return master ? "0" : everyone;
     if (devices === 1) return "0 (nothing to send)";
     if (kind === "reduce") return master ? `${others} -> 0` : `ring ${everyone}`;
@@ -79,7 +105,7 @@ export function explain(plan: Plan, options: ExplainOptions): string {
       `#${i}`,
       stepLabel(step),
       step.lane,
-      where(step.kind),
+      where(step.kind, step.group),
       deps.length === 0 ? "-" : deps.map(name).join(", "),
       step.line > 0 ? `${step.line}:${step.column}` : "",
     ];
@@ -98,10 +124,12 @@ export function explain(plan: Plan, options: ExplainOptions): string {
     "",
     ...table.map(render),
     "",
+    ...(hybrid ? [...modelParallelSection(plan, devices), ""] : []),
     "lanes (steps in the order each lane runs them):",
   ];
   for (let d = 0; d < devices; d++) {
-    const runsHere = (i: number) => !(plan.steps[i].kind === "update" && master && d > 0);
+    const runsHere = (i: number) =>
+      !(plan.steps[i].kind === "update" && master && d > 0 && !isSharded(plan, plan.steps[i].group));
     const lane = (which: string) =>
       plan.steps.map((s, i) => (s.lane === which && runsHere(i) ? name(i) : undefined)).filter((x) => x)
         .join(" -> ") || "(idle)";
@@ -112,4 +140,65 @@ export function explain(plan: Plan, options: ExplainOptions): string {
   }
   if (report.notes.length > 0) out.push("", "notes:", ...report.notes.map((n) => `  ${n}`));
   return out.join("\n") + "\n";
+}
+
+/** What a hybrid plan's forward, sharded backward and sharded update steps do, one line each. */
+function modelParallelSection(plan: Plan, devices: number): string[] {
+  const steps = plan.steps;
+  const sharded = plan.sharded ?? [];
+  const body = plan.groups.filter((g) => !sharded.includes(g));
+  const name = (i: number) => `#${i} ${stepLabel(steps[i])}`;
+  const forwardOrder = (groups: readonly string[]) => [...groups].reverse().join(", ");
+  const n = devices;
+  const rows = n === 1 ? "all b" : `all ${n}·b`;
+  const slice = `1/${n}`;
+  // Transitive waits, to find the compute steps each sharded update runs beside.
+  const ancestors: Set<number>[] = [];
+  steps.forEach((_, i) => {
+    const mine = new Set<number>();
+    for (const d of dependenciesOf(plan, i)) {
+      mine.add(d);
+      for (const a of ancestors[d] ?? []) mine.add(a);
+    }
+    ancestors.push(mine);
+  });
+  const bodyBackward = steps.findIndex((s) => s.kind === "backward" && s.group === body[0]);
+  const lines = [
+    `model-parallel steps (sharded: ${sharded.join(", ")}; data-parallel: ${body.join(", ")}):`,
+  ];
+  steps.forEach((step, i) => {
+    if (step.kind === "forward") {
+      lines.push(
+        `  ${name(i)}: each device runs ${forwardOrder(body)} on its own b samples; the body output is ` +
+          `all-gathered (every device gets ${rows} rows); each layer of ${forwardOrder(sharded)} computes ` +
+          `this device's ${slice} of its output units for ${rows} samples, and the slices are ` +
+          `all-gathered (by columns) before the next layer, the logits too, so every device computes ` +
+          `the loss gradient on the full batch`,
+      );
+    } else if (step.kind === "backward" && isSharded(plan, step.group)) {
+      const first = step.group === sharded[sharded.length - 1];
+      const feeds = first
+        ? `; below the first sharded layer each device gets the rows of its own samples${
+          bodyBackward >= 0 ? `, which feed ${name(bodyBackward)}` : ""
+        }`
+        : "";
+      lines.push(
+        `  ${name(i)}: each layer's weight and bias gradients stay with the device owning that ` +
+          `${slice} slice (never communicated); its partial input gradient for ${rows} samples is ` +
+          `reduce-scattered (summed in device order): each device gets the columns of its own units ` +
+          `of the layer below${feeds}`,
+      );
+    } else if (step.kind === "update" && isSharded(plan, step.group)) {
+      const beside = steps
+        .map((s, j) => (s.lane === "compute" && !ancestors[i].has(j) && !ancestors[j].has(i) ? j : -1))
+        .filter((j) => j >= 0);
+      lines.push(
+        `  ${name(i)}: local: every device updates its own ${slice} slice with its own optimizer ` +
+          `state, on the comm lane${
+            beside.length > 0 ? `, alongside ${beside.map(name).join(", ")}` : ""
+          }; nothing is reduced or broadcast`,
+      );
+    }
+  });
+  return lines;
 }

@@ -8,6 +8,13 @@
  * thread here and would otherwise have to finish the conv backward first). Steps on one lane run in
  * plan order; a step also waits for the steps it depends on (see {@link dependenciesOf}).
  *
+ * Hybrid plans (`Plan.sharded`, "one weird trick", Krizhevsky 2014): the sharded groups are
+ * model-parallel — each of N devices holds 1/N of every layer's output units and their optimizer
+ * state — while the other groups stay data-parallel. A sharded group's activations travel inside
+ * its compute steps (`forward` all-gathers the body output and each layer's output slices;
+ * `backward g` reduce-scatters each layer's input gradient), its gradients never travel, and
+ * `update g` updates each device's own slice right after `backward g`.
+ *
  * @module
  */
 
@@ -114,6 +121,28 @@ export interface Plan {
   readonly steps: readonly PlanStep[];
   /** The text the plan was parsed from; absent for plans built in code. */
   readonly source?: PlanSource;
+  /**
+   * The model-parallel groups (the `shard` statement), in backward order: always a prefix of
+   * `groups` (the output side, e.g. the FC layers), leaving at least one group data-parallel (the
+   * body). Each device holds 1/N of every sharded layer's output units and their optimizer state;
+   * a sharded group is never reduced or broadcast, and its `update` follows its `backward`.
+   * Absent or empty: a pure data-parallel plan.
+   */
+  readonly sharded?: readonly string[];
+}
+
+/**
+ * Whether `group` is model-parallel in `plan` (listed in `plan.sharded`).
+ *
+ * @example
+ * ```ts
+ * import { isSharded, type Plan } from "./plan.ts";
+ * const plan: Plan = { name: "h", groups: ["fc", "conv"], sharded: ["fc"], steps: [] };
+ * console.log(isSharded(plan, "fc"), isSharded(plan, "conv")); // true false
+ * ```
+ */
+export function isSharded(plan: Pick<Plan, "sharded">, group: string | undefined): boolean {
+  return group !== undefined && (plan.sharded ?? []).includes(group);
 }
 
 /**
@@ -144,8 +173,9 @@ export function stepLabel(step: Pick<PlanStep, "kind" | "group">): string {
 
 /**
  * Indices of the steps that `plan.steps[index]` waits for: the previous step on its lane, the
- * data it needs — a backward needs the forward, a reduce its group's backward, an update its reduce,
- * a broadcast its update — and the step's own `waitsFor`.
+ * data it needs — a backward needs the forward, a reduce its group's backward, an update its reduce
+ * (the update of a sharded group, which is never reduced, its backward), a broadcast its update —
+ * and the step's own `waitsFor`.
  *
  * @example
  * ```ts
@@ -166,7 +196,7 @@ export function dependenciesOf(plan: Plan, index: number): number[] {
     forward: undefined,
     backward: "forward",
     reduce: "backward",
-    update: "reduce",
+    update: isSharded(plan, step.group) ? "backward" : "reduce",
     broadcast: "update",
   }[step.kind] as StepKind | undefined;
   if (needs) {
@@ -191,6 +221,8 @@ export function dependenciesOf(plan: Plan, index: number): number[] {
  * Without this, `forward; backward all; reduce all; …` would start `reduce fc` as soon as
  * `backward fc` ends, overlapping `backward conv`: the written order would be ignored and the
  * "sequential" baseline would secretly overlap. Parsed and built plans come through here.
+ * `sharded` (the plan's `sharded` groups) makes a sharded group's update depend on its backward,
+ * as {@link dependenciesOf} does for that plan.
  *
  * @example
  * ```ts
@@ -205,13 +237,13 @@ export function dependenciesOf(plan: Plan, index: number): number[] {
  * console.log(steps[3].waitsFor); // [2]: reduce fc waits for backward conv, written before it
  * ```
  */
-export function withProgramOrder(steps: readonly PlanStep[]): PlanStep[] {
+export function withProgramOrder(steps: readonly PlanStep[], sharded: readonly string[] = []): PlanStep[] {
   const out: PlanStep[] = [];
   const ancestors: Set<number>[] = [];
   let lastCompute = -1;
   for (const [index, step] of steps.entries()) {
     out.push(step);
-    let direct = dependenciesOf({ name: "", groups: [], steps: out }, index);
+    let direct = dependenciesOf({ name: "", groups: [], steps: out, sharded }, index);
     const implied = direct.some((d) => d === lastCompute || ancestors[d].has(lastCompute));
     if (step.lane === "comm" && lastCompute >= 0 && !implied) {
       out[index] = { ...step, waitsFor: [...(step.waitsFor ?? []), lastCompute] };

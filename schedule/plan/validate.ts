@@ -15,6 +15,10 @@
  *   other than 0 keep stale parameters and the replicas diverge);
  * - `allreduce` mode: every device updates its own copy, so broadcasts are allowed but are no-ops;
  *   each one is reported as a note rather than an error.
+ * - sharded (model-parallel) groups, `Plan.sharded`: known, each once, a prefix of `G` (the output
+ *   side), leaving at least one group unsharded (the data-parallel body; see {@link shardingProblem});
+ *   a sharded group is never reduced or broadcast (its gradients never travel; each device keeps
+ *   its own slice), in either mode, and `update g` follows `backward g`.
  *
  * @module
  */
@@ -22,6 +26,70 @@
 import { ValueError } from "../../engine/errors.ts";
 import { ScheduleError } from "./errors.ts";
 import { laneOf, type Plan, type ReductionMode, type StepKind, stepLabel } from "./plan.ts";
+
+/**
+ * What is wrong with a `shard` declaration, from {@link shardingProblem}.
+ *
+ * @example
+ * ```ts
+ * import { type ShardingProblem, shardingProblem } from "./validate.ts";
+ * const problem: ShardingProblem | undefined = shardingProblem(["fc", "conv"], ["conv"]);
+ * console.log(problem?.at); // 0: the first sharded name is the culprit
+ * ```
+ */
+export interface ShardingProblem {
+  /** What is wrong, e.g. `conv is sharded but fc, on its output side, is not: …`. */
+  readonly reason: string;
+  /** Index into the sharded list of the offending name; absent when the declaration as a whole is. */
+  readonly at?: number;
+}
+
+/**
+ * Checks a list of sharded (model-parallel) groups against the plan's `groups` (backward order):
+ * every name known and listed once, the list a prefix of `groups` in any order (the output side:
+ * the body's output is all-gathered into the first sharded layer, so no data-parallel group can sit
+ * between two sharded ones), and at least one group left unsharded. Returns the first problem, or
+ * `undefined` when the declaration is fine (an empty list always is).
+ *
+ * @example
+ * ```ts
+ * import { shardingProblem } from "./validate.ts";
+ * console.log(shardingProblem(["fc8", "fc7", "conv"], ["fc7", "fc8"])); // undefined
+ * console.log(shardingProblem(["fc8", "fc7", "conv"], ["fc7"])?.reason);
+ * // fc7 is sharded but fc8, on its output side, is not: sharded groups must be a prefix of the
+ * // groups in backward order (fc8, fc7, conv)
+ * console.log(shardingProblem(["fc", "conv"], ["fc", "conv"])?.reason);
+ * ```
+ */
+export function shardingProblem(
+  groups: readonly string[],
+  sharded: readonly string[],
+): ShardingProblem | undefined {
+  for (const [at, group] of sharded.entries()) {
+    if (!groups.includes(group)) {
+      return { reason: `unknown group ${JSON.stringify(group)}; groups are ${groups.join(", ")}`, at };
+    }
+    if (sharded.indexOf(group) !== at) return { reason: `group ${group} is sharded twice`, at };
+  }
+  for (const [at, group] of sharded.entries()) {
+    const gap = groups.slice(0, groups.indexOf(group)).find((g) => !sharded.includes(g));
+    if (gap !== undefined) {
+      return {
+        reason:
+          `${group} is sharded but ${gap}, on its output side, is not: sharded groups must be a prefix ` +
+          `of the groups in backward order (${groups.join(", ")})`,
+        at,
+      };
+    }
+  }
+  if (sharded.length > 0 && groups.every((g) => sharded.includes(g))) {
+    return {
+      reason: `every group is sharded; at least one group must stay unsharded (data-parallel): the body ` +
+        `whose output is all-gathered into the sharded layers`,
+    };
+  }
+  return undefined;
+}
 
 /**
  * Options of {@link validatePlan}.
@@ -103,6 +171,15 @@ export function checkPlan(plan: Plan, options: ValidateOptions): PlanReport {
   if (duplicateGroup !== undefined) {
     report(undefined, `group ${duplicateGroup} is listed twice in the plan's groups`);
   }
+  const sharded = new Set(plan.sharded ?? []);
+  const sharding = shardingProblem(groups, plan.sharded ?? []);
+  if (sharding !== undefined) report(undefined, `shard: ${sharding.reason}`);
+  /** Whether the step at `index` came from a statement naming `all`, e.g. `reduce all`. */
+  const fromAll = (index: number) => {
+    const step = steps[index];
+    const text = step.line > 0 ? lines?.[step.line - 1]?.slice(step.column - 1) : undefined;
+    return text !== undefined && /^[A-Za-z]+[ \t]+all(?![A-Za-z0-9_.-])/.test(text);
+  };
 
   const forwardAt = steps.findIndex((s) => s.kind === "forward");
   if (forwardAt < 0) {
@@ -161,6 +238,17 @@ export function checkPlan(plan: Plan, options: ValidateOptions): PlanReport {
       }
       return;
     }
+    if (sharded.has(group) && (step.kind === "reduce" || step.kind === "broadcast")) {
+      const why = step.kind === "reduce"
+        ? "its gradients never travel"
+        : "each device keeps and updates its own slice, so there is nothing to broadcast";
+      const unsharded = groups.filter((g) => !sharded.has(g));
+      const instead = fromAll(index)
+        ? ` (name the unsharded groups instead of \`all\`: ${step.kind} ${unsharded.join(", ")})`
+        : "";
+      report(index, `${group} is sharded (model-parallel): ${why}; remove \`${name}\`${instead}`);
+      return;
+    }
     if (step.kind === "broadcast" && !master) {
       notes.push(
         `broadcast ${group} (${
@@ -169,18 +257,20 @@ export function checkPlan(plan: Plan, options: ValidateOptions): PlanReport {
       );
       return;
     }
-    const need = needs[step.kind];
+    // A sharded group is never reduced: its update needs only its backward.
+    const need = step.kind === "update" && sharded.has(group) ? "backward" : needs[step.kind];
     if (!done[need].has(group)) report(index, `${name} comes before ${need} ${group}`);
   });
 
   // A stage is "never done" only when no later stage of the group exists either; otherwise the later
   // stage has already been reported as coming too early, and one mistake should give one error.
-  const stages: readonly Exclude<StepKind, "forward">[] = master
+  const dataParallelStages: readonly Exclude<StepKind, "forward">[] = master
     ? ["backward", "reduce", "update", "broadcast"]
     : ["backward", "reduce", "update"];
   const verbs = { backward: "backwarded", reduce: "reduced", update: "updated", broadcast: "broadcast" };
   const last = steps.length > 0 ? steps.length - 1 : undefined;
   for (const group of groups) {
+    const stages = sharded.has(group) ? ["backward", "update"] as const : dataParallelStages;
     for (let s = 0; s < stages.length; s++) {
       if (stages.slice(s).some((stage) => done[stage].has(group))) continue;
       const previous = s > 0 ? done[stages[s - 1]].get(group) : undefined;
@@ -194,10 +284,15 @@ export function checkPlan(plan: Plan, options: ValidateOptions): PlanReport {
   }
 
   const backwards = steps.map((s, i) => (s.kind === "backward" ? i : -1)).filter((i) => i >= 0);
-  const firstReduce = steps.findIndex((s) => s.kind === "reduce");
+  // A sharded group's update is communication-lane work too (it is not reduced, so it is the first).
+  const firstReduce = steps.findIndex((s) =>
+    s.kind === "reduce" || (s.kind === "update" && s.group !== undefined && sharded.has(s.group))
+  );
   if (groups.length > 1 && firstReduce > backwards[backwards.length - 1]) {
     notes.push(
-      `every reduce comes after the last backward, so no communication overlaps computation (a sequential schedule)`,
+      sharded.size === 0
+        ? `every reduce comes after the last backward, so no communication overlaps computation (a sequential schedule)`
+        : `every reduce and sharded update comes after the last backward, so no communication or update overlaps computation`,
     );
   }
 

@@ -16,13 +16,18 @@
  * is the largest output-side suffix whose communication fits under the remaining backward time,
  * unless adding one more layer overflows it by less than it gains.
  *
+ * Hybrid (opt-in, `allowHybrid`; see {@link hybridCandidate}): when the output-side layers with
+ * parameters are fully connected (`kind` `Linear` in the profile) and the profile has `outputBytes`,
+ * the `hybrid` schedule that shards them is priced too — its activations travel instead of their
+ * gradients — and chosen when the simulator predicts a shorter step than the data-parallel choice.
+ *
  * @module
  */
 
-import { overlap, sequential } from "../plan/builtins.ts";
+import { hybrid, overlap, sequential } from "../plan/builtins.ts";
 import type { Plan } from "../plan/plan.ts";
 import { checkProfile, groupTotals, type Profile, regroupProfile } from "./profile.ts";
-import { type CostOptions, type Link, simulate } from "./simulator.ts";
+import { commStepSeconds, type CostOptions, type HybridTraffic, type Link, simulate } from "./simulator.ts";
 
 /**
  * The AlexNet-like test's thresholds.
@@ -112,6 +117,41 @@ export interface NetworkJudgement {
   readonly suffixParameterFraction: number;
   /** Backward-time share of that suffix. */
   readonly suffixBackwardFraction: number;
+  /** The hybrid schedule as priced by {@link autoSchedule} with `allowHybrid`; absent otherwise. */
+  readonly hybrid?: HybridCandidate;
+}
+
+/**
+ * The best hybrid plan for a profile, as {@link hybridCandidate} prices it, beside the data-parallel
+ * exchange it replaces.
+ *
+ * @example
+ * ```ts
+ * import type { HybridCandidate } from "./auto.ts";
+ * const saving = (c: HybridCandidate) => c.dataParallelExchangeSeconds - c.activationSeconds;
+ * ```
+ */
+export interface HybridCandidate {
+  /** `[sharded, body]`: the profile's own names when the cut falls between two of its groups, else `head`, `body`. */
+  readonly groups: readonly string[];
+  /** The sharded group, `[groups[0]]`. */
+  readonly sharded: readonly string[];
+  /** The first sharded layer, e.g. `fc6`. */
+  readonly boundaryLayer: string;
+  /** The sharded layers with parameters, forward order, e.g. `fc6`, `fc7`, `fc8`. */
+  readonly shardedLayers: readonly string[];
+  /** Every layer's group under this plan; the runtime must group parameters this way. */
+  readonly assignment: Readonly<Record<string, string>>;
+  /** Predicted iteration seconds of the hybrid plan. */
+  readonly stepSeconds: number;
+  /** Its activation traffic per step. */
+  readonly traffic: HybridTraffic;
+  /** `traffic.allGatherSeconds + traffic.reduceScatterSeconds`, on the compute lane. */
+  readonly activationSeconds: number;
+  /** Parameter (= gradient) bytes of the sharded layers, what a data-parallel plan exchanges for them. */
+  readonly dataParallelBytes: number;
+  /** Seconds of that data-parallel exchange at the same link: its reduce plus its broadcast. */
+  readonly dataParallelExchangeSeconds: number;
 }
 
 /**
@@ -267,6 +307,117 @@ function bestSplit(profile: Profile, costs: CostOptions): NetworkSplit | undefin
 }
 
 /**
+ * The cheapest `hybrid` plan for `profile` at `costs`, or a sentence saying why there is none. The
+ * candidates: cut before a fully-connected layer (profile `kind` `Linear`) such that every layer with
+ * parameters from there to the output is fully connected and some layer before it has parameters;
+ * the output side is sharded, the rest is one data-parallel group. Each is priced by
+ * {@link simulate} (which needs the profile's `outputBytes`); the shortest step wins, ties going to
+ * the larger sharded side.
+ *
+ * @example
+ * ```ts
+ * import { hybridCandidate } from "./auto.ts";
+ * const found = hybridCandidate({
+ *   batchSize: 128,
+ *   layers: [
+ *     { name: "conv", group: "conv", forwardSeconds: 0.03, backwardSeconds: 0.06, parameterBytes: 9e6,
+ *       outputBytes: 4 * 128 * 9216, kind: "Conv2d" },
+ *     { name: "fc", group: "fc", forwardSeconds: 0.003, backwardSeconds: 0.006, parameterBytes: 2.3e8,
+ *       outputBytes: 4 * 128 * 1000, kind: "Linear" },
+ *   ],
+ * }, { link: { bandwidthBytesPerSecond: 12e9, latencySeconds: 1e-5 }, devices: 4, mode: "master" });
+ * if ("candidate" in found) console.log(found.candidate.stepSeconds, found.candidate.traffic.bytes);
+ * else console.log(found.why);
+ * ```
+ */
+export function hybridCandidate(
+  profile: Profile,
+  costs: CostOptions,
+): { readonly candidate: HybridCandidate } | { readonly why: string } {
+  checkProfile(profile);
+  const layers = profile.layers;
+  // The fully-connected output side: from the output, every layer with parameters is Linear.
+  let start = layers.length;
+  while (start > 0 && (layers[start - 1].parameterBytes === 0 || layers[start - 1].kind === "Linear")) {
+    start--;
+  }
+  const boundaries: number[] = [];
+  for (let b = start; b < layers.length; b++) {
+    if (
+      layers[b].kind === "Linear" && layers[b].parameterBytes > 0 &&
+      layers.slice(0, b).some((l) => l.parameterBytes > 0)
+    ) {
+      boundaries.push(b);
+    }
+  }
+  if (boundaries.length === 0) {
+    const last = [...layers].reverse().find((l) => l.parameterBytes > 0);
+    return {
+      why: last?.kind === undefined
+        ? "the profile does not say which layers are fully connected (no `kind`; measureProfile records it)"
+        : last.kind !== "Linear"
+        ? `the output-side layer with parameters, ${last.name}, is ${last.kind}, not fully connected`
+        : "no layer with parameters comes before the fully-connected layers, so there is no data-parallel body",
+    };
+  }
+  const missing = layers.filter((l, i) => i >= boundaries[0] - 1 && l.outputBytes === undefined);
+  if (missing.length > 0) {
+    return {
+      why: `the profile lacks outputBytes for ${
+        missing.map((l) => l.name).join(", ")
+      }, so the activation traffic cannot be priced (measureProfile records it)`,
+    };
+  }
+  let best: HybridCandidate | undefined;
+  for (const b of boundaries) {
+    const after = layers.slice(b).filter((l) => l.parameterBytes > 0);
+    const before = layers.slice(0, b).filter((l) => l.parameterBytes > 0);
+    const headNames = new Set(after.map((l) => l.group));
+    const bodyNames = new Set(before.map((l) => l.group));
+    const [head, body] = headNames.size === 1 && bodyNames.size === 1 && !headNames.has([...bodyNames][0])
+      ? [[...headNames][0], [...bodyNames][0]]
+      : ["head", "body"];
+    const assignment = Object.fromEntries(layers.map((l, i) => [l.name, i < b ? body : head]));
+    const groups = [head, body];
+    const simulated = simulate(hybrid(groups, [head]), regroupProfile(profile, assignment), costs);
+    if (best !== undefined && simulated.stepSeconds >= best.stepSeconds) continue;
+    const traffic = simulated.hybrid!;
+    const dataParallelBytes = after.reduce((s, l) => s + l.parameterBytes, 0);
+    best = {
+      groups,
+      sharded: [head],
+      boundaryLayer: layers[b].name,
+      shardedLayers: after.map((l) => l.name),
+      assignment,
+      stepSeconds: simulated.stepSeconds,
+      traffic,
+      activationSeconds: traffic.allGatherSeconds + traffic.reduceScatterSeconds,
+      dataParallelBytes,
+      dataParallelExchangeSeconds: commStepSeconds("reduce", dataParallelBytes, costs) +
+        commStepSeconds("broadcast", dataParallelBytes, costs),
+    };
+  }
+  return { candidate: best! };
+}
+
+/**
+ * Options of {@link autoSchedule}.
+ *
+ * @example
+ * ```ts
+ * import type { AutoOptions } from "./auto.ts";
+ * const options: AutoOptions = { mode: "allreduce", allowHybrid: true };
+ * ```
+ */
+export interface AutoOptions extends Omit<JudgeOptions, "link" | "devices"> {
+  /**
+   * Also price the `hybrid` schedule (see {@link hybridCandidate}) and choose it when it is
+   * predicted faster. Default false: turn it on where the runtime executes hybrid plans.
+   */
+  readonly allowHybrid?: boolean;
+}
+
+/**
  * A plan chosen by {@link autoSchedule}, with the verdict and the grouping it assumes.
  *
  * @example
@@ -285,7 +436,11 @@ export type AutoPlan = Plan & {
 /**
  * The schedule to use when the user asks for an automatic one: the overlap plan on the best split
  * when the network is AlexNet-like, else the sequential plan on the profile's own groups; either way
- * `judgement.reason` says why.
+ * `judgement.reason` says why. With `options.allowHybrid`, the best `hybrid` plan
+ * ({@link hybridCandidate}) is priced as well and chosen when its predicted step is shorter than the
+ * data-parallel choice's; the reason then leads with its numbers (activation bytes and seconds
+ * against the data-parallel exchange of the sharded layers' gradients at the same link), and when it
+ * loses or cannot be priced the reason ends by saying so. `judgement.hybrid` holds its figures.
  *
  * @example
  * ```ts
@@ -304,12 +459,57 @@ export function autoSchedule(
   profile: Profile,
   link: Link,
   devices: number,
-  options: Omit<JudgeOptions, "link" | "devices"> = {},
+  options: AutoOptions = {},
 ): AutoPlan {
-  const judgement = judgeNetwork(profile, { ...options, link, devices });
-  if (judgement.alexnetLike && judgement.split !== undefined) {
-    return { ...overlap(judgement.split.groups), judgement, assignment: judgement.split.assignment };
+  const { allowHybrid = false, ...judgeOptions } = options;
+  const judgement = judgeNetwork(profile, { ...judgeOptions, link, devices });
+  const dataParallel: AutoPlan = judgement.alexnetLike && judgement.split !== undefined
+    ? { ...overlap(judgement.split.groups), judgement, assignment: judgement.split.assignment }
+    : {
+      ...sequential(groupTotals(profile).map((t) => t.group)),
+      judgement,
+      assignment: Object.fromEntries(profile.layers.map((l) => [l.name, l.group])),
+    };
+  if (!allowHybrid) return dataParallel;
+
+  const costs: CostOptions = { ...judgeOptions, link, devices, mode: judgeOptions.mode ?? "master" };
+  const found = hybridCandidate(profile, costs);
+  if (!("candidate" in found)) {
+    return {
+      ...dataParallel,
+      judgement: { ...judgement, reason: `${judgement.reason}; hybrid not considered: ${found.why}` },
+    };
   }
-  const assignment = Object.fromEntries(profile.layers.map((l) => [l.name, l.group]));
-  return { ...sequential(groupTotals(profile).map((t) => t.group)), judgement, assignment };
+  const h = found.candidate;
+  const dataParallelSeconds = judgement.alexnetLike && judgement.split !== undefined
+    ? judgement.split.overlapSeconds
+    : simulate(dataParallel, profile, costs).stepSeconds;
+  const at = `at ${
+    (link.bandwidthBytesPerSecond / 1e9).toFixed(1)
+  } GB/s with ${devices} devices (${costs.mode})`;
+  const traffic = `the sharded layers ${range(h.shardedLayers)} move ${
+    mb(h.traffic.bytes)
+  } of activations per device per step (all-gathers ${mb(h.traffic.allGatherBytes)}, reduce-scatters ${
+    mb(h.traffic.reduceScatterBytes)
+  }) in ${ms(h.activationSeconds)} on the compute lane, instead of exchanging their ${
+    mb(h.dataParallelBytes)
+  } of gradients (reduce and broadcast: ${ms(h.dataParallelExchangeSeconds)})`;
+  if (h.stepSeconds < dataParallelSeconds) {
+    const reason = `hybrid: shard ${
+      range(h.shardedLayers)
+    } (cut before ${h.boundaryLayer}) and keep the rest data-parallel: ${at} ${traffic}; predicted step ${
+      ms(h.stepSeconds)
+    } against ${
+      ms(dataParallelSeconds)
+    } with ${dataParallel.name}. Data-parallel verdict: ${judgement.reason}`;
+    return {
+      ...hybrid(h.groups, h.sharded),
+      judgement: { ...judgement, reason, hybrid: h },
+      assignment: h.assignment,
+    };
+  }
+  const reason = `${judgement.reason}; hybrid priced too and not faster: ${at} ${traffic}; predicted step ${
+    ms(h.stepSeconds)
+  } against ${ms(dataParallelSeconds)} with ${dataParallel.name}`;
+  return { ...dataParallel, judgement: { ...judgement, reason, hybrid: h } };
 }

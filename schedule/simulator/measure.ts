@@ -1,6 +1,7 @@
 /**
- * Measuring a network's per-layer profile on this machine: forward and backward seconds and
- * parameter bytes for every layer, the input the simulator and the AlexNet-like test need.
+ * Measuring a network's per-layer profile on this machine: forward and backward seconds, parameter
+ * bytes, output bytes and the layer type for every layer, the input the simulator and the
+ * AlexNet-like test need.
  *
  * Each layer is timed in isolation on the activation that really reaches it (captured in one
  * forward pass), forward and backward separately, taking the median of several repeats so a stray
@@ -39,7 +40,8 @@ function median(values: number[]): number {
  * ```ts
  * import { measureProfile } from "./measure.ts";
  * // const profile = measureProfile(alexnetLike(), 32);
- * // profile.layers[0] → { name: "conv1", group: "conv", forwardSeconds: 0.012, backwardSeconds: 0.031, parameterBytes: 3328 }
+ * // profile.layers[0] → { name: "conv1", group: "conv", forwardSeconds: 0.012, backwardSeconds: 0.031,
+ * //   parameterBytes: 3328, outputBytes: 4 × 32 × (channels × height × width), kind: "Conv2d" }
  * ```
  */
 export function measureProfile(network: Network, batchSize: number, options: MeasureOptions = {}): Profile {
@@ -89,6 +91,9 @@ export function measureProfile(network: Network, batchSize: number, options: Mea
       forwardSeconds: median(forwardTimes),
       backwardSeconds: median(backwardTimes),
       parameterBytes: own.reduce((n, p) => n + p.tensor.size * 4, 0),
+      // fp32 activations at this batch: what a hybrid plan's all-gathers and reduce-scatters move.
+      outputBytes: output!.size * 4,
+      kind: layer.kind,
     });
     input.dispose();
     input = output!;

@@ -1,6 +1,6 @@
 /**
- * What the simulator consumes and the runtime measures: per-layer forward and backward times and
- * parameter sizes for one device's share of the batch.
+ * What the simulator consumes and the runtime measures: per-layer forward and backward times,
+ * parameter sizes and (optionally) output sizes and layer types for one device's share of the batch.
  *
  * @module
  */
@@ -33,6 +33,34 @@ export interface LayerProfile {
   readonly backwardSeconds: number;
   /** Bytes of parameters (and so of gradients), e.g. 4 × count for fp32. */
   readonly parameterBytes: number;
+  /**
+   * Bytes of the layer's output for the profile's per-device batch, fp32 (4 × batchSize × features
+   * per sample). Optional; the simulator needs it to price hybrid plans, whose sharded layers
+   * exchange activations (see `hybridTraffic`). `measureProfile` fills it in.
+   *
+   * @example
+   * ```ts
+   * import type { LayerProfile } from "./profile.ts";
+   * // fc7 of AlexNet at 128 samples per device: 4096 outputs each.
+   * const fc7: LayerProfile = {
+   *   name: "fc7", group: "fc", forwardSeconds: 0.002, backwardSeconds: 0.004,
+   *   parameterBytes: 4 * 16_781_312, outputBytes: 4 * 128 * 4096, kind: "Linear",
+   * };
+   * ```
+   */
+  readonly outputBytes?: number;
+  /**
+   * The layer's type (`Module.kind`, e.g. `Linear`, `Conv2d`, `ReLU`). Optional; it tells
+   * `autoSchedule` which output-side layers are fully connected and so can be sharded by a hybrid
+   * plan. `measureProfile` fills it in.
+   *
+   * @example
+   * ```ts
+   * import type { LayerProfile } from "./profile.ts";
+   * const isFullyConnected = (l: LayerProfile) => l.kind === "Linear";
+   * ```
+   */
+  readonly kind?: string;
 }
 
 /**
@@ -85,8 +113,9 @@ export interface GroupTotal {
 
 /**
  * Throws a `ValueError` naming the layer and field if `profile` is unusable: no layers, duplicate
- * names, negative or non-finite numbers, a group named `all`, or a group whose layers are not
- * contiguous (backward could then not be cut into one segment per group).
+ * names, negative or non-finite numbers (`outputBytes` too, where given), an empty `kind`, a group
+ * named `all`, or a group whose layers are not contiguous (backward could then not be cut into one
+ * segment per group).
  *
  * @example
  * ```ts
@@ -122,6 +151,15 @@ export function checkProfile(profile: Profile): void {
       if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
         fail(`layer ${layer.name} has ${field} ${value}; expected a finite number >= 0`);
       }
+    }
+    const output = layer.outputBytes;
+    if (output !== undefined && (typeof output !== "number" || !Number.isFinite(output) || output < 0)) {
+      fail(`layer ${layer.name} has outputBytes ${output}; expected a finite number >= 0`);
+    }
+    if (layer.kind !== undefined && (typeof layer.kind !== "string" || layer.kind === "")) {
+      fail(
+        `layer ${layer.name} has kind ${JSON.stringify(layer.kind)}; expected a layer type such as "Linear"`,
+      );
     }
     if (layer.group !== current) {
       if (closed.has(layer.group)) {

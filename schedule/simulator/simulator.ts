@@ -24,6 +24,17 @@
  *   `latency + in + cpu + out + (chunks − 1) · max(in, cpu, out)` and the update and broadcast
  *   steps take no time of their own.
  * - With one device nothing is transferred: reduce and broadcast take zero time.
+ * - Hybrid plans (`Plan.sharded`; see {@link hybridTraffic}): the unsharded (body) groups are priced
+ *   as above. A sharded layer's compute stays its per-device time (the full batch's FLOPs / N). Its
+ *   activations travel on the compute lane, on the critical path (the next layer waits for them):
+ *   `forward` adds an all-gather of the body output and of every sharded layer with parameters'
+ *   output (the logits too); `backward g` adds a reduce-scatter of each such layer's input gradient.
+ *   Each device receives `(N−1)·x` bytes for an activation of `x` bytes at the per-device batch
+ *   (`outputBytes`), as N−1 messages: `shared`, one after another, `(N−1)·(latency + x/bandwidth)`
+ *   (also a ring's cost); `star`, side by side, `latency + x/bandwidth`; a reduce-scatter also sums
+ *   `(N−1)·x` bytes, `(N−1)·x / memoryBandwidth`. Both modes alike (no master). `update g` of a
+ *   sharded group runs on every device, on its 1/N slice: `bytes/N · updateSecondsPerByte`; it is
+ *   never reduced or broadcast.
  * - A step starts when every step it depends on (`dependenciesOf`) has finished on every device, and
  *   a collective (reduce, broadcast) occupies the communication lane of every device for its whole
  *   length, as a blocking collective call does.
@@ -38,8 +49,15 @@
 import { ValueError } from "../../engine/errors.ts";
 import { overlap as overlapPlan, sequential as sequentialPlan } from "../plan/builtins.ts";
 import { type Interval, measure, overlapLength } from "../runtime/intervals.ts";
-import { dependenciesOf, type Lane, type Plan, type ReductionMode, type StepKind } from "../plan/plan.ts";
-import { groupTotals, type Profile } from "./profile.ts";
+import {
+  dependenciesOf,
+  isSharded,
+  type Lane,
+  type Plan,
+  type ReductionMode,
+  type StepKind,
+} from "../plan/plan.ts";
+import { checkProfile, groupTotals, type Profile } from "./profile.ts";
 import { validatePlan } from "../plan/validate.ts";
 
 /**
@@ -192,6 +210,67 @@ export interface Simulation {
   readonly computeSeconds: number;
   /** The same communication figures per group. */
   readonly groups: Readonly<Record<string, GroupCommunication>>;
+  /**
+   * For a hybrid plan, its activation traffic per step (bytes and seconds; the seconds are inside
+   * `forward` and the sharded `backward` steps, so in `computeSeconds`, not `commSeconds`); absent
+   * for data-parallel plans.
+   */
+  readonly hybrid?: HybridTraffic;
+}
+
+/**
+ * One activation collective of a hybrid plan, per step, as seen by one device.
+ *
+ * @example
+ * ```ts
+ * import type { ActivationTransfer } from "./simulator.ts";
+ * const label = (t: ActivationTransfer) => `${t.kind} ${t.layer}: ${t.bytes} B in ${t.seconds} s`;
+ * ```
+ */
+export interface ActivationTransfer {
+  /** `all-gather` (forward: a layer's output) or `reduce-scatter` (backward: a layer's input gradient). */
+  readonly kind: "all-gather" | "reduce-scatter";
+  /**
+   * The layer whose output is all-gathered (the body's last layer, then each sharded layer with
+   * parameters), or the sharded layer whose input gradient is reduce-scattered.
+   */
+  readonly layer: string;
+  /** The plan step that carries it: `forward`, or the `backward` of this sharded group. */
+  readonly step: "forward" | `backward ${string}`;
+  /** Bytes of one device's piece: the activation at the per-device batch. */
+  readonly pieceBytes: number;
+  /** Bytes each device receives, `(N−1) · pieceBytes`. */
+  readonly bytes: number;
+  /** Seconds it adds to its step on the compute lane. */
+  readonly seconds: number;
+}
+
+/**
+ * What a hybrid plan's model-parallel groups move and cost per step (see {@link hybridTraffic}).
+ *
+ * @example
+ * ```ts
+ * import type { HybridTraffic } from "./simulator.ts";
+ * const mb = (t: HybridTraffic) => `${(t.bytes / 1e6).toFixed(1)} MB of activations per device per step`;
+ * ```
+ */
+export interface HybridTraffic {
+  /** The sharded groups, backward order. */
+  readonly sharded: readonly string[];
+  /** Every collective, forward then backward, in the order they run. */
+  readonly transfers: readonly ActivationTransfer[];
+  /** Bytes each device receives in the forward all-gathers. */
+  readonly allGatherBytes: number;
+  /** Bytes each device receives in the backward reduce-scatters. */
+  readonly reduceScatterBytes: number;
+  /** `allGatherBytes + reduceScatterBytes`: one device's activation traffic per step. */
+  readonly bytes: number;
+  /** Seconds the all-gathers add to `forward`. */
+  readonly allGatherSeconds: number;
+  /** Seconds the reduce-scatters add to the sharded `backward` steps. */
+  readonly reduceScatterSeconds: number;
+  /** Parameter bytes each device updates per sharded group: 1/N of the group's. */
+  readonly updateBytes: Readonly<Record<string, number>>;
 }
 
 function checkCostOptions(options: CostOptions, where: string): Required<CostOptions> {
@@ -289,8 +368,140 @@ export function commStepSeconds(
 }
 
 /**
+ * Seconds one activation collective of a hybrid plan takes for one device's piece of `pieceBytes`
+ * (see the module notes): N−1 messages of `pieceBytes`, one after another through a `shared` link or
+ * side by side in a `star`, plus, for a reduce-scatter, the sums of `(N−1)·pieceBytes`. The same in
+ * both modes; zero with one device.
+ *
+ * @example
+ * ```ts
+ * import { activationCollectiveSeconds } from "./simulator.ts";
+ * const link = { bandwidthBytesPerSecond: 12e9, latencySeconds: 1e-5 };
+ * // AlexNet's pool5 output at 128 samples per device (4.7 MB), all-gathered among 4 devices:
+ * console.log(activationCollectiveSeconds("all-gather", 4 * 128 * 9216, { link, devices: 4, mode: "master" }));
+ * ```
+ */
+export function activationCollectiveSeconds(
+  kind: "all-gather" | "reduce-scatter",
+  pieceBytes: number,
+  options: CostOptions,
+): number {
+  const o = checkCostOptions(options, "activationCollectiveSeconds");
+  const n = o.devices;
+  if (n === 1) return 0;
+  const message = o.link.latencySeconds + pieceBytes / o.link.bandwidthBytesPerSecond;
+  const transfers = o.topology === "star" ? message : (n - 1) * message;
+  return kind === "all-gather"
+    ? transfers
+    : transfers + (n - 1) * pieceBytes / o.memoryBandwidthBytesPerSecond;
+}
+
+/**
+ * The activation traffic of a hybrid plan that shards `sharded` (groups of the profile, its output
+ * side) on `options.devices` devices: the layers with parameters in those groups are the sharded
+ * (fully-connected) layers. Forward all-gathers the output of the layer before the first of them
+ * (the body output) and each one's output; backward reduce-scatters each one's input gradient (the
+ * output of the layer before it). Each costs {@link activationCollectiveSeconds} of its per-device
+ * piece, the layer's `outputBytes`; parameter-free layers in between (ReLU, dropout) add nothing.
+ *
+ * Throws a `ValueError` when the profile cannot price it: a sharded group the profile lacks, sharded
+ * groups that are not the profile's output side, no layer with parameters in them or none before
+ * them, a sharded layer of a known kind other than `Linear`, or `outputBytes` missing where needed.
+ *
+ * @example
+ * ```ts
+ * import { hybridTraffic } from "./simulator.ts";
+ * const traffic = hybridTraffic({
+ *   batchSize: 2,
+ *   layers: [
+ *     { name: "conv", group: "conv", forwardSeconds: 1, backwardSeconds: 2, parameterBytes: 40, outputBytes: 80 },
+ *     { name: "fc", group: "fc", forwardSeconds: 1, backwardSeconds: 2, parameterBytes: 4000, outputBytes: 8 },
+ *   ],
+ * }, ["fc"], { link: { bandwidthBytesPerSecond: 100, latencySeconds: 0 }, devices: 2, mode: "master" });
+ * console.log(traffic.bytes); // 168: all-gathers 80 + 8, reduce-scatter 80; not the 4000 parameter bytes
+ * ```
+ */
+export function hybridTraffic(
+  profile: Profile,
+  sharded: readonly string[],
+  options: CostOptions,
+): HybridTraffic {
+  const o = checkCostOptions(options, "hybridTraffic");
+  checkProfile(profile);
+  const fail: (message: string) => never = (message) => {
+    throw new ValueError("hybridTraffic", message);
+  };
+  const layers = profile.layers;
+  const mine = new Set(sharded);
+  const unknown = sharded.filter((g) => !layers.some((l) => l.group === g));
+  if (sharded.length === 0) fail("no group is sharded");
+  if (unknown.length > 0) fail(`sharded groups ${unknown.join(", ")} are not in the profile`);
+  const first = layers.findIndex((l) => mine.has(l.group));
+  if (layers.slice(first).some((l) => !mine.has(l.group))) {
+    fail(
+      `sharded groups ${sharded.join(", ")} must be the profile's output side, but layer ${
+        layers.slice(first).find((l) => !mine.has(l.group))!.name
+      } of an unsharded group comes after them`,
+    );
+  }
+  const fc = layers.map((l, i) => (mine.has(l.group) && l.parameterBytes > 0 ? i : -1)).filter((i) => i >= 0);
+  if (fc.length === 0) fail(`sharded groups ${sharded.join(", ")} have no layer with parameters to shard`);
+  if (fc[0] === 0) fail(`no layer comes before ${layers[0].name}, so there is no data-parallel body`);
+  const notLinear = fc.map((i) => layers[i]).find((l) => l.kind !== undefined && l.kind !== "Linear");
+  if (notLinear !== undefined) {
+    fail(
+      `hybrid plans shard fully-connected layers only, but ${notLinear.name} (${notLinear.kind}) is in sharded group ${notLinear.group}`,
+    );
+  }
+  const needed = [...new Set(fc.flatMap((i) => [i - 1, i]))].sort((a, b) => a - b);
+  const missing = needed.filter((i) => layers[i].outputBytes === undefined).map((i) => layers[i].name);
+  if (missing.length > 0) {
+    fail(
+      `the profile lacks outputBytes (activation bytes at the per-device batch) for ${
+        missing.join(", ")
+      }, which a hybrid plan's all-gathers and reduce-scatters move; measure it with measureProfile, which records them`,
+    );
+  }
+  const transfers: ActivationTransfer[] = [];
+  const add = (kind: ActivationTransfer["kind"], index: number, step: ActivationTransfer["step"]) => {
+    const pieceBytes = layers[index].outputBytes!;
+    transfers.push({
+      kind,
+      layer: layers[kind === "all-gather" ? index : index + 1].name,
+      step,
+      pieceBytes,
+      bytes: (o.devices - 1) * pieceBytes,
+      seconds: activationCollectiveSeconds(kind, pieceBytes, o),
+    });
+  };
+  // Forward: the body output (the input of the first sharded layer), then every sharded layer's output.
+  add("all-gather", fc[0] - 1, "forward");
+  for (const i of fc) add("all-gather", i, "forward");
+  // Backward, output side first: each sharded layer's input gradient (the output of the layer before it).
+  for (const i of [...fc].reverse()) add("reduce-scatter", i - 1, `backward ${layers[i].group}`);
+  const sum = (kind: ActivationTransfer["kind"], field: "bytes" | "seconds") =>
+    transfers.filter((t) => t.kind === kind).reduce((s, t) => s + t[field], 0);
+  const updateBytes: Record<string, number> = {};
+  for (const group of sharded) {
+    updateBytes[group] = layers.filter((l) => l.group === group).reduce((s, l) => s + l.parameterBytes, 0) /
+      o.devices;
+  }
+  return {
+    sharded: [...sharded],
+    transfers,
+    allGatherBytes: sum("all-gather", "bytes"),
+    reduceScatterBytes: sum("reduce-scatter", "bytes"),
+    bytes: sum("all-gather", "bytes") + sum("reduce-scatter", "bytes"),
+    allGatherSeconds: sum("all-gather", "seconds"),
+    reduceScatterSeconds: sum("reduce-scatter", "seconds"),
+    updateBytes,
+  };
+}
+
+/**
  * Predicts one iteration of `plan` on `options.devices` devices (see the module notes for the
- * model). The plan is validated first; its groups must all appear in the profile.
+ * model). The plan is validated first; its groups must all appear in the profile. A hybrid plan
+ * also needs the profile's `outputBytes` (see {@link hybridTraffic}).
  *
  * @example
  * ```ts
@@ -327,7 +538,14 @@ export function simulate(plan: Plan, profile: Profile, options: SimulateOptions)
     throw new ValueError("simulate", `profile groups ${extra.join(", ")} are not in plan ${plan.name}`);
   }
 
-  const forwardSeconds = profile.layers.reduce((sum, l) => sum + l.forwardSeconds, 0);
+  const hybrid = (plan.sharded ?? []).length > 0 ? hybridTraffic(profile, plan.sharded!, o) : undefined;
+  /** Seconds of activation collectives inside each compute step, by its label (`forward`, `backward fc`). */
+  const collectives = new Map<string, number>();
+  for (const t of hybrid?.transfers ?? []) {
+    collectives.set(t.step, (collectives.get(t.step) ?? 0) + t.seconds);
+  }
+  const forwardSeconds = profile.layers.reduce((sum, l) => sum + l.forwardSeconds, 0) +
+    (collectives.get("forward") ?? 0);
   const lanes = Array.from(
     { length: o.devices },
     () => ({ compute: [] as LaneEntry[], comm: [] as LaneEntry[] }),
@@ -353,11 +571,16 @@ export function simulate(plan: Plan, profile: Profile, options: SimulateOptions)
       : step.kind === "forward"
       ? forwardSeconds
       : step.kind === "backward"
-      ? group!.backwardSeconds
+      ? group!.backwardSeconds + (collectives.get(`backward ${step.group}`) ?? 0)
+      : step.kind === "update" && isSharded(plan, step.group)
+      ? hybrid!.updateBytes[step.group!] * o.updateSecondsPerByte
       : commStepSeconds(step.kind, group!.parameterBytes, o);
     done[index] = start + seconds;
-    // In master mode only device 0 updates; everything else runs (or waits in the collective) everywhere.
-    const devices = step.kind === "update" && o.mode === "master" ? 1 : o.devices;
+    // In master mode only device 0 updates (a sharded group's slices: every device); everything else
+    // runs (or waits in the collective) everywhere.
+    const devices = step.kind === "update" && o.mode === "master" && !isSharded(plan, step.group)
+      ? 1
+      : o.devices;
     const lane: Lane = step.lane;
     for (let d = 0; d < devices; d++) {
       lanes[d][lane].push({ step: index, kind: step.kind, group: step.group, start, end: done[index] });
@@ -382,6 +605,7 @@ export function simulate(plan: Plan, profile: Profile, options: SimulateOptions)
     hiddenFraction: commSeconds > 0 ? hiddenCommSeconds / commSeconds : 0,
     computeSeconds: measure(computeIntervals),
     groups,
+    ...(hybrid === undefined ? {} : { hybrid }),
   };
 }
 
