@@ -5,7 +5,7 @@
  */
 
 import { parseArgs } from "node:util";
-import { builtinModels, detectMpiLaunch, type MpiLaunch } from "../mod.ts";
+import { builtinModels, detectMpiLaunch, type MpiLaunch, WIRE_FORMATS, type WireFormat } from "../mod.ts";
 import { CliError, closest } from "./errors.ts";
 
 /** The default recipe: the AlexNet-like net on the embedded MNIST digits, measured to clear 97%. */
@@ -43,12 +43,18 @@ export interface TrainArgs {
   reduce: "master" | "allreduce";
   /** Emulated link description for `parseLink`, if any. */
   link?: string;
+  /** How gradients travel: `fp32` (exact) or `fp16` / `bf16` (half the bytes, lossy). */
+  wire: WireFormat;
+  /** With a 16-bit `wire`: carry each device's rounding error into its next step. */
+  errorFeedback: boolean;
   /** Epochs to train; absent means the default, or no epoch limit when `steps` is given. */
   epochs?: number;
   /** Stop once the run's total step count reaches this (counting resumed steps). */
   steps?: number;
-  /** Global batch size. */
+  /** Global batch size: samples per update, over every device and micro-batch. */
   batch: number;
+  /** Micro-batches per device per step (gradient accumulation); 1 means none. */
+  accumulate: number;
   /** Base learning rate (halved every epoch). */
   lr: number;
   /** Seed of initialisation, shuffling, augmentation and dropout. */
@@ -76,9 +82,11 @@ const STRING_FLAGS = [
   "schedule",
   "reduce",
   "link",
+  "wire",
   "epochs",
   "steps",
   "batch",
+  "accumulate",
   "lr",
   "seed",
   "checkpoint",
@@ -86,7 +94,7 @@ const STRING_FLAGS = [
   "trace",
   "report",
 ] as const;
-const BOOLEAN_FLAGS = ["json", "help"] as const;
+const BOOLEAN_FLAGS = ["error-feedback", "json", "help"] as const;
 
 /** Every flag as typed, for "did you mean" hints. */
 export const FLAG_NAMES: readonly string[] = [...STRING_FLAGS, ...BOOLEAN_FLAGS].map((f) => `--${f}`);
@@ -124,15 +132,22 @@ Parallelism
   --transport T         local | mpi (default local, or mpi when started by mpirun): mpi runs one device
                         per MPI rank, across processes and hosts, e.g.
                         mpirun -np 2 deno run -A cli/train.ts --transport mpi
-  --schedule S          overlap | sequential | auto | <schedule file> (default ${DEFAULTS.schedule})
+  --schedule S          overlap | sequential | bucketed | hybrid | auto | <schedule file>
+                        (default ${DEFAULTS.schedule}); hybrid splits the FC layers over the devices
   --reduce MODE         master | allreduce (default ${DEFAULTS.reduce})
   --link BANDWIDTH      emulate a slower link: 1.2GB/s, 800MB/s,50us, pcie3, 10gbe… (labelled emulated)
+  --wire FORMAT         gradients on the wire: fp32 | fp16 | bf16 (default fp32). fp16 and bf16 halve
+                        the exchanged bytes; lossy, not bit-identical to fp32; parameters stay fp32
+  --error-feedback      with --wire fp16|bf16: each device adds the rounding error it left out
+                        to its next step's gradients
 
 Training
   --epochs N            epochs to train (default ${DEFAULTS.epochs}, or no limit when --steps is given)
   --steps N             stop when the total step count (resumed steps included) reaches N;
                         0 builds the model, prints its summary and exits
   --batch N             global batch, divisible by --devices (default ${DEFAULTS.batch})
+  --accumulate K        gradient accumulation: each device runs its share of --batch as K micro-batches
+                        and communicates after the last; the batch splits into devices × K (default 1)
   --lr X                base learning rate, halved every epoch (default ${DEFAULTS.lr})
   --seed N              seed of initialisation, shuffling and dropout (default ${DEFAULTS.seed})
 
@@ -253,12 +268,34 @@ export function parseTrainArgs(
     }
     devices = launch.size;
   }
+  const wire = oneOf("wire", s("wire"), WIRE_FORMATS) ?? "fp32";
+  const errorFeedback = values["error-feedback"] === true;
+  if (errorFeedback && wire === "fp32") {
+    throw new CliError(
+      "--error-feedback needs --wire fp16 or bf16: fp32 gradients lose nothing to feed back",
+    );
+  }
+  if (wire !== "fp32" && transport === "local" && s("backend") === "webgpu") {
+    throw new CliError(
+      `--wire ${wire} is not available with --backend webgpu: its devices average their own gradients on the GPU, unrounded; use --wire fp32 or --backend cpu`,
+    );
+  }
   const batch = integer("batch", s("batch"), 1) ?? DEFAULTS.batch;
   if (batch % devices !== 0) {
     throw new CliError(
       `--batch ${batch} does not split evenly over ${devices} devices (${batch} % ${devices} = ${
         batch % devices
       }); use a multiple of ${devices}, e.g. ${Math.max(devices, batch - (batch % devices))}`,
+    );
+  }
+  const accumulate = integer("accumulate", s("accumulate"), 1) ?? 1;
+  if ((batch / devices) % accumulate !== 0) {
+    throw new CliError(
+      `--accumulate ${accumulate} does not split the ${
+        batch / devices
+      } samples per device (--batch ${batch} over ${devices} devices) into equal micro-batches; use a --batch divisible by ${
+        devices * accumulate
+      }`,
     );
   }
   return {
@@ -270,9 +307,12 @@ export function parseTrainArgs(
     schedule: s("schedule") ?? DEFAULTS.schedule,
     reduce: oneOf("reduce", s("reduce"), ["master", "allreduce"] as const) ?? DEFAULTS.reduce,
     link: s("link"),
+    wire,
+    errorFeedback,
     epochs: integer("epochs", s("epochs"), 1),
     steps: integer("steps", s("steps"), 0),
     batch,
+    accumulate,
     lr: positive("lr", s("lr")) ?? DEFAULTS.lr,
     seed: integer("seed", s("seed"), 0) ?? DEFAULTS.seed,
     checkpoint: s("checkpoint"),

@@ -83,7 +83,7 @@ export async function parametersSha256(
   return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-const SCHEDULE_NAMES = ["overlap", "sequential", "bucketed", "auto"];
+const SCHEDULE_NAMES = ["overlap", "sequential", "bucketed", "hybrid", "auto"];
 
 async function choosePlan(
   args: TrainArgs,
@@ -94,13 +94,16 @@ async function choosePlan(
 ): Promise<{ plan: Plan; spec: ModelSpec }> {
   const groups = layoutOf(local.namedParameters()).groups.map((g) => g.name);
   const name = args.schedule;
-  if (name === "overlap" || name === "sequential" || name === "bucketed") {
+  if (name === "overlap" || name === "sequential" || name === "bucketed" || name === "hybrid") {
     return { plan: builtinSchedule(name, groups), spec };
   }
   if (name === "auto") {
-    const perDevice = args.batch / args.devices;
+    // What a device runs at once: a micro-batch when accumulating.
+    const perDevice = args.batch / args.devices / args.accumulate;
     const profile = measureProfile(local, perDevice, { description: `${local.name}, batch ${perDevice}` });
-    const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices);
+    // Hybrid runs on the devices of one process, without gradient accumulation, for now.
+    const allowHybrid = args.transport === "local" && args.accumulate === 1;
+    const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, { allowHybrid });
     say(
       `auto schedule: ${plan.name} over groups ${plan.groups.join(", ")} (priced at ${
         link ? link.label : "12 GB/s, 10 µs (PCIe 3 x16, assumed)"
@@ -126,9 +129,11 @@ async function choosePlan(
   return { plan: await loadSchedule(name, { groups, mode: args.reduce }), spec };
 }
 
-/** Copies the master's flat parameters into `model` by name, for evaluation on this thread. */
+/**
+ * Copies the master's flat parameters into `model` by name, for evaluation on this thread (after
+ * `trainer.syncParameters()`, which is collective under MPI).
+ */
 async function copyMasterInto(model: Network, trainer: DataParallelTrainer): Promise<void> {
-  await trainer.syncParameters();
   const flat = await trainer.masterParameters();
   const slots = new Map(trainer.layout.slots.map((s) => [s.name, s]));
   for (const entry of model.namedParameters()) {
@@ -240,6 +245,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     mode: args.reduce,
     plan,
     seed: args.seed,
+    accumulate: args.accumulate,
     trace,
     // WebGPU devices each get a GPUDevice of their own; CPU devices are Workers (the default).
     startDevice: args.backend === "webgpu"
@@ -257,7 +263,18 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
   const deviceKind = args.backend === "cpu" ? "CPU" : "WebGPU";
   // What connects the devices, for every output: emulation is always labelled as such.
   const linkText = transport ? `MPI (Open MPI, ${args.devices} ranks)` : link ? link.label : "shared memory";
-  const trainer = await DataParallelTrainer.create({ ...common, devices: args.devices, link, transport });
+  const trainer = await DataParallelTrainer.create({
+    ...common,
+    devices: args.devices,
+    link,
+    transport,
+    wire: args.wire,
+    errorFeedback: args.errorFeedback,
+  });
+  // Said only when not the exact default: a lossy run must not pass for an fp32 one.
+  const wireText = args.wire === "fp32"
+    ? ""
+    : `, ${args.wire} gradients on the wire${args.errorFeedback ? " with error feedback" : ""} (lossy)`;
   try {
     if (args.resume) {
       // Only rank 0 reads the file (other hosts need not have it); the broadcast brings the rest along.
@@ -281,8 +298,12 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       : `${args.devices} ${deviceKind} device${args.devices === 1 ? "" : "s"}`;
     say(
       `  ${where}, schedule ${plan.name}, ${args.reduce} ` +
-        `reduction, link ${linkText}; batch ${args.batch} ` +
-        `(${args.batch / args.devices} per device), lr ${args.lr} halved every epoch (${perEpoch} steps)`,
+        `reduction, link ${linkText}${wireText}; batch ${args.batch} ` +
+        `(${args.batch / args.devices} per device${
+          args.accumulate > 1
+            ? ` in ${args.accumulate} micro-batches of ${args.batch / args.devices / args.accumulate}`
+            : ""
+        }), lr ${args.lr} halved every epoch (${perEpoch} steps)`,
     );
     if (first >= target) say(`already at step ${first}, which reaches the target of ${target} steps`);
 
@@ -340,6 +361,10 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
           loss: result.loss,
           imagesPerSecond: images / ((performance.now() - started) / 1000),
         });
+        if (args.report && (i + 1) % perEpoch === 0 && i + 1 < target) {
+          // Collective under MPI; then rank 0 alone evaluates.
+          await trainer.syncParameters();
+        }
         if (args.report && root && (i + 1) % perEpoch === 0 && i + 1 < target) {
           await copyMasterInto(local, trainer);
           const { accuracy } = await evaluate(local, testLoader);
@@ -354,16 +379,20 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     // Every rank's lanes go into rank 0's trace, before rank 0 alone evaluates and writes.
     if (trace && failedAt === undefined) await trainer.gatherTrace();
     const seconds = (performance.now() - started) / 1000;
+    // Collective under MPI: the master's copy of the parameters (and, for a hybrid schedule, of the
+    // head's optimizer state) is whole from here on, for saving and evaluating.
+    await trainer.syncParameters();
     const step = trainer.iteration;
     const extra = { data: args.data, batch: args.batch, devices: args.devices, schedule: plan.name };
-    const save = (path: string) =>
-      saveCheckpoint(path, {
+    const save = async (path: string) => {
+      await saveCheckpoint(path, {
         parameters: trainer.parameterEntries,
         optimizer: trainer.optimizer,
         step,
         modelName: local.name,
         extra,
       });
+    };
 
     if (failedAt !== undefined) {
       let kept = "";
@@ -476,9 +505,12 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         model: choice.name,
         data: args.data,
         devices: args.devices,
+        accumulate: args.accumulate,
         transport: args.transport,
         schedule: plan.name,
         reduce: args.reduce,
+        wire: args.wire,
+        errorFeedback: args.errorFeedback,
         link: link ? { label: link.label, emulated: true } : null,
         stepMs,
         files,

@@ -25,6 +25,7 @@
 
 export {
   dependenciesOf,
+  isSharded,
   type Lane,
   laneOf,
   type Plan,
@@ -44,8 +45,15 @@ export {
   type ScheduleTag,
 } from "./plan/dsl.ts";
 export { type GroupTarget, ScheduleBuilder, scheduleBuilder } from "./plan/builder.ts";
-export { checkPlan, type PlanReport, type ValidateOptions, validatePlan } from "./plan/validate.ts";
-export { bucketed, type BuiltinName, builtinSchedule, overlap, sequential } from "./plan/builtins.ts";
+export {
+  checkPlan,
+  type PlanReport,
+  type ShardingProblem,
+  shardingProblem,
+  type ValidateOptions,
+  validatePlan,
+} from "./plan/validate.ts";
+export { bucketed, type BuiltinName, builtinSchedule, hybrid, overlap, sequential } from "./plan/builtins.ts";
 export { explain, type ExplainOptions } from "./plan/explain.ts";
 export {
   calibrateProfile,
@@ -58,11 +66,15 @@ export {
   regroupProfile,
 } from "./simulator/profile.ts";
 export {
+  activationCollectiveSeconds,
+  type ActivationTransfer,
   alexnetScalingTable,
   commStepSeconds,
   type CostOptions,
   DEFAULT_MEMORY_BANDWIDTH,
   type GroupCommunication,
+  type HybridTraffic,
+  hybridTraffic,
   type LaneEntry,
   type Link,
   type NamedLink,
@@ -77,10 +89,13 @@ export {
 } from "./simulator/simulator.ts";
 export {
   type AlexnetThresholds,
+  type AutoOptions,
   type AutoPlan,
   autoSchedule,
   DEFAULT_LINK,
   DEFAULT_THRESHOLDS,
+  type HybridCandidate,
+  hybridCandidate,
   judgeNetwork,
   type JudgeOptions,
   type NetworkJudgement,
@@ -121,6 +136,21 @@ export {
   type TransferTiming,
   waitUntil,
 } from "./runtime/link.ts";
+export {
+  bf16Bits,
+  checkWireOptions,
+  type CompressedWireFormat,
+  compressGradients,
+  decodeGradients,
+  fp16Bits,
+  GradientWire,
+  parseWire,
+  quantizeGradients,
+  WIRE_FORMATS,
+  wireBytesPerElement,
+  type WireFormat,
+  type WireOptions,
+} from "./runtime/wire.ts";
 export { buildModel, type ModelSpec } from "./devices/model_spec.ts";
 export {
   backwardGroupOrder,

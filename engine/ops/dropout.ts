@@ -20,6 +20,12 @@ export interface DropoutOptions extends Partial<RandomKey> {
   training?: boolean;
   /** First position of the mask in the random sequence (e.g. global sample index × features). */
   offset?: number;
+  /**
+   * `x` (`[rows, width]`) holds columns `start … start+width−1` of rows `total` wide, as a device
+   * holding a slice of a layer's units does: element (r, c) takes position
+   * `offset + r·total + start + c`, so the slice draws exactly the mask the whole layer would.
+   */
+  columns?: { start: number; total: number };
 }
 
 /**
@@ -41,7 +47,7 @@ export function dropout(x: Tensor, options: DropoutOptions): Tensor {
   const key = options.seed !== undefined
     ? { seed: options.seed, stream: options.stream ?? 0, step: options.step ?? 0 }
     : nextGlobalKey();
-  const uniforms = uniformValues(x.size, key, options.offset ?? 0);
+  const uniforms = maskUniforms(x, key, options);
   const keep = 1 / (1 - p);
   const values = new Float32Array(x.size);
   for (let i = 0; i < values.length; i++) values[i] = uniforms[i] >= p ? keep : 0;
@@ -49,5 +55,26 @@ export function dropout(x: Tensor, options: DropoutOptions): Tensor {
   const out = binaryRaw("mul", x, mask, "dropout");
   recordOp("dropout", [x], out, [mask], (dy) => [binaryRaw("mul", dy, mask)]);
   mask.dispose();
+  return out;
+}
+
+/** The uniforms behind the mask: one run, or one run per row for a block of columns. */
+function maskUniforms(x: Tensor, key: RandomKey, options: DropoutOptions): Float32Array {
+  const offset = options.offset ?? 0;
+  const columns = options.columns;
+  if (!columns) return uniformValues(x.size, key, offset);
+  const [rows, width] = x.shape;
+  if (x.rank !== 2 || columns.start < 0 || columns.start + width > columns.total) {
+    throw new ValueError(
+      "dropout",
+      `columns ${columns.start}…${columns.start + width - 1} of rows ${columns.total} wide do not fit ${
+        JSON.stringify(x.shape)
+      }`,
+    );
+  }
+  const out = new Float32Array(x.size);
+  for (let r = 0; r < rows; r++) {
+    out.set(uniformValues(width, key, offset + r * columns.total + columns.start), r * width);
+  }
   return out;
 }

@@ -45,7 +45,9 @@ import {
   DeviceError,
   type ResidentReplica,
   type ResidentRole,
+  type ShardedReplica,
 } from "./device.ts";
+import { type HeadPhase, type HeadPhaseResult, type HeadSetup, HeadShard } from "./sharded_head.ts";
 import { groupRange, type ParameterLayout, type ParameterSlot } from "./layout.ts";
 import { buildModel, type ModelSpec } from "./model_spec.ts";
 import type { ComputeSpan } from "./protocol.ts";
@@ -116,6 +118,8 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
   #layout: ParameterLayout;
   #state: ResidentState | undefined;
   #busy = false;
+  /** The model-parallel head shard of a hybrid schedule, once set up. */
+  #head: HeadShard | undefined;
 
   private constructor(
     readonly index: number,
@@ -191,16 +195,77 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
     return this.#backend;
   }
 
-  async compute(command: ComputeCommand, onGradients: (group: string) => void): Promise<ComputeResult> {
+  /**
+   * Runs hybrid schedules on the host path: the body's parameters are written from `parameters`
+   * before each forward, the head's slices read from it, and gradients read back into `gradients`.
+   */
+  readonly sharded: ShardedReplica = {
+    setupHead: (layout: ParameterLayout, setup: HeadSetup) => {
+      if (this.#state) {
+        return Promise.reject(
+          new DeviceError(
+            this.index,
+            "a GPU-resident replica cannot run a hybrid schedule; it runs on the host path",
+          ),
+        );
+      }
+      this.#head?.reset();
+      const sharded = new Set(setup.head.sharded);
+      const body = this.#slots.map((s) => s.entry).filter((e) => !sharded.has(e.group));
+      this.#head = new HeadShard(this.#model, layout, setup, body);
+      return Promise.resolve();
+    },
+    runHead: (_iteration: number, phase: HeadPhase, onGradients?: (group: string) => void) =>
+      this.#exclusive(() => this.#runHead(phase, onGradients)),
+  };
+
+  async #runHead(phase: HeadPhase, onGradients?: (group: string) => void): Promise<HeadPhaseResult> {
+    const head = this.#head;
+    if (!head) throw new DeviceError(this.index, "a hybrid phase arrived before the head was set up");
+    if (phase.kind === "forward-body") {
+      const body = new Set(head.bodyEntries);
+      for (const { entry, layout } of this.#slots) {
+        if (!body.has(entry)) continue;
+        this.#overwrite(
+          entry.tensor.storage,
+          this.parameters.subarray(layout.offset, layout.offset + layout.size),
+        );
+      }
+    }
+    const offsets = new Map(this.#slots.map((s) => [s.entry, s.layout]));
+    try {
+      return await head.run(phase, this.parameters, this.gradients, async (group, members) => {
+        for (const entry of members) {
+          const { offset, size } = offsets.get(entry)!;
+          const grad = entry.tensor.grad;
+          if (grad) this.gradients.set((await grad.data()) as Float32Array, offset);
+          else this.gradients.fill(0, offset, offset + size);
+          grad?.dispose();
+          entry.tensor.grad = null;
+        }
+        onGradients?.(group);
+      });
+    } catch (error) {
+      head.reset();
+      throw error;
+    }
+  }
+
+  /** Runs `work` as the device's only iteration in flight; failures name the device. */
+  async #exclusive<T>(work: () => Promise<T>): Promise<T> {
     if (this.#busy) throw new DeviceError(this.index, "an iteration is already running");
     this.#busy = true;
     try {
-      return await this.#compute(command, onGradients);
+      return await work();
     } catch (error) {
       throw this.#deviceError(error);
     } finally {
       this.#busy = false;
     }
+  }
+
+  compute(command: ComputeCommand, onGradients: (group: string) => void): Promise<ComputeResult> {
+    return this.#exclusive(() => this.#compute(command, onGradients));
   }
 
   async #compute(command: ComputeCommand, onGradients: (group: string) => void): Promise<ComputeResult> {
@@ -233,6 +298,7 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
         {
           context: { seed: command.seed, step: command.iteration, sampleOffset: command.sampleOffset },
           groups: command.backwardGroups,
+          microBatches: command.microBatches,
           onForward: () => {
             spans.push({ name: "forward", start, end: performance.now() });
             start = performance.now();

@@ -11,10 +11,25 @@
  */
 
 import type { Worker } from "node:worker_threads";
-import { type ComputeCommand, type ComputeResult, type Device, DeviceError } from "./device.ts";
+import {
+  type ComputeCommand,
+  type ComputeResult,
+  type Device,
+  DeviceError,
+  type ShardedReplica,
+} from "./device.ts";
 import { type ParameterLayout, sharedFloats } from "./layout.ts";
 import type { ModelSpec } from "./model_spec.ts";
-import type { ComputeSpan, InitMessage, StepMessage, ThreadsMessage, WorkerReply } from "./protocol.ts";
+import type {
+  ComputeSpan,
+  HeadPhaseMessage,
+  HeadSetupMessage,
+  InitMessage,
+  StepMessage,
+  ThreadsMessage,
+  WorkerReply,
+} from "./protocol.ts";
+import type { HeadPhase, HeadPhaseResult, HeadSetup } from "./sharded_head.ts";
 
 interface Pending {
   iteration: number;
@@ -142,6 +157,36 @@ export class CpuDevice implements Device {
     command: ComputeCommand,
     onGradients: (group: string) => void,
   ): Promise<ComputeResult> {
+    const message: StepMessage = { type: "step", ...command };
+    return this.#request(message, command.iteration, command.backwardGroups, onGradients);
+  }
+
+  /** Runs hybrid schedules: the worker holds a slice of the head (see `sharded_head.ts`). */
+  readonly sharded: ShardedReplica = {
+    setupHead: async (layout: ParameterLayout, setup: HeadSetup) => {
+      const message: HeadSetupMessage = { type: "head-setup", layout, setup };
+      await this.#request(message, -1, [], () => {});
+    },
+    runHead: async (iteration: number, phase: HeadPhase, onGradients?: (group: string) => void) => {
+      const message: HeadPhaseMessage = { type: "head", iteration, phase };
+      const groups = phase.kind === "backward-body" ? [...phase.groups] : [];
+      const result = await this.#request(message, iteration, groups, onGradients ?? (() => {}));
+      const out: HeadPhaseResult = { spans: result.spans };
+      if (phase.kind === "backward-stage" && phase.labels) {
+        out.loss = result.loss;
+        out.correct = result.correct;
+      }
+      return out;
+    },
+  };
+
+  /** Sends `message` and settles with the worker's `done` for `iteration`, watching `groups`. */
+  #request(
+    message: StepMessage | HeadSetupMessage | HeadPhaseMessage,
+    iteration: number,
+    groups: string[],
+    onGradients: (group: string) => void,
+  ): Promise<ComputeResult> {
     if (this.#failure) return Promise.reject(this.#failure);
     if (this.#pending) return Promise.reject(new DeviceError(this.index, "an iteration is already running"));
     return new Promise((resolve, reject) => {
@@ -149,13 +194,13 @@ export class CpuDevice implements Device {
         this.#fail(
           new DeviceError(
             this.index,
-            `no answer within ${this.#timeoutMs / 1000} s (iteration ${command.iteration})`,
+            `no answer within ${this.#timeoutMs / 1000} s (iteration ${iteration})`,
           ),
         );
       }, this.#timeoutMs);
       this.#pending = {
-        iteration: command.iteration,
-        groups: command.backwardGroups,
+        iteration,
+        groups,
         reported: new Set(),
         onGradients,
         resolve,
@@ -170,9 +215,8 @@ export class CpuDevice implements Device {
         this.#worker.postMessage(share);
         this.#threadsSent = threads;
       }
-      const message: StepMessage = { type: "step", ...command };
       this.#worker.postMessage(message);
-      for (const group of command.backwardGroups) this.#watch(group, command.iteration);
+      for (const group of groups) this.#watch(group, iteration);
     });
   }
 
@@ -222,7 +266,7 @@ export class CpuDevice implements Device {
     for (const group of pending.groups) this.#report(pending, group);
     clearTimeout(pending.timer);
     this.#pending = undefined;
-    this.#lastIteration = pending.iteration;
+    if (pending.iteration >= 0) this.#lastIteration = pending.iteration;
     pending.resolve({
       loss: reply.loss,
       correct: reply.correct,

@@ -24,7 +24,16 @@ import {
   tensor,
 } from "../../engine/mod.ts";
 import { buildModel } from "./model_spec.ts";
-import type { ComputeSpan, InitMessage, StepMessage, ThreadsMessage, WorkerReply } from "./protocol.ts";
+import type {
+  ComputeSpan,
+  HeadPhaseMessage,
+  HeadSetupMessage,
+  InitMessage,
+  StepMessage,
+  ThreadsMessage,
+  WorkerReply,
+} from "./protocol.ts";
+import { HeadShard } from "./sharded_head.ts";
 
 registerBackend(new CpuBackend());
 
@@ -49,6 +58,9 @@ let groupSlots: Map<string, number>;
 /** The replica's parameters in layout order. */
 let entries: ParameterEntry[] = [];
 let slots = new Map<ParameterEntry, SharedSlot>();
+let sharedParameters: Float32Array;
+/** The model-parallel head shard of a hybrid schedule, once set up. */
+let head: HeadShard | undefined;
 
 const now = () => performance.timeOrigin + performance.now();
 
@@ -60,6 +72,7 @@ async function init(message: InitMessage): Promise<void> {
   device = message.device;
   model = await buildModel(message.model);
   const parameters = message.parameters;
+  sharedParameters = parameters;
   gradients = message.gradients;
   signals = new Int32Array(message.signals);
   groupSlots = new Map(message.groups.map((g, i) => [g, i]));
@@ -92,9 +105,12 @@ async function init(message: InitMessage): Promise<void> {
   reply({ type: "ready", device });
 }
 
-/** Loads the shared parameters (device 0's, after broadcast) into the replica's tensors. */
-function loadParameters(): void {
-  for (const entry of entries) entry.tensor.assign(slots.get(entry)!.shared);
+/**
+ * Loads the shared parameters (device 0's, after broadcast) into the replica's tensors: all of them,
+ * or those of `only` (a hybrid body; the head reads its slices itself).
+ */
+function loadParameters(only: readonly ParameterEntry[] = entries): void {
+  for (const entry of only) entry.tensor.assign(slots.get(entry)!.shared);
 }
 
 /** Copies `members`' gradients into the shared buffer and frees them (zeros where none arrived). */
@@ -112,6 +128,44 @@ function publish(members: readonly ParameterEntry[]): void {
   }
 }
 
+/** Tells the runtime that `group`'s gradients of `iteration` are final in the shared buffer. */
+function signal(group: string, iteration: number): void {
+  const slot = groupSlots.get(group)!;
+  Atomics.store(signals, slot, iteration + 1);
+  Atomics.notify(signals, slot);
+}
+
+function setupHead(message: HeadSetupMessage): void {
+  head?.reset();
+  const sharded = new Set(message.setup.head.sharded);
+  head = new HeadShard(model, message.layout, message.setup, entries.filter((e) => !sharded.has(e.group)));
+  reply({ type: "done", device, iteration: -1, loss: 0, correct: 0, count: 0, spans: [] });
+}
+
+async function runHead(message: HeadPhaseMessage): Promise<void> {
+  if (!head) throw new Error("a hybrid phase arrived before the head was set up");
+  const phase = message.phase;
+  if (phase.kind === "forward-body") loadParameters(head.bodyEntries);
+  // Spans travel on the shared clock (timeOrigin + now), as `step`'s do.
+  const result = await head.run(phase, sharedParameters, gradients, (group, members) => {
+    publish(members);
+    signal(group, message.iteration);
+  }).catch((error) => {
+    head!.reset();
+    throw error;
+  });
+  const shift = performance.timeOrigin;
+  reply({
+    type: "done",
+    device,
+    iteration: message.iteration,
+    loss: result.loss ?? 0,
+    correct: result.correct ?? 0,
+    count: 0,
+    spans: result.spans.map((s) => ({ ...s, start: s.start + shift, end: s.end + shift })),
+  });
+}
+
 async function step(message: StepMessage): Promise<void> {
   const spans: ComputeSpan[] = [];
   // Each span runs from the end of the previous one: the forward from the start of the step, a
@@ -124,6 +178,7 @@ async function step(message: StepMessage): Promise<void> {
     const metrics = await replicaStep(model, entries, images, labels, message.labels, {
       context: { seed: message.seed, step: message.iteration, sampleOffset: message.sampleOffset },
       groups: message.backwardGroups,
+      microBatches: message.microBatches,
       onForward: () => {
         const end = now();
         spans.push({ name: "forward", start, end });
@@ -134,9 +189,7 @@ async function step(message: StepMessage): Promise<void> {
         const end = now();
         spans.push({ name: `backward ${group}`, group, start, end });
         start = end;
-        const slot = groupSlots.get(group)!;
-        Atomics.store(signals, slot, message.iteration + 1);
-        Atomics.notify(signals, slot);
+        signal(group, message.iteration);
       },
     });
     reply({ type: "done", device, iteration: message.iteration, ...metrics, spans });
@@ -146,22 +199,27 @@ async function step(message: StepMessage): Promise<void> {
   }
 }
 
-port.on("message", async (message: InitMessage | StepMessage | ThreadsMessage) => {
-  try {
-    if (message.type === "init") await init(message);
-    else if (message.type === "threads") {
-      // This device's share of the cores for the CPU backend's kernel threads.
-      const backend = getBackend() as { threads?: number };
-      if ("threads" in backend) backend.threads = message.threads;
-    } else await step(message);
-  } catch (error) {
-    const e = error as Error;
-    reply({
-      type: "error",
-      device,
-      iteration: message.type === "step" ? message.iteration : undefined,
-      message: e?.message ?? String(error),
-      stack: e?.stack,
-    });
-  }
-});
+port.on(
+  "message",
+  async (message: InitMessage | StepMessage | ThreadsMessage | HeadSetupMessage | HeadPhaseMessage) => {
+    try {
+      if (message.type === "init") await init(message);
+      else if (message.type === "head-setup") setupHead(message);
+      else if (message.type === "head") await runHead(message);
+      else if (message.type === "threads") {
+        // This device's share of the cores for the CPU backend's kernel threads.
+        const backend = getBackend() as { threads?: number };
+        if ("threads" in backend) backend.threads = message.threads;
+      } else await step(message);
+    } catch (error) {
+      const e = error as Error;
+      reply({
+        type: "error",
+        device,
+        iteration: message.type === "step" || message.type === "head" ? message.iteration : undefined,
+        message: e?.message ?? String(error),
+        stack: e?.stack,
+      });
+    }
+  },
+);

@@ -13,7 +13,9 @@
  */
 
 import { type ParameterEntry, TandemError } from "../../engine/mod.ts";
+import type { ParameterLayout } from "./layout.ts";
 import type { ComputeSpan } from "./protocol.ts";
+import type { HeadPhase, HeadPhaseResult, HeadSetup } from "./sharded_head.ts";
 
 /**
  * A device failed: its worker threw, died or stopped answering. Names the device.
@@ -51,6 +53,11 @@ export interface ComputeCommand {
   seed: number;
   /** Groups to backward, in order. */
   backwardGroups: string[];
+  /**
+   * Gradient accumulation: the shard runs as this many micro-batches and the groups are reported
+   * after the last one only (default 1).
+   */
+  microBatches?: number;
 }
 
 /** What a device's compute lane produced. */
@@ -133,6 +140,33 @@ export interface ResidentReplica {
 }
 
 /**
+ * Optional capability of a {@link Device}: it can hold a model-parallel slice of the network's
+ * fully-connected head and run a hybrid iteration phase by phase, the runtime moving activations
+ * between phases (see `sharded_head.ts`). Hybrid schedules need it on every device.
+ *
+ * @example
+ * ```ts
+ * import type { Device } from "./device.ts";
+ * async function forwardFirstStage(device: Device, iteration: number) {
+ *   return await device.sharded!.runHead(iteration, { kind: "forward-stage", stage: 0 });
+ * }
+ * ```
+ */
+export interface ShardedReplica {
+  /** Prepares the head shard: the split, this device's buffers and the batch size. */
+  setupHead(layout: ParameterLayout, setup: HeadSetup): Promise<void>;
+  /**
+   * Runs one phase of `iteration`. For `backward-body`, `onGradients(group)` is called as each body
+   * group's gradients land in `gradients`, as `compute` does.
+   */
+  runHead(
+    iteration: number,
+    phase: HeadPhase,
+    onGradients?: (group: string) => void,
+  ): Promise<HeadPhaseResult>;
+}
+
+/**
  * A device handle.
  *
  * @example
@@ -160,6 +194,8 @@ export interface Device {
   readonly gradients: Float32Array;
   /** Present when the replica can stay in the device's own memory; see {@link ResidentReplica}. */
   readonly resident?: ResidentReplica;
+  /** Present when the device can run hybrid schedules; see {@link ShardedReplica}. */
+  readonly sharded?: ShardedReplica;
   /**
    * Runs forward and the backward groups; calls `onGradients(group)` as each group's gradients land
    * in `gradients`. Rejects with a `DeviceError` on failure.

@@ -10,6 +10,8 @@
  */
 
 import type { ComputeCommand } from "./device.ts";
+import type { ParameterLayout } from "./layout.ts";
+import type { HeadPhase, HeadSetup } from "./sharded_head.ts";
 import type { ModelSpec } from "./model_spec.ts";
 
 /** Main → worker: build the replica over shared parameter and gradient buffers. */
@@ -37,6 +39,42 @@ export interface InitMessage {
 
 /** Main → worker: run one iteration's compute lane on a shard (see `ComputeCommand`). */
 export type StepMessage = { type: "step" } & ComputeCommand;
+
+/**
+ * Main → worker: run a model-parallel head shard (hybrid schedules) with these buffers, replacing
+ * any earlier setup; answered with `done` for `iteration` −1.
+ *
+ * @example
+ * ```ts
+ * import type { HeadSetupMessage } from "./protocol.ts";
+ * // worker.postMessage({ type: "head-setup", layout, setup } satisfies HeadSetupMessage);
+ * ```
+ */
+export interface HeadSetupMessage {
+  type: "head-setup";
+  /** The full parameter layout (the slices are ranges of it). */
+  layout: ParameterLayout;
+  /** The split and the shared buffers. */
+  setup: HeadSetup;
+}
+
+/**
+ * Main → worker: one phase of a hybrid iteration (see `sharded_head.ts`), answered with `done`;
+ * `backward-body` also signals each group as `step` does.
+ *
+ * @example
+ * ```ts
+ * import type { HeadPhaseMessage } from "./protocol.ts";
+ * const message: HeadPhaseMessage = { type: "head", iteration: 3, phase: { kind: "forward-stage", stage: 0 } };
+ * ```
+ */
+export interface HeadPhaseMessage {
+  type: "head";
+  /** The training iteration the phase belongs to. */
+  iteration: number;
+  /** The phase. */
+  phase: HeadPhase;
+}
 
 /**
  * Main → worker: how many threads the replica's CPU kernels may use (its share of the cores).

@@ -119,6 +119,11 @@ export const MPI_FUNCTIONS = {
     parameters: ["buffer", "i32", "pointer", "buffer", "i32", "pointer", "pointer", "buffer"],
     result: "i32",
   },
+  // (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request)
+  MPI_Ialltoall: {
+    parameters: ["buffer", "i32", "pointer", "buffer", "i32", "pointer", "pointer", "buffer"],
+    result: "i32",
+  },
   // (buffer, count, datatype, root, comm, request)
   MPI_Ibcast: { parameters: ["buffer", "i32", "pointer", "i32", "pointer", "buffer"], result: "i32" },
   // (sendbuf, recvbuf, count, datatype, op, comm, request)

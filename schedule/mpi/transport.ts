@@ -473,6 +473,28 @@ export class MpiTransport {
     );
   }
 
+  /**
+   * `MPI_Ialltoall`: `send` holds one block per rank in rank order; block r goes to rank r, and
+   * `receive` gets every rank's block for this rank, in rank order (blocks of `send.length / size`).
+   */
+  alltoall(send: MpiBuffer, receive: MpiBuffer, operation = "alltoall"): MpiRequest {
+    if (send.length % this.size !== 0 || receive.length < send.length) {
+      throw new TransportError(
+        this.rank,
+        operation,
+        `needs ${this.size} equal blocks to send (${send.length} elements) and room for as many to receive (${receive.length})`,
+      );
+    }
+    const { symbols, handles } = this.library;
+    const type = this.#type(send), count = this.#count(operation, send.length / this.size);
+    return this.#post(
+      operation,
+      "MPI_Ialltoall",
+      [send, receive],
+      (slot) => symbols.MPI_Ialltoall(send, count, type, receive, count, type, handles.commWorld, slot),
+    );
+  }
+
   /** `MPI_Ibcast`: `root`'s `buffer` is copied into every other rank's `buffer`. */
   broadcast(buffer: MpiBuffer, root: number, operation = "broadcast"): MpiRequest {
     const { symbols, handles } = this.library;

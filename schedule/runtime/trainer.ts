@@ -36,15 +36,19 @@ import { type ComputeResult, type Device, DeviceError } from "../devices/device.
 import { layoutOf, type ParameterLayout } from "../devices/layout.ts";
 import { buildModel, type ModelSpec } from "../devices/model_spec.ts";
 import type { MpiTransport, MpiTransportOptions } from "../mpi/transport.ts";
+import { MpiActivations } from "../mpi/activations.ts";
 import { MpiExchange } from "../mpi/exchange.ts";
 import { dependenciesOf, type Plan, type ReductionMode } from "../plan/plan.ts";
 import { type Deferred, deferred } from "./deferred.ts";
 import type { Exchange, ExchangeContext, ReplicaReference } from "./exchange.ts";
 import { type LaneSpan, type StepFigures, stepFigures } from "./figures.ts";
 import type { LinkSpec } from "./link.ts";
+import { type HeadLayout, headLayout } from "../devices/sharded_head.ts";
+import { HybridHead, SharedActivations } from "./hybrid.ts";
 import { ResidentExchange } from "./resident_exchange.ts";
 import { SharedMemoryExchange } from "./shared_memory_exchange.ts";
 import type { TraceRecorder } from "./trace.ts";
+import { checkWireOptions, type WireFormat } from "./wire.ts";
 
 /** One recorded span of work on a lane, in `performance.now()` milliseconds. */
 export interface LaneEvent extends LaneSpan {
@@ -52,6 +56,8 @@ export interface LaneEvent extends LaneSpan {
   device: number;
   /** Training iteration. */
   step: number;
+  /** Bytes a transfer moved (for gradients: as sent on the wire, 2 per value for fp16/bf16). */
+  bytes?: number;
 }
 
 /** Options of {@link DataParallelTrainer.create}. */
@@ -82,6 +88,12 @@ export interface DataParallelOptions {
   chunkBytes?: number;
   /** Run seed for dropout (default 0). */
   seed?: number;
+  /**
+   * Gradient accumulation: each device runs its shard as this many equal micro-batches, adding their
+   * gradients, and the step communicates only after the last one (default 1). `devices: 1,
+   * accumulate: K` gives the bits of `devices: K`; see `replicaStep` for why not those of one pass.
+   */
+  accumulate?: number;
   /** A device (or rank) that does not answer within this many seconds fails the step (default 120). */
   timeoutSeconds?: number;
   /** After every step, check that all replicas hold bit-identical parameters (default false). */
@@ -101,6 +113,19 @@ export interface DataParallelOptions {
     layout: ParameterLayout,
     timeoutSeconds: number,
   ) => Promise<Device>;
+  /**
+   * How gradients travel (`wire.ts`): `fp32` (default, exact) or `fp16` / `bf16`, which halve the
+   * exchanged bytes. Lossy and not bit-identical to fp32, but every device's gradients (the master's
+   * too) are rounded alike before the device-order average, so under one format every schedule,
+   * reduction and transport gives the same bits. Parameters always travel in fp32. GPU-resident
+   * (WebGPU) devices in one process take `fp32` only.
+   */
+  wire?: WireFormat;
+  /**
+   * With a 16-bit `wire`: each device keeps the rounding error of what it sent (a residual over the
+   * whole layout, across steps) and adds it to its next gradients (default false).
+   */
+  errorFeedback?: boolean;
 }
 
 /** A global batch as host arrays. */
@@ -148,13 +173,21 @@ export class DataParallelTrainer {
   readonly #plan: Plan;
   readonly #options: DataParallelOptions;
   readonly #timeoutMs: number;
+  /** The model-parallel head of a hybrid plan (see `hybrid.ts`); absent for data-parallel plans. */
+  readonly #hybrid: HybridHead | undefined;
   /** Completed iterations, for a process without an optimizer (an MPI rank in master mode). */
   #iteration = 0;
   #failed: Error | undefined;
   #closed = false;
 
-  private constructor(exchange: Exchange, layout: ParameterLayout, options: DataParallelOptions) {
+  private constructor(
+    exchange: Exchange,
+    layout: ParameterLayout,
+    options: DataParallelOptions,
+    hybrid: HybridHead | undefined,
+  ) {
     this.#exchange = exchange;
+    this.#hybrid = hybrid;
     this.#layout = layout;
     this.#plan = options.plan;
     this.#options = options;
@@ -171,14 +204,40 @@ export class DataParallelTrainer {
       throw new ValueError("DataParallelTrainer", `mode must be "master" or "allreduce", got "${mode}"`);
     }
     const count = options.devices ?? 2;
+    const accumulate = options.accumulate ?? 1;
+    if (!Number.isInteger(accumulate) || accumulate < 1) {
+      throw new ValueError("DataParallelTrainer", `accumulate must be a positive integer, got ${accumulate}`);
+    }
     if (!options.transport && (!Number.isInteger(count) || count < 1)) {
       throw new ValueError("DataParallelTrainer", `devices must be a positive integer, got ${count}`);
     }
-    const reference = await referenceOf(options);
+    checkWireOptions(options);
+    const sharded = options.plan.sharded ?? [];
+    if (sharded.length && accumulate > 1) {
+      throw new ValueError(
+        "DataParallelTrainer",
+        `gradient accumulation does not combine with schedule "${options.plan.name}" (hybrid) yet`,
+      );
+    }
+    // Under MPI the ranks are counted once the transport is up; the split is checked again then.
+    const reference = await referenceOf(options, options.transport ? 1 : count);
     const exchange = options.transport
       ? await MpiExchange.create(options, reference)
       : await startInProcess(options, reference, count);
-    return new DataParallelTrainer(exchange, reference.layout, options);
+    let hybrid: HybridHead | undefined;
+    if (reference.head) {
+      try {
+        const head = { ...reference.head, devices: exchange.size };
+        const route = exchange instanceof MpiExchange
+          ? new MpiActivations(exchange.transport, head, options.timeoutSeconds ?? 120)
+          : new SharedActivations(exchange.size, head, options.link);
+        hybrid = new HybridHead(head, exchange.local, reference.layout, options.optimizer, route);
+      } catch (error) {
+        await exchange.close();
+        throw error;
+      }
+    }
+    return new DataParallelTrainer(exchange, reference.layout, options, hybrid);
   }
 
   /** How the devices are joined: `shared memory`, `GPU-resident` or `MPI`. */
@@ -255,6 +314,8 @@ export class DataParallelTrainer {
    */
   async broadcastParameters(): Promise<void> {
     this.#iteration = await this.#exchange.broadcastParameters(this.iteration);
+    // Hybrid: every device took the whole head's parameters; each slice optimizer takes its state.
+    await this.#hybrid?.scatter(this.rank === 0 ? this.#exchange.optimizers[0] : undefined);
   }
 
   /**
@@ -264,11 +325,18 @@ export class DataParallelTrainer {
    */
   async syncParameters(): Promise<void> {
     await this.#exchange.syncParameters();
+    // Hybrid: the master's copy of the head is whole only once every device's slice is in it.
+    const master = this.rank === 0;
+    await this.#hybrid?.gather(
+      master ? this.#exchange.local[0].parameters : undefined,
+      master ? this.#exchange.optimizers[0] : undefined,
+    );
   }
 
   /**
    * The master's parameters as a flat copy in layout order (under MPI, this rank's, which equal
-   * them). With resident devices, call {@link DataParallelTrainer.syncParameters} first.
+   * them). With resident devices or a hybrid plan (whose devices each keep
+   * only their own slice of the head current), call {@link DataParallelTrainer.syncParameters} first.
    */
   masterParameters(): Float32Array {
     return this.#exchange.masterParameters();
@@ -276,6 +344,8 @@ export class DataParallelTrainer {
 
   /** Devices (ranks) whose parameters differ from the master's in any bit. Collective under MPI. */
   divergentReplicas(): Promise<number[]> {
+    // Hybrid: each device keeps only its own slice of the head current; the bodies must agree.
+    if (this.#hybrid) return this.#hybrid.divergentBodies();
     return this.#exchange.divergentReplicas();
   }
 
@@ -307,13 +377,35 @@ export class DataParallelTrainer {
       );
     }
     const shardSize = batchSize / n, sampleSize = sample.reduce((a, b) => a * b, 1);
+    const microBatches = this.#options.accumulate ?? 1;
+    if (shardSize % microBatches !== 0) {
+      throw new ValueError(
+        "DataParallelTrainer",
+        `a shard of ${shardSize} samples per device does not split into ${microBatches} equal micro-batches`,
+      );
+    }
     await exchange.beforeStep();
     const iteration = this.iteration;
     const started = performance.now();
     const spans: LaneSpan[] = [];
-    const record = (device: number, lane: "compute" | "comm", name: string, start: number, end: number) => {
+    const record = (
+      device: number,
+      lane: "compute" | "comm",
+      name: string,
+      start: number,
+      end: number,
+      bytes?: number,
+    ) => {
       spans.push({ lane, name, start, end });
-      const event = { device, lane, name, step: iteration, start, end };
+      const event: LaneEvent = {
+        device,
+        lane,
+        name,
+        step: iteration,
+        start,
+        end,
+        ...(bytes === undefined ? {} : { bytes }),
+      };
       this.#options.onEvent?.(event);
       this.#options.trace?.record(event);
     };
@@ -324,9 +416,21 @@ export class DataParallelTrainer {
     );
     const backwardGroups = plan.steps.filter((s) => s.kind === "backward").map((s) => s.group!);
     let computing = exchange.local.length;
+    const hybrid = this.#hybrid;
+    const shardedGroups = new Set(plan.sharded ?? []);
+    const headComputes = hybrid?.compute({
+      iteration,
+      seed: this.#options.seed ?? 0,
+      images: batch.images,
+      labels: batch.labels,
+      shape: batch.shape,
+      ready,
+      record: (device, name, start, end, bytes) => record(device, "comm", name, start, end, bytes),
+      bodyGroups: backwardGroups.filter((g) => !shardedGroups.has(g)),
+    });
     const computes: Promise<ComputeResult>[] = exchange.local.map((device, i) => {
       const d = device.index;
-      const compute = device.compute(
+      const compute = headComputes ? headComputes[i] : device.compute(
         {
           iteration,
           images: batch.images.subarray(d * shardSize * sampleSize, (d + 1) * shardSize * sampleSize),
@@ -335,6 +439,7 @@ export class DataParallelTrainer {
           sampleOffset: d * shardSize,
           seed: this.#options.seed ?? 0,
           backwardGroups,
+          microBatches,
         },
         (group) => ready[i].get(group)!.resolve(),
       );
@@ -349,7 +454,7 @@ export class DataParallelTrainer {
       iteration,
       deadline: started + this.#timeoutMs,
       computing: () => computing > 0,
-      record: (device, name, start, end) => record(device, "comm", name, start, end),
+      record: (device, name, start, end, bytes) => record(device, "comm", name, start, end, bytes),
     };
     const lastBackward = plan.steps.findLastIndex((s) => s.kind === "backward");
 
@@ -402,6 +507,10 @@ export class DataParallelTrainer {
         if (planStep.kind === "reduce") {
           await exchange.reduce(group, context);
           record(exchange.rank, "comm", `reduce ${group}`, start, performance.now());
+        } else if (planStep.kind === "update" && shardedGroups.has(group)) {
+          // Each device's own slice, with its own optimizer state: nothing travels.
+          hybrid!.update(group, { undoable: undoable(i) });
+          record(exchange.rank, "comm", `update ${group}`, start, performance.now());
         } else if (planStep.kind === "update") {
           for (const optimizer of exchange.optimizers) optimizer.step(group, { undoable: undoable(i) });
           if (exchange.optimizers.length) {
@@ -421,11 +530,12 @@ export class DataParallelTrainer {
       );
       const combined = await exchange.combine(results, context);
       for (const optimizer of exchange.optimizers) optimizer.finishIteration();
+      hybrid?.finishIteration();
       this.#iteration = iteration + 1;
       if (this.#options.verifyReplicas) {
         // Resident parameters must come to the host to be compared: a debugging aid, not free.
-        await exchange.syncParameters();
-        const divergent = await exchange.divergentReplicas();
+        await this.syncParameters();
+        const divergent = await this.divergentReplicas();
         if (divergent.length) {
           throw new TandemError(`replicas ${divergent} differ from device 0 after iteration ${iteration}`);
         }
@@ -449,7 +559,7 @@ export class DataParallelTrainer {
     await Promise.allSettled(computes);
     let cause = error instanceof DeviceError ? error : await firstDeviceError(computes) ?? error;
     if (this.#exchange.rollsBack) {
-      for (const optimizer of this.#exchange.optimizers) {
+      for (const optimizer of [...this.#exchange.optimizers, ...this.#hybrid?.optimizers ?? []]) {
         try {
           optimizer.undoIteration();
         } catch (undoError) {
@@ -481,8 +591,14 @@ export class DataParallelTrainer {
   }
 }
 
-/** The layout and initial parameters of the model, checked against the plan's groups. */
-async function referenceOf(options: DataParallelOptions): Promise<ReplicaReference> {
+/**
+ * The layout and initial parameters of the model, checked against the plan's groups, and for a
+ * hybrid plan the head's split over `devices`.
+ */
+async function referenceOf(
+  options: DataParallelOptions,
+  devices: number,
+): Promise<ReplicaReference & { head?: HeadLayout }> {
   const reference = await buildModel(options.model);
   const entries = reference.namedParameters();
   const layout = layoutOf(entries);
@@ -502,8 +618,13 @@ async function referenceOf(options: DataParallelOptions): Promise<ReplicaReferen
     initial.set(entries.find((e) => e.name === slot.name)!.tensor.dataSync() as Float32Array, slot.offset);
   }
   const modelName = reference.name;
-  reference.dispose();
-  return { layout, initial, modelName };
+  try {
+    const sharded = options.plan.sharded ?? [];
+    const head = sharded.length ? headLayout(reference, sharded, devices) : undefined;
+    return { layout, initial, modelName, head };
+  } finally {
+    reference.dispose();
+  }
 }
 
 /** Starts `count` devices in this process and joins them by the exchange they support. */
@@ -524,9 +645,11 @@ async function startInProcess(
       );
     }
     for (const device of devices) device.parameters.set(initial);
-    return devices.every((device) => device.resident)
-      ? new ResidentExchange(devices, layout, mode, options.link, options.optimizer)
-      : new SharedMemoryExchange(devices, layout, mode, options.link, options.optimizer);
+    // A hybrid plan's head slices are updated on the host, so its devices take the host path.
+    const hybrid = (options.plan.sharded ?? []).length > 0;
+    return devices.every((device) => device.resident) && !hybrid
+      ? new ResidentExchange(devices, layout, mode, options.link, options.optimizer, options)
+      : new SharedMemoryExchange(devices, layout, mode, options.link, options.optimizer, options);
   } catch (error) {
     await Promise.all(devices.map((d) => d.close()));
     throw error;

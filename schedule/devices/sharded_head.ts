@@ -1,0 +1,600 @@
+/**
+ * Hybrid parallelism on a device ("one weird trick", Krizhevsky 2014): the network's body (its conv
+ * layers) stays a data-parallel replica, while the fully-connected head is split by output units —
+ * device d of N holds units `unitRange(units, N, d)` of every head layer (those rows of the weight,
+ * those entries of the bias) and computes them for the whole global batch.
+ *
+ * One iteration runs as phases, and between phases the runtime moves activations between devices:
+ *
+ * 1. `forward-body`: the body on this device's shard; its output rows go to `inputs[0]`.
+ *    (all-gather: every device then holds the whole batch's rows)
+ * 2. `forward-stage s`, for each head layer: its slice of units for all B samples, through the
+ *    parameter-free layers after it (ReLU, Dropout), into its columns of `inputs[s + 1]`.
+ *    (all-gather by columns; the last stage's output is the logits)
+ * 3. `backward-stage s`, from the last: the output gradient of its units — from the loss on the full
+ *    logits for the last stage, else summed over every device's partial input gradient of stage
+ *    s + 1, in device order — gives the slice's weight and bias gradients (kept on this device:
+ *    they never travel) and this device's partial input gradient `partials[s]` (reduce-scatter).
+ * 4. `backward-body`: the body's output gradient (this shard's rows of every device's
+ *    `partials[0]`, summed in device order) runs the body's backward group by group.
+ *
+ * Dropout in a slice draws exactly the mask the whole layer draws (see `columns` in `ops.dropout`),
+ * so the head computes what one device would compute on the whole batch, up to summation order.
+ *
+ * The same code runs in a CPU device's Worker and on a device driven from the main thread (WebGPU).
+ *
+ * @module
+ */
+
+import {
+  backwardPass,
+  countCorrect,
+  type ForwardContext,
+  fromStorage,
+  type Module,
+  type Network,
+  ops,
+  type ParameterEntry,
+  streamOf,
+  TandemError,
+  Tensor,
+  tidy,
+} from "../../engine/mod.ts";
+import type { Backend } from "../../backends/backend.ts";
+import type { Dropout, Linear } from "../../engine/nn/layers.ts";
+import type { ParameterLayout, ParameterSlot } from "./layout.ts";
+import type { ComputeSpan } from "./protocol.ts";
+
+/** One model-parallel layer and the parameter-free layers after it. */
+export interface HeadStage {
+  /** The fully-connected layer's path, e.g. `fc6`. */
+  readonly linear: string;
+  /** Its parameter group. */
+  readonly group: string;
+  /** Paths of the ReLU and Dropout layers applied to its output before the next stage. */
+  readonly after: readonly string[];
+  /** Input features (the width of the gathered input). */
+  readonly inFeatures: number;
+  /** Output units, split over the devices. */
+  readonly units: number;
+}
+
+/** Where a network splits into a data-parallel body and a model-parallel head. */
+export interface HeadLayout {
+  /** Number of top-level layers in the body. */
+  readonly bodyLayers: number;
+  /** The head's stages in forward order. */
+  readonly stages: readonly HeadStage[];
+  /** Devices the head is split over. */
+  readonly devices: number;
+  /** The model-parallel groups. */
+  readonly sharded: readonly string[];
+}
+
+/**
+ * Units `[start, end)` of a layer of `units` outputs that device `device` of `devices` holds: as even
+ * as can be, earlier devices taking one fewer where they do not divide.
+ *
+ * @example
+ * ```ts
+ * import { unitRange } from "./sharded_head.ts";
+ * console.log(unitRange(10, 3, 2)); // { start: 6, end: 10 }
+ * ```
+ */
+export function unitRange(units: number, devices: number, device: number): { start: number; end: number } {
+  return { start: Math.floor(units * device / devices), end: Math.floor(units * (device + 1) / devices) };
+}
+
+const HEAD_ELEMENTWISE = new Set(["ReLU", "Dropout"]);
+
+/**
+ * Splits `network` at its first layer with parameters in a `sharded` group. Every layer from there
+ * on must be fully connected (in a sharded group) or a ReLU or Dropout, and no earlier layer may hold
+ * parameters of a sharded group; anything else is refused naming the layer.
+ *
+ * @example
+ * ```ts
+ * import { headLayout } from "./sharded_head.ts";
+ * // headLayout(alexnetLike(), ["fc"], 2).stages.map((s) => s.linear); // ["fc6", "fc7", "fc8"]
+ * ```
+ */
+export function headLayout(network: Network, sharded: readonly string[], devices: number): HeadLayout {
+  const layers = network.layers();
+  const groupsOf = (layer: Module) => new Set(layer.namedParameters().map((p) => p.group));
+  const isSharded = (layer: Module) => [...groupsOf(layer)].some((g) => sharded.includes(g));
+  const first = layers.findIndex(([, layer]) => isSharded(layer));
+  const where = `hybrid schedule on ${network.name}`;
+  if (first < 0) {
+    throw new TandemError(`${where}: no layer holds parameters of the sharded groups ${sharded.join(", ")}`);
+  }
+  const stages: { linear: string; group: string; after: string[]; inFeatures: number; units: number }[] = [];
+  for (const [name, layer] of layers.slice(first)) {
+    if (layer.kind === "Linear") {
+      const groups = [...groupsOf(layer)];
+      if (groups.length !== 1 || !sharded.includes(groups[0])) {
+        throw new TandemError(
+          `${where}: layer ${name} is fully connected but in group ${
+            groups.join(", ")
+          }, which is not sharded; ` +
+            `every layer after the first sharded one must be`,
+        );
+      }
+      const linear = layer as Linear;
+      if (linear.outFeatures < devices) {
+        throw new TandemError(
+          `${where}: layer ${name} has ${linear.outFeatures} output units, fewer than the ${devices} devices to split them over`,
+        );
+      }
+      stages.push({
+        linear: name,
+        group: groups[0],
+        after: [],
+        inFeatures: linear.inFeatures,
+        units: linear.outFeatures,
+      });
+    } else if (HEAD_ELEMENTWISE.has(layer.kind) && stages.length > 0) {
+      stages[stages.length - 1].after.push(name);
+    } else {
+      throw new TandemError(
+        `${where}: layer ${name} (${layer.kind}) is in the model-parallel head, which holds only ` +
+          `fully-connected layers with ReLU and Dropout after them`,
+      );
+    }
+  }
+  for (const [name, layer] of layers.slice(0, first)) {
+    if (isSharded(layer)) {
+      throw new TandemError(`${where}: layer ${name} before the head holds parameters of a sharded group`);
+    }
+  }
+  return { bodyLayers: first, stages, devices, sharded: [...sharded] };
+}
+
+/**
+ * The parameter slots device `device` holds of the head: each head weight's rows and bias entries of
+ * its units, as slots of the full layout (same names, the slice's shape, offsets into the full flat
+ * buffers), so an optimizer over them updates a device's slice in place.
+ *
+ * @example
+ * ```ts
+ * import { sliceSlots } from "./sharded_head.ts";
+ * // sliceSlots(layout, head, 1).map((s) => `${s.name} ${s.shape}`); // ["fc6.weight 128,576", …]
+ * ```
+ */
+export function sliceSlots(layout: ParameterLayout, head: HeadLayout, device: number): ParameterSlot[] {
+  const out: ParameterSlot[] = [];
+  for (const stage of head.stages) {
+    const { start, end } = unitRange(stage.units, head.devices, device);
+    for (const slot of layout.slots.filter((s) => s.name.startsWith(`${stage.linear}.`))) {
+      const row = slot.size / stage.units; // inFeatures for the weight, 1 for the bias
+      out.push({
+        ...slot,
+        shape: slot.shape.length === 2 ? [end - start, slot.shape[1]] : [end - start],
+        offset: slot.offset + start * row,
+        size: (end - start) * row,
+      });
+    }
+  }
+  return out;
+}
+
+/**
+ * A layout of just `slots` (a device's slice), for `hostParameterEntries`: offsets stay those of the
+ * full flat buffers.
+ *
+ * @example
+ * ```ts
+ * import { sliceLayout, sliceSlots } from "./sharded_head.ts";
+ * // const optimizer = new SGD(hostParameterEntries(sliceLayout(sliceSlots(layout, head, d)), params, grads));
+ * ```
+ */
+export function sliceLayout(slots: readonly ParameterSlot[]): ParameterLayout {
+  const groups = [...new Set(slots.map((s) => s.group))].map((name) => {
+    const members = slots.filter((s) => s.group === name);
+    const offset = Math.min(...members.map((s) => s.offset));
+    return { name, offset, size: members.reduce((a, s) => a + s.size, 0) };
+  });
+  return { slots, groups, total: Math.max(0, ...slots.map((s) => s.offset + s.size)) };
+}
+
+/** One device's part of a reduce-scatter: element (r, c) of source e is `values[r·stride + offset + c]`. */
+export interface SumSource {
+  /** The values. */
+  readonly values: Float32Array;
+  /** Elements per row. */
+  readonly stride: number;
+  /** First element of this device's part in each row. */
+  readonly offset: number;
+}
+
+/** What a device's head shard works in, set once per batch size. */
+export interface HeadSetup {
+  /** The split. */
+  readonly head: HeadLayout;
+  /** This device. */
+  readonly device: number;
+  /** Samples in the global batch (B). */
+  readonly batch: number;
+  /**
+   * `inputs[s]`: `[B, inFeatures of stage s]`, the gathered input of stage s (for s = 0 the body's
+   * output rows); `inputs[stages]`: `[B, units of the last stage]`, the gathered logits. This device
+   * writes its rows of `inputs[0]` and its columns of the others; the runtime fills in the rest.
+   */
+  readonly inputs: readonly Float32Array[];
+  /** `partials[s]`: this device's partial gradient of stage s's input, `[B, inFeatures]`. */
+  readonly partials: readonly Float32Array[];
+  /**
+   * `seeds[s]` (for s below the last stage): the sources whose sum, in device order, is the gradient
+   * of this device's units of stage s's output — every device's `partials[s + 1]` at this device's
+   * columns. `seeds[stages]`: those of the body's output gradient — this shard's rows of every
+   * device's `partials[0]` (`offset` at the shard's first row).
+   */
+  readonly seeds: readonly (readonly SumSource[])[];
+}
+
+/** A phase of a hybrid iteration on one device (see the module notes). */
+export type HeadPhase =
+  | {
+    readonly kind: "forward-body";
+    readonly iteration: number;
+    readonly seed: number;
+    /** Float32 NCHW shard. */
+    readonly images: Float32Array;
+    readonly shape: number[];
+    /** Global position of the shard's first sample. */
+    readonly sampleOffset: number;
+  }
+  | { readonly kind: "forward-stage"; readonly stage: number }
+  | {
+    readonly kind: "backward-stage";
+    readonly stage: number;
+    /** The global batch's labels, for the loss (the last stage only). */
+    readonly labels?: Int32Array;
+  }
+  | { readonly kind: "backward-body"; readonly groups: readonly string[] };
+
+/** What a phase reports. */
+export interface HeadPhaseResult {
+  /** Compute spans, in `performance.now()` milliseconds of the thread that ran them. */
+  spans: ComputeSpan[];
+  /** The full batch's mean loss (from the last stage's backward). */
+  loss?: number;
+  /** Correct top-1 predictions in this device's shard (from the last stage's backward). */
+  correct?: number;
+}
+
+/** A device's head shard and the body of its replica, run phase by phase. */
+export class HeadShard {
+  readonly #network: Network;
+  readonly #setup: HeadSetup;
+  readonly #layers: Map<string, Module>;
+  /** This device's slice of each stage: its units and parameter slots. */
+  readonly #slices: { start: number; end: number; slots: ParameterSlot[] }[];
+  readonly #bodyEntries: readonly ParameterEntry[];
+  readonly #backend: Backend;
+  /** The iteration's context and tensors, between phases. */
+  #context: ForwardContext = {};
+  #bodyOutput: Tensor | undefined;
+  #stages: { input: Tensor; output: Tensor; parameters: Tensor[] }[] = [];
+  #shard = { start: 0, size: 0 };
+
+  /**
+   * A shard over `network` (the device's replica); `bodyEntries` are its parameters outside the
+   * sharded groups, loaded from the device's flat parameters by the caller.
+   */
+  constructor(
+    network: Network,
+    layout: ParameterLayout,
+    setup: HeadSetup,
+    bodyEntries: readonly ParameterEntry[],
+  ) {
+    this.#network = network;
+    this.#setup = setup;
+    this.#layers = new Map(network.layers());
+    const slots = sliceSlots(layout, setup.head, setup.device);
+    this.#slices = setup.head.stages.map((stage) => ({
+      ...unitRange(stage.units, setup.head.devices, setup.device),
+      slots: slots.filter((s) => s.name.startsWith(`${stage.linear}.`)),
+    }));
+    this.#bodyEntries = bodyEntries;
+    this.#backend = network.namedParameters()[0].tensor.backend;
+  }
+
+  /** The setup it runs with. */
+  get setup(): HeadSetup {
+    return this.#setup;
+  }
+
+  /** The replica's parameters outside the sharded groups (the body's). */
+  get bodyEntries(): readonly ParameterEntry[] {
+    return this.#bodyEntries;
+  }
+
+  /**
+   * Runs a phase. `parameters` and `gradients` are the device's full flat buffers: stage forwards
+   * read the slice's parameters from them, stage backwards write the slice's gradients into them.
+   * `onGroup` sees each body group's parameters as their gradients become final (`backward-body`).
+   */
+  async run(
+    phase: HeadPhase,
+    parameters: Float32Array,
+    gradients: Float32Array,
+    onGroup?: (group: string, members: readonly ParameterEntry[]) => void | Promise<void>,
+  ): Promise<HeadPhaseResult> {
+    const start = performance.now();
+    const span = (name: string, group?: string): ComputeSpan[] => [
+      { name, ...(group ? { group } : {}), start, end: performance.now() },
+    ];
+    switch (phase.kind) {
+      case "forward-body":
+        await this.#forwardBody(phase);
+        return { spans: span("forward") };
+      case "forward-stage":
+        await this.#forwardStage(phase.stage, parameters);
+        return { spans: span(`forward ${this.#setup.head.stages[phase.stage].linear}`) };
+      case "backward-stage": {
+        const metrics = await this.#backwardStage(phase.stage, phase.labels, gradients);
+        const stage = this.#setup.head.stages[phase.stage];
+        return {
+          spans: span(`backward ${stage.linear}`, phase.stage === 0 ? stage.group : undefined),
+          ...metrics,
+        };
+      }
+      case "backward-body":
+        return { spans: await this.#backwardBody(phase.groups, onGroup) };
+    }
+  }
+
+  /** Frees what an unfinished iteration holds (after a failure). */
+  reset(): void {
+    this.#bodyOutput?.dispose();
+    this.#bodyOutput = undefined;
+    for (const stage of this.#stages) this.#disposeStage(stage);
+    this.#stages = [];
+    for (const p of this.#bodyEntries) {
+      p.tensor.grad?.dispose();
+      p.tensor.grad = null;
+    }
+  }
+
+  async #forwardBody(phase: Extract<HeadPhase, { kind: "forward-body" }>): Promise<void> {
+    this.reset();
+    const backend = this.#backend;
+    this.#context = { seed: phase.seed, step: phase.iteration, sampleOffset: phase.sampleOffset };
+    this.#shard = { start: phase.sampleOffset, size: phase.shape[0] };
+    this.#network.train();
+    const images = fromStorage(backend, backend.upload(phase.images), phase.shape);
+    try {
+      this.#bodyOutput = tidy(() => {
+        let h = images;
+        for (const [, layer] of this.#network.layers().slice(0, this.#setup.head.bodyLayers)) {
+          const next = layer.forward(h, this.#context);
+          if (h !== images) h.dispose(); // the graph keeps what backward needs
+          h = next;
+        }
+        return h;
+      });
+    } finally {
+      images.dispose();
+    }
+    const rows = (await this.#bodyOutput.data()) as Float32Array;
+    const features = this.#setup.head.stages[0].inFeatures;
+    if (rows.length !== this.#shard.size * features) {
+      throw new TandemError(
+        `hybrid schedule: the body's output has ${rows.length / this.#shard.size} features per sample, ` +
+          `${this.#setup.head.stages[0].linear} expects ${features}`,
+      );
+    }
+    this.#setup.inputs[0].set(rows, this.#shard.start * features);
+  }
+
+  async #forwardStage(index: number, parameters: Float32Array): Promise<void> {
+    const stage = this.#setup.head.stages[index];
+    const slice = this.#slices[index];
+    const batch = this.#setup.batch;
+    const backend = this.#backend;
+    const input = fromStorage(backend, backend.upload(this.#setup.inputs[index]), [batch, stage.inFeatures]);
+    input.requiresGrad = true;
+    const tensors = slice.slots.map((slot) => {
+      const t = fromStorage(
+        backend,
+        backend.upload(parameters.subarray(slot.offset, slot.offset + slot.size)),
+        slot.shape,
+      );
+      t.requiresGrad = true;
+      return t;
+    });
+    const output = tidy(() => {
+      let h = ops.linear(input, tensors[0], tensors[1]);
+      for (const name of stage.after) {
+        const layer = this.#layers.get(name)!;
+        let next: Tensor;
+        if (layer.kind === "Dropout") {
+          const dropout = layer as Dropout;
+          next = ops.dropout(h, {
+            p: dropout.p,
+            training: true,
+            seed: this.#context.seed ?? 0,
+            stream: streamOf(dropout.path),
+            step: this.#context.step ?? 0,
+            // Rows are global samples 0 … B−1; this slice holds columns start … end−1.
+            offset: 0,
+            columns: { start: slice.start, total: stage.units },
+          });
+        } else next = layer.forward(h, this.#context);
+        h.dispose();
+        h = next;
+      }
+      return h;
+    });
+    this.#stages[index] = { input, output, parameters: tensors };
+    const values = (await output.data()) as Float32Array;
+    const width = slice.end - slice.start, target = this.#setup.inputs[index + 1];
+    for (let r = 0; r < batch; r++) {
+      target.set(values.subarray(r * width, (r + 1) * width), r * stage.units + slice.start);
+    }
+  }
+
+  async #backwardStage(
+    index: number,
+    labels: Int32Array | undefined,
+    gradients: Float32Array,
+  ): Promise<{ loss?: number; correct?: number }> {
+    const stages = this.#setup.head.stages;
+    const stage = stages[index], slice = this.#slices[index], batch = this.#setup.batch;
+    const held = this.#stages[index];
+    const backend = held.output.backend;
+    const width = slice.end - slice.start;
+    let seed: Float32Array, metrics: { loss?: number; correct?: number } = {};
+    if (index === stages.length - 1) {
+      if (!labels) throw new TandemError("hybrid schedule: the last stage's backward needs the labels");
+      ({ seed, metrics } = await this.#lossSeed(labels, stage.units, slice));
+    } else {
+      seed = sumSources(this.#setup.seeds[index], batch, width);
+    }
+    const gradOutput = fromStorage(backend, backend.upload(seed), [batch, width]);
+    try {
+      tidy(() => backwardPass(held.output, { gradOutput }).runToEnd());
+    } finally {
+      gradOutput.dispose();
+    }
+    // Rows carry their shard's 1/(B/N), so the sum over the whole batch is N shards' gradients:
+    // averaged as the data-parallel devices' are, `· fround(1/N)`.
+    const scale = Math.fround(1 / this.#setup.head.devices);
+    for (const [i, slot] of slice.slots.entries()) {
+      const grad = held.parameters[i].grad;
+      const target = gradients.subarray(slot.offset, slot.offset + slot.size);
+      if (!grad) target.fill(0);
+      else if (scale === 1) target.set((await grad.data()) as Float32Array);
+      else {
+        const values = (await grad.data()) as Float32Array;
+        for (let j = 0; j < values.length; j++) target[j] = values[j] * scale;
+      }
+    }
+    const inputGrad = held.input.grad;
+    if (inputGrad) this.#setup.partials[index].set((await inputGrad.data()) as Float32Array);
+    else this.#setup.partials[index].fill(0);
+    this.#disposeStage(held);
+    return metrics;
+  }
+
+  /**
+   * The loss gradient of this device's columns of the gathered logits, computed shard by shard as
+   * the data-parallel devices compute it — each shard's mean loss, so rows carry 1/(B/N) — and this
+   * device's shard's loss and hits, as a data-parallel device reports them.
+   */
+  async #lossSeed(
+    labels: Int32Array,
+    classes: number,
+    slice: { start: number; end: number },
+  ): Promise<{ seed: Float32Array; metrics: { loss: number; correct: number } }> {
+    const batch = this.#setup.batch, devices = this.#setup.head.devices, shard = batch / devices;
+    const backend = this.#backend;
+    const all = this.#setup.inputs[this.#setup.head.stages.length];
+    const width = slice.end - slice.start;
+    const seed = new Float32Array(batch * width);
+    let loss = NaN;
+    for (let e = 0; e < devices; e++) {
+      const rows = all.subarray(e * shard * classes, (e + 1) * shard * classes);
+      const shardLabels = labels.subarray(e * shard, (e + 1) * shard);
+      const logits = fromStorage(backend, backend.upload(rows), [shard, classes]);
+      logits.requiresGrad = true;
+      const labelTensor = new Tensor(backend, backend.upload(shardLabels), [shard], {
+        hostInts: shardLabels,
+      });
+      try {
+        const value = tidy(() => ops.softmaxCrossEntropy(logits, labelTensor));
+        if (e * shard === this.#shard.start) loss = await value.item();
+        tidy(() => backwardPass(value).runToEnd());
+        value.dispose();
+        const grad = (await logits.grad!.data()) as Float32Array;
+        for (let r = 0; r < shard; r++) {
+          seed.set(
+            grad.subarray(r * classes + slice.start, r * classes + slice.end),
+            (e * shard + r) * width,
+          );
+        }
+      } finally {
+        logits.grad?.dispose();
+        logits.dispose();
+        labelTensor.dispose();
+      }
+    }
+    const { start, size } = this.#shard;
+    const correct = countCorrect(
+      all.subarray(start * classes, (start + size) * classes),
+      labels.subarray(start, start + size),
+      classes,
+    );
+    return { seed, metrics: { loss, correct } };
+  }
+
+  async #backwardBody(
+    groups: readonly string[],
+    onGroup?: (group: string, members: readonly ParameterEntry[]) => void | Promise<void>,
+  ): Promise<ComputeSpan[]> {
+    const output = this.#bodyOutput;
+    if (!output) throw new TandemError("hybrid schedule: backward-body before forward-body");
+    const features = this.#setup.head.stages[0].inFeatures;
+    const seed = sumSources(this.#setup.seeds[this.#setup.head.stages.length], this.#shard.size, features);
+    const gradOutput = fromStorage(output.backend, output.backend.upload(seed), output.shape);
+    const spans: ComputeSpan[] = [];
+    let start = performance.now();
+    try {
+      const pass = backwardPass(output, { gradOutput });
+      for (const group of groups) {
+        const members = this.#bodyEntries.filter((p) => p.group === group);
+        tidy(() => pass.runUntil(members.map((m) => m.tensor)));
+        await onGroup?.(group, members);
+        const end = performance.now();
+        spans.push({ name: `backward ${group}`, group, start, end });
+        start = end;
+      }
+      tidy(() => pass.runToEnd());
+    } finally {
+      gradOutput.dispose();
+      this.reset();
+    }
+    return spans;
+  }
+
+  #disposeStage(stage: { input: Tensor; output: Tensor; parameters: Tensor[] } | undefined): void {
+    if (!stage) return;
+    stage.input.grad?.dispose();
+    stage.input.dispose();
+    stage.output.dispose();
+    for (const p of stage.parameters) {
+      p.grad?.dispose();
+      p.dispose();
+    }
+  }
+}
+
+/**
+ * `Σ_e sources[e]` in device order, every partial sum rounded to float32, for `rows` rows of
+ * `width` columns: a device's share of a reduce-scatter, the same bits whatever order the parts came
+ * in (the order `averageInDeviceOrder` uses, without the scaling).
+ *
+ * @example
+ * ```ts
+ * import { sumSources } from "./sharded_head.ts";
+ * const a = { values: new Float32Array([1, 2, 3, 4]), stride: 2, offset: 1 };
+ * console.log(sumSources([a, a], 2, 1)); // Float32Array [4, 8]
+ * ```
+ */
+export function sumSources(sources: readonly SumSource[], rows: number, width: number): Float32Array {
+  const out = new Float32Array(rows * width);
+  const first = sources[0];
+  for (let r = 0; r < rows; r++) {
+    out.set(
+      first.values.subarray(r * first.stride + first.offset, r * first.stride + first.offset + width),
+      r * width,
+    );
+  }
+  for (const source of sources.slice(1)) {
+    for (let r = 0; r < rows; r++) {
+      const base = r * source.stride + source.offset, o = r * width;
+      for (let c = 0; c < width; c++) out[o + c] += source.values[base + c];
+    }
+  }
+  return out;
+}

@@ -1,0 +1,275 @@
+/**
+ * Hybrid parallelism (`hybrid` schedule): data-parallel conv body, model-parallel FC head. It must
+ * train what data-parallel training trains, to rounding; keep the body's replicas identical; update
+ * the head while the body's backward runs; and write checkpoints either strategy resumes.
+ */
+
+import assert from "node:assert/strict";
+import { loadCheckpoint, saveCheckpoint } from "../mod.ts";
+import { layoutOf } from "../schedule/devices/layout.ts";
+import { sliceSlots, unitRange } from "../schedule/devices/sharded_head.ts";
+import { headLayout } from "../schedule/devices/sharded_head.ts";
+import { hybrid, overlap } from "../schedule/plan/builtins.ts";
+import { parseSchedule } from "../schedule/plan/dsl.ts";
+import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
+import { DataParallelTrainer } from "../schedule/runtime/trainer.ts";
+import {
+  bits,
+  probeWebGpu,
+  startGpuDevice,
+  tinyBatch as batch,
+  tinyGroups as groups,
+  tinyModel as model,
+  tinyOptimizers,
+  webgpuTests,
+} from "./fixtures/data_parallel.ts";
+import { gatedTrainerOptions } from "./fixtures/gated_device.ts";
+import { tinyAlexNet } from "./fixtures/networks.ts";
+
+interface Run {
+  plan: Plan;
+  devices: number;
+  mode?: ReductionMode;
+  steps?: number;
+  gpu?: boolean;
+}
+
+async function train({ plan, devices, mode, steps = 20, gpu }: Run): Promise<Float32Array> {
+  const trainer = await DataParallelTrainer.create({
+    model,
+    devices,
+    mode,
+    plan,
+    optimizer: tinyOptimizers.sgd,
+    seed: 7,
+    verifyReplicas: true,
+    startDevice: gpu ? startGpuDevice : undefined,
+  });
+  try {
+    for (let step = 0; step < steps; step++) await trainer.step(batch(step, 12));
+    await trainer.syncParameters();
+    return trainer.masterParameters();
+  } finally {
+    await trainer.close();
+  }
+}
+
+const layout = (() => {
+  const net = tinyAlexNet(1);
+  try {
+    return layoutOf(net.namedParameters());
+  } finally {
+    net.dispose();
+  }
+})();
+
+/** The largest relative L2 difference of any one parameter tensor, and its name. */
+function worstParameter(a: Float32Array, b: Float32Array): { name: string; difference: number } {
+  let worst = { name: "", difference: 0 };
+  for (const slot of layout.slots) {
+    let diff = 0, norm = 0;
+    for (let i = slot.offset; i < slot.offset + slot.size; i++) {
+      diff += (a[i] - b[i]) ** 2;
+      norm += b[i] ** 2;
+    }
+    const difference = Math.sqrt(diff / norm);
+    if (!(difference <= worst.difference)) worst = { name: slot.name, difference };
+  }
+  return worst;
+}
+
+// Why not the same bits: the head multiplies the whole batch at once where data-parallel devices
+// multiply their shards and average, so the sums over samples are grouped differently (about 1e-7
+// relative per step here). Mutations that made this fail: dropping `columns` from the head's
+// dropout (the slices then draw other masks), dropping the `· fround(1/N)` of the slice gradients
+// (the FC update N times too large), taking the whole batch's mean loss as the seed (the conv
+// gradients N times too small), and the body seed's `offset` at row 0 for every device.
+Deno.test("hybrid matches data-parallel within 1e-5 on every parameter after 20 steps (2 and 3 devices)", async () => {
+  for (const devices of [2, 3]) {
+    const parallel = await train({ plan: overlap(groups), devices });
+    const split = await train({ plan: hybrid(groups), devices });
+    const { name, difference } = worstParameter(split, parallel);
+    assert.ok(difference < 1e-5, `${devices} devices: ${name} differs by ${difference}`);
+    assert.ok(difference > 0, `${devices} devices: hybrid gave data-parallel's bits, so it did not split`);
+  }
+});
+
+// On one device the head is the whole layer and its seed that device's shard's: every kernel sees
+// the same values as data-parallel's. Mutation: the body's seed summed from the wrong partials
+// (`p[1]` for `p[0]` in `HybridHead`) fails here (and in every comparison above).
+Deno.test("hybrid on 1 device gives data-parallel's bits", async () => {
+  const parallel = await train({ plan: overlap(groups), devices: 1, steps: 4 });
+  const split = await train({ plan: hybrid(groups), devices: 1, steps: 4 });
+  assert.deepEqual(bits(split), bits(parallel));
+});
+
+// Mutation: the slice optimizers stepping only device 0's slice (`this.optimizers.slice(0, 1)` in
+// `HybridHead.update`) leaves the other devices' units untrained and fails the first comparison.
+Deno.test("hybrid runs are lossless among themselves: master, allreduce and a sequential hybrid plan", async () => {
+  const reference = await train({ plan: hybrid(groups), devices: 2, steps: 6 });
+  const allreduce = await train({ plan: hybrid(groups), devices: 2, steps: 6, mode: "allreduce" });
+  const sequentialHybrid = parseSchedule(
+    "shard fc\nforward\nbackward fc\nbackward conv\nupdate fc\nreduce conv\nupdate conv\nbroadcast conv",
+    { groups, name: "hybrid-sequential", mode: "master" },
+  );
+  const late = await train({ plan: sequentialHybrid, devices: 2, steps: 6 });
+  const parallel = await train({ plan: overlap(groups), devices: 2, steps: 6 });
+  assert.ok(worstParameter(reference, parallel).difference < 1e-5, "hybrid did not train like data-parallel");
+  assert.deepEqual(bits(allreduce), bits(reference));
+  assert.deepEqual(bits(late), bits(reference));
+});
+
+// Causal evidence, as in overlap_test.ts: device 0's conv backward report is held until that step's
+// FC update has been applied, which only a runtime that updates the head during the body's backward
+// can do. Mutation: `await Promise.all(computes);` before the communication loop of
+// `DataParallelTrainer.step` makes the held report wait for ever and the step fail.
+Deno.test("the FC update of a hybrid step runs while the conv backward runs", async () => {
+  const gated = gatedTrainerOptions({ waitSeconds: 30 });
+  const trainer = await DataParallelTrainer.create({
+    model,
+    devices: 2,
+    plan: hybrid(groups),
+    optimizer: tinyOptimizers.sgd,
+    startDevice: gated.startDevice,
+    onEvent: gated.onEvent,
+  });
+  try {
+    for (let step = 0; step < 2; step++) await trainer.step(batch(step, 8));
+  } finally {
+    await trainer.close();
+  }
+});
+
+// Mutations: `HybridHead.gather` without the optimizer state (momentum of the other devices' units
+// lost) breaks the hybrid → hybrid resume; `scatter` skipped in `broadcastParameters` (slices keep
+// zero momentum) breaks it too; gathering no parameter slices writes stale units and breaks both.
+Deno.test("hybrid checkpoints hold whole tensors and resume under either strategy", async () => {
+  const dir = await Deno.makeTempDir();
+  const create = (plan: Plan) =>
+    DataParallelTrainer.create({
+      model,
+      devices: 2,
+      plan,
+      optimizer: tinyOptimizers.sgd,
+      seed: 7,
+      verifyReplicas: true,
+    });
+  const run = async (plan: Plan, from: string | undefined, to: number, save?: string) => {
+    const trainer = await create(plan);
+    try {
+      let step = 0;
+      if (from) {
+        step = (await loadCheckpoint(from, {
+          parameters: trainer.parameterEntries,
+          optimizer: trainer.optimizer,
+          modelName: "tiny-alexnet",
+        })).step;
+        await trainer.broadcastParameters();
+      }
+      for (; step < to; step++) await trainer.step(batch(step, 12));
+      if (save) {
+        await trainer.syncParameters();
+        await saveCheckpoint(save, {
+          parameters: trainer.parameterEntries,
+          optimizer: trainer.optimizer,
+          step: trainer.iteration,
+          modelName: "tiny-alexnet",
+        });
+      }
+      await trainer.syncParameters();
+      return trainer.masterParameters();
+    } finally {
+      await trainer.close();
+    }
+  };
+  try {
+    const split = `${dir}/hybrid.safetensors`, whole = `${dir}/parallel.safetensors`;
+    const straightHybrid = await run(hybrid(groups), undefined, 6);
+    const straightParallel = await run(overlap(groups), undefined, 6);
+    await run(hybrid(groups), undefined, 3, split);
+    await run(overlap(groups), undefined, 3, whole);
+    assert.deepEqual(bits(await run(hybrid(groups), split, 6)), bits(straightHybrid), "hybrid → hybrid");
+    const parallelFromHybrid = await run(overlap(groups), split, 6);
+    const hybridFromParallel = await run(hybrid(groups), whole, 6);
+    for (
+      const [name, resumed, straight] of [
+        ["hybrid → data-parallel", parallelFromHybrid, straightParallel],
+        ["data-parallel → hybrid", hybridFromParallel, straightHybrid],
+      ] as const
+    ) {
+      const { name: worst, difference } = worstParameter(resumed, straight);
+      assert.ok(difference < 1e-5, `${name}: ${worst} differs by ${difference}`);
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("each device holds its units of every head layer, as even as they split", () => {
+  const net = tinyAlexNet(1);
+  try {
+    const head = headLayout(net, ["fc"], 3);
+    assert.deepEqual(head.stages.map((s) => [s.linear, s.after, s.inFeatures, s.units]), [
+      ["fc1", ["relu3", "drop1"], 256, 64],
+      ["fc2", [], 64, 5],
+    ]);
+    assert.deepEqual([0, 1, 2].map((d) => unitRange(5, 3, d)), [
+      { start: 0, end: 1 },
+      { start: 1, end: 3 },
+      { start: 3, end: 5 },
+    ]);
+    // Every element of the head belongs to exactly one device.
+    const owners = new Uint8Array(layout.total);
+    for (const d of [0, 1, 2]) {
+      for (const slot of sliceSlots(layout, head, d)) {
+        owners.fill(owners[slot.offset] + 1, slot.offset, slot.offset + slot.size);
+      }
+    }
+    for (const slot of layout.slots) {
+      const expected = slot.group === "fc" ? 1 : 0;
+      assert.ok(
+        owners.subarray(slot.offset, slot.offset + slot.size).every((o) => o === expected),
+        slot.name,
+      );
+    }
+  } finally {
+    net.dispose();
+  }
+});
+
+Deno.test("hybrid refuses what it cannot split, naming the layer, before any step", async () => {
+  await assert.rejects(
+    DataParallelTrainer.create({
+      model: { ...model, groups: { conv2: "fc" } },
+      devices: 2,
+      plan: hybrid(groups),
+      optimizer: tinyOptimizers.sgd,
+    }),
+    /layer conv2 \(Conv2d\) is in the model-parallel head/,
+  );
+  await assert.rejects(
+    DataParallelTrainer.create({
+      model,
+      devices: 2,
+      accumulate: 2,
+      plan: hybrid(groups),
+      optimizer: tinyOptimizers.sgd,
+    }),
+    /gradient accumulation does not combine with schedule "hybrid"/,
+  );
+  const net = tinyAlexNet(1);
+  try {
+    assert.throws(() => headLayout(net, ["fc"], 6), /fc2 has 5 output units, fewer than the 6 devices/);
+  } finally {
+    net.dispose();
+  }
+});
+
+const gpuTest = webgpuTests(await probeWebGpu("hybrid on WebGPU devices"));
+
+gpuTest("WebGPU devices run hybrid on the host path and match data-parallel within 1e-5", async () => {
+  const parallel = await train({ plan: overlap(groups), devices: 2, steps: 6, gpu: true });
+  const split = await train({ plan: hybrid(groups), devices: 2, steps: 6, gpu: true });
+  const { name, difference } = worstParameter(split, parallel);
+  assert.ok(difference < 1e-5, `${name} differs by ${difference}`);
+});
