@@ -268,7 +268,8 @@ Deno.test({
 // Catches: the train command syncing the hybrid head on rank 0 alone (the gather is collective: the
 // run hangs until mpirun gives up), and a checkpoint saved before the head's slices were gathered.
 Deno.test({
-  name: "mpi: --schedule hybrid under mpirun equals the local 2-device hybrid run and checkpoints whole tensors",
+  name:
+    "mpi: --schedule hybrid under mpirun equals the local 2-device hybrid run and checkpoints whole tensors",
   ignore: !mpirun,
   fn: async () => {
     await withTempDir(async (dir) => {

@@ -9,10 +9,13 @@
  *   only; the FC group is the plan's first, nearest the output), `fcExchangeMs` (from the FC reduce's start to the end of its broadcast — or of its update,
  *   in allreduce mode — the whole exchange the link carries), `fcBytes`;
  * - `hiddenFraction`: rank 0's communication that overlapped compute (trace);
+ * - `activationMs`: a hybrid schedule's all-gathers and reduce-scatters on rank 0 (its FC traffic);
+ * - `wireBytes`: the bytes rank 0's transfers carried per step, from the trace (gradients as sent:
+ *   half as many under `wire: "fp16"`; activations for a hybrid schedule);
  * - the schedule actually run (`auto` names its choice).
  *
  * Usage: `deno run -A bench/cluster/rank.ts '<json config>'`, config `{ net, schedule, mode, batch,
- * steps, warmup, linkBytesPerSecond }`; `net` is `alexnet-like`, `alexnet` or `probe:<MB>`.
+ * steps, warmup, linkBytesPerSecond, wire? }`; `net` is `alexnet-like`, `alexnet` or `probe:<MB>`.
  *
  * @module
  */
@@ -31,6 +34,7 @@ import {
   spanKind,
   TraceRecorder,
   uniformValues,
+  type WireFormat,
 } from "../../mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
 
@@ -38,7 +42,7 @@ import { buildModel } from "../../schedule/devices/model_spec.ts";
 export interface RankConfig {
   /** `alexnet-like`, `alexnet` or `probe:<MB>` (one FC layer of that many MB). */
   net: string;
-  /** `sequential`, `overlap`, `bucketed` or `auto`. */
+  /** `sequential`, `overlap`, `bucketed`, `hybrid` or `auto`. */
   schedule: string;
   /** `master` or `allreduce`. */
   mode: "master" | "allreduce";
@@ -50,6 +54,8 @@ export interface RankConfig {
   warmup: number;
   /** The link's rate, for `auto` to price transfers. */
   linkBytesPerSecond: number;
+  /** How gradients travel (default fp32). */
+  wire?: WireFormat;
 }
 
 /** The model spec of a config's net. */
@@ -119,6 +125,7 @@ if (import.meta.main) {
       optimizer: (p) => new SGD(p, { lr: 1e-4, momentum: 0.9, weightDecay: 5e-4 }),
       trace,
       timeoutSeconds: 600,
+      wire: config.wire,
     });
     const shape = [config.batch, channels, height, width];
     const batchOf = (step: number) => ({
@@ -149,7 +156,13 @@ if (import.meta.main) {
         const exchange = fc.length
           ? Math.max(...fc.map((s) => s.end)) - Math.min(...fc.map((s) => s.start))
           : 0;
-        return { fcComm: fcComm.reduce((n, s) => n + s.end - s.start, 0), exchange };
+        const activations = spans.filter((s) => s.lane === "comm" && /^(gather|scatter) /.test(s.name));
+        return {
+          fcComm: fcComm.reduce((n, s) => n + s.end - s.start, 0),
+          exchange,
+          activation: activations.reduce((n, s) => n + s.end - s.start, 0),
+          bytes: spans.reduce((n, s) => n + (s.bytes ?? 0), 0),
+        };
       });
       console.log(JSON.stringify({
         net: config.net,
@@ -170,6 +183,9 @@ if (import.meta.main) {
         fcCommMs: median(perStep.map((s) => s.fcComm)),
         fcExchangeMs: median(perStep.map((s) => s.exchange)),
         fcBytes,
+        activationMs: median(perStep.map((s) => s.activation)),
+        wireBytes: median(perStep.map((s) => s.bytes)),
+        wire: config.wire ?? "fp32",
         imagesPerSecond: config.batch / (median(timed.map((r) => r.ms.total)) / 1000),
       }));
     }

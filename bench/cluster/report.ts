@@ -5,8 +5,8 @@
  * written to `bench/CLUSTER.md` in one run.
  *
  * Rows: nets (the AlexNet-like default; Caffe's bvlc_alexnet at 227×227 on synthetic data) ×
- * schedules (sequential, overlap, bucketed, auto) × reductions (master, allreduce) × links (1 and
- * 10 Gbit/s), and the FC exchange alone (`probe:<MB>` nets: one FC layer, a step that is almost all
+ * schedules (sequential, overlap, bucketed, auto, hybrid, and overlap with fp16 gradients on the wire)
+ * × reductions (master, allreduce) × links (1 and 10 Gbit/s), and the FC exchange alone (`probe:<MB>` nets: one FC layer, a step that is almost all
  * exchange) at 4, 16, 64 MB. Each Tandem row is `bench/cluster/rank.ts` under mpirun on the hosts.
  *
  * Run as root: `npx deno task bench:cluster [--quick] [--alexnet-batch N]` (tens of minutes; leave
@@ -25,6 +25,7 @@ import {
   type Profile,
   regroupProfile,
   simulate,
+  type WireFormat,
   writeFileAtomic,
 } from "../../mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
@@ -45,7 +46,15 @@ const { values: flags } = parseArgs({
   options: { quick: { type: "boolean" }, "alexnet-batch": { type: "string" }, links: { type: "string" } },
 });
 const LINKS = (flags.links ?? "1gbit,10gbit").split(",");
-const SCHEDULES = ["sequential", "overlap", "bucketed", "auto"];
+/** The Tandem rows of each net and mode: schedules, and one with compressed gradients. */
+const ROWS: { schedule: string; wire?: WireFormat }[] = [
+  { schedule: "sequential" },
+  { schedule: "overlap" },
+  { schedule: "bucketed" },
+  { schedule: "auto" },
+  { schedule: "hybrid" },
+  { schedule: "overlap", wire: "fp16" },
+];
 const MODES = ["master", "allreduce"] as const;
 /** Global batches: 64 for the AlexNet-like net as everywhere else; AlexNet's as given. */
 const NETS = [
@@ -79,6 +88,9 @@ interface RankResult {
   fcCommMs: number;
   fcExchangeMs: number;
   fcBytes: number;
+  activationMs: number;
+  wireBytes: number;
+  wire: WireFormat;
   imagesPerSecond: number;
 }
 
@@ -164,7 +176,9 @@ say(
 );
 say();
 say(
-  "Columns: **step** median step; **FC comm** rank 0's FC reduce and broadcast (transfers, not the update); " +
+  "Columns: **step** median step; **FC comm** rank 0's FC reduce and broadcast (transfers, not the update), " +
+    "or for `hybrid` its activation all-gathers and reduce-scatters (marked act.); **wire** the bytes rank 0's " +
+    "transfers carried per step (trace); " +
     "**hidden** (T_seq − T_ovl) / T_fc_comm against this net and mode's `sequential` row; **trace** the part of " +
     "rank 0's communication that overlapped its compute; **rate** FC gradient bytes over the FC exchange's span " +
     "(first byte out to last parameter back), as a fraction of the link rate per direction; **sim.** the " +
@@ -219,12 +233,12 @@ for (const rate of LINKS) {
       say();
       say(`### ${net}, global batch ${batch} (${batch / 2} per host)`);
       say();
-      say("| schedule | mode | step | images/s | FC comm | hidden | trace | rate | sim. (error) |");
-      say("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+      say("| schedule | mode | step | images/s | FC comm | wire | hidden | trace | rate | sim. (error) |");
+      say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
       const profile = await profileOf(net, batch / 2);
       for (const mode of MODES) {
         let seq: RankResult | undefined;
-        for (const schedule of SCHEDULES) {
+        for (const { schedule, wire } of ROWS) {
           const r = await tandem(cluster, {
             net,
             schedule,
@@ -233,6 +247,7 @@ for (const rate of LINKS) {
             steps,
             warmup,
             linkBytesPerSecond: bytesPerSecond,
+            wire,
           });
           if (schedule === "sequential") seq = r;
           const hidden = seq && schedule !== "sequential" && seq.fcCommMs > 0
@@ -242,6 +257,7 @@ for (const rate of LINKS) {
           // The simulator on the measured profile, scaled to the compute this run measured.
           let sim = "—";
           try {
+            if (r.wire !== "fp32") throw new Error("compressed gradients are not modelled");
             const grouped = r.assignment ? regroupProfile(profile, r.assignment) : profile;
             const totals = groupTotals(grouped);
             const modelled = totals.reduce((n, t) => n + t.backwardSeconds, 0) +
@@ -265,20 +281,23 @@ for (const rate of LINKS) {
           } catch (error) {
             sim = `— (${(error as Error).message.split("\n")[0].slice(0, 60)})`;
           }
+          const name = r.requested === "auto"
+            ? `auto → ${r.schedule} [${r.groups.join(", ")}]`
+            : r.wire !== "fp32"
+            ? `${r.schedule}, ${r.wire} wire`
+            : r.schedule;
+          const fcComm = r.schedule === "hybrid" ? `${ms(r.activationMs)} act.` : ms(r.fcCommMs);
+          const rate = r.schedule === "hybrid" ? "—" : `${(100 * achieved / bytesPerSecond).toFixed(0)}%`;
           say(
-            `| ${
-              r.requested === "auto" ? `auto → ${r.schedule} [${r.groups.join(", ")}]` : r.schedule
-            } | ${mode} | ${ms(r.stepMs)} | ${r.imagesPerSecond.toFixed(0)} | ${
-              ms(r.fcCommMs)
-            } | ${hidden} | ${(r.hiddenFraction * 100).toFixed(0)}% | ${
-              (100 * achieved / bytesPerSecond).toFixed(0)
-            }% | ${sim} |`,
+            `| ${name} | ${mode} | ${ms(r.stepMs)} | ${r.imagesPerSecond.toFixed(0)} | ${fcComm} | ${
+              (r.wireBytes / 1e6).toFixed(1)
+            } MB | ${hidden} | ${(r.hiddenFraction * 100).toFixed(0)}% | ${rate} | ${sim} |`,
           );
         }
       }
       // PyTorch DDP on the same hosts and link: one process per host, default buckets, gloo.
       if (pytorchWhy) {
-        say(`| PyTorch DDP | — | ${pytorchWhy} | | | | | | |`);
+        say(`| PyTorch DDP | — | ${pytorchWhy} | | | | | | | |`);
       } else {
         const result = await across<PytorchResult>(
           cluster,
@@ -300,7 +319,7 @@ for (const rate of LINKS) {
         say(
           `| PyTorch ${result.version} DDP (gloo, default buckets) | allreduce | ${ms(result.medianMs)} | ${
             result.imagesPerSecond.toFixed(0)
-          } | | | | | |`,
+          } | | | | | | |`,
         );
       }
     }
