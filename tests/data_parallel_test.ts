@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { loadCheckpoint, type ParameterEntry, saveCheckpoint, SGD } from "../mod.ts";
+import { loadCheckpoint, type ParameterEntry, saveCheckpoint, SGD, tensor, trainStep } from "../mod.ts";
+import { layoutOf } from "../schedule/devices/layout.ts";
 import { autoSchedule } from "../schedule/simulator/auto.ts";
 import { overlap, sequential } from "../schedule/plan/builtins.ts";
 import { measureProfile } from "../schedule/simulator/measure.ts";
@@ -71,6 +72,51 @@ Deno.test("2 and 3 devices match 1 device on the concatenated batch within 1e-5"
   const d2 = relativeDifference(two, one), d3 = relativeDifference(three, one);
   assert.ok(d2 < 1e-5, `2 devices differ from 1 by ${d2}`);
   assert.ok(d3 < 1e-5, `3 devices differ from 1 by ${d3}`);
+});
+
+// The images reach each CPU device through a shared input buffer, not in the step message (Deno's
+// postMessage copies typed arrays element by element). Mutations: not telling the worker when the
+// buffer grows (the 12-sample step reads past the old buffer and fails), and not copying the images
+// into it (the devices train on stale or zero images, and the bits differ from one process's).
+Deno.test("CPU devices see each step's images as the batch grows: the bits of one process", async () => {
+  const sizes = [4, 12, 8];
+  const trainer = await DataParallelTrainer.create({
+    model,
+    devices: 2,
+    plan: overlap(groups),
+    optimizer: tinyOptimizers.sgd,
+    seed: 4,
+  });
+  let parallel: Float32Array;
+  try {
+    for (const [step, size] of sizes.entries()) await trainer.step(batch(step, size));
+    parallel = trainer.masterParameters();
+  } finally {
+    await trainer.close();
+  }
+  // The same steps on this thread: 2 micro-batches give the bits of 2 devices (accumulation_test.ts).
+  const net = tinyAlexNet(1);
+  try {
+    const optimizer = tinyOptimizers.sgd(net.namedParameters());
+    for (const [step, size] of sizes.entries()) {
+      const { images, labels, shape } = batch(step, size);
+      const imageTensor = tensor(images, { shape }), labelTensor = tensor(labels, { dtype: "int32" });
+      await trainStep(net, optimizer, { images: imageTensor, labels: labelTensor }, {
+        seed: 4,
+        accumulate: 2,
+      });
+      imageTensor.dispose();
+      labelTensor.dispose();
+    }
+    const entries = net.namedParameters(), layout = layoutOf(entries);
+    const local = new Float32Array(layout.total);
+    for (const slot of layout.slots) {
+      local.set(entries.find((e) => e.name === slot.name)!.tensor.dataSync() as Float32Array, slot.offset);
+    }
+    assert.deepEqual(bits(parallel), bits(local));
+  } finally {
+    net.dispose();
+  }
 });
 
 Deno.test("bad configurations are refused with clear errors", async () => {

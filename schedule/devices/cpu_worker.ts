@@ -29,6 +29,7 @@ import type {
   HeadPhaseMessage,
   HeadSetupMessage,
   InitMessage,
+  InputMessage,
   StepMessage,
   ThreadsMessage,
   WorkerReply,
@@ -61,6 +62,8 @@ let slots = new Map<ParameterEntry, SharedSlot>();
 let sharedParameters: Float32Array;
 /** The model-parallel head shard of a hybrid schedule, once set up. */
 let head: HeadShard | undefined;
+/** Where each step's images are (see `InputMessage`). */
+let input: Float32Array = new Float32Array(0);
 
 const now = () => performance.timeOrigin + performance.now();
 
@@ -144,7 +147,9 @@ function setupHead(message: HeadSetupMessage): void {
 
 async function runHead(message: HeadPhaseMessage): Promise<void> {
   if (!head) throw new Error("a hybrid phase arrived before the head was set up");
-  const phase = message.phase;
+  const phase = message.phase.kind === "forward-body"
+    ? { ...message.phase, images: input.subarray(0, message.imageCount) }
+    : message.phase;
   if (phase.kind === "forward-body") loadParameters(head.bodyEntries);
   // Spans travel on the shared clock (timeOrigin + now), as `step`'s do.
   const result = await head.run(phase, sharedParameters, gradients, (group, members) => {
@@ -172,7 +177,7 @@ async function step(message: StepMessage): Promise<void> {
   // group's backward from the end of the forward or of the group before.
   let start = now();
   loadParameters();
-  const images = tensor(message.images, { shape: message.shape });
+  const images = tensor(input.subarray(0, message.imageCount), { shape: message.shape });
   const labels = tensor(message.labels, { dtype: "int32" });
   try {
     const metrics = await replicaStep(model, entries, images, labels, message.labels, {
@@ -201,9 +206,12 @@ async function step(message: StepMessage): Promise<void> {
 
 port.on(
   "message",
-  async (message: InitMessage | StepMessage | ThreadsMessage | HeadSetupMessage | HeadPhaseMessage) => {
+  async (
+    message: InitMessage | InputMessage | StepMessage | ThreadsMessage | HeadSetupMessage | HeadPhaseMessage,
+  ) => {
     try {
       if (message.type === "init") await init(message);
+      else if (message.type === "input") input = message.images;
       else if (message.type === "head-setup") setupHead(message);
       else if (message.type === "head") await runHead(message);
       else if (message.type === "threads") {

@@ -38,7 +38,35 @@ export interface InitMessage {
 }
 
 /** Main → worker: run one iteration's compute lane on a shard (see `ComputeCommand`). */
-export type StepMessage = { type: "step" } & ComputeCommand;
+/**
+ * Main → worker: one iteration. The shard's images are not in the message: they are in the shared
+ * input buffer (see {@link InputMessage}), `imageCount` floats from its start.
+ *
+ * @example
+ * ```ts
+ * import type { StepMessage } from "./protocol.ts";
+ * // worker.postMessage({ type: "step", ...command, images: undefined, imageCount: 784 * 32 });
+ * ```
+ */
+export type StepMessage = { type: "step"; imageCount: number } & Omit<ComputeCommand, "images">;
+
+/**
+ * Main → worker: from now on the images of each step are at the start of `images` (a view over a
+ * `SharedArrayBuffer`). Sent once, and again only when a larger shard needs a larger buffer:
+ * Deno's `postMessage` walks a typed array element by element even when it is shared (about 12 ms
+ * per MB), so images must not travel in the step messages themselves.
+ *
+ * @example
+ * ```ts
+ * import type { InputMessage } from "./protocol.ts";
+ * const message: InputMessage = { type: "input", images: new Float32Array(new SharedArrayBuffer(4096)) };
+ * ```
+ */
+export interface InputMessage {
+  type: "input";
+  /** The shared input buffer. */
+  images: Float32Array;
+}
 
 /**
  * Main → worker: run a model-parallel head shard (hybrid schedules) with these buffers, replacing
@@ -72,8 +100,13 @@ export interface HeadPhaseMessage {
   type: "head";
   /** The training iteration the phase belongs to. */
   iteration: number;
-  /** The phase. */
+  /**
+   * The phase; a `forward-body` phase's `images` travel in the shared input buffer instead (its own
+   * field is empty), `imageCount` floats of it.
+   */
   phase: HeadPhase;
+  /** For `forward-body`: how many floats of the shared input buffer are the shard's images. */
+  imageCount?: number;
 }
 
 /**
