@@ -101,8 +101,8 @@ async function choosePlan(
     // What a device runs at once: a micro-batch when accumulating.
     const perDevice = args.batch / args.devices / args.accumulate;
     const profile = measureProfile(local, perDevice, { description: `${local.name}, batch ${perDevice}` });
-    // Hybrid runs on the devices of one process, without gradient accumulation, for now.
-    const allowHybrid = args.transport === "local" && args.accumulate === 1;
+    // Hybrid does not combine with gradient accumulation (yet).
+    const allowHybrid = args.accumulate === 1;
     const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, { allowHybrid });
     say(
       `auto schedule: ${plan.name} over groups ${plan.groups.join(", ")} (priced at ${

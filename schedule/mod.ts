@@ -68,7 +68,6 @@ export {
 export {
   activationCollectiveSeconds,
   type ActivationTransfer,
-  alexnetScalingTable,
   commStepSeconds,
   type CostOptions,
   DEFAULT_MEMORY_BANDWIDTH,
@@ -77,16 +76,19 @@ export {
   hybridTraffic,
   type LaneEntry,
   type Link,
+  simulate,
+  type SimulateOptions,
+  type Simulation,
+  type Topology,
+} from "./simulator/simulator.ts";
+export {
+  alexnetScalingTable,
   type NamedLink,
   type ScalingRow,
   type ScalingTable,
   type ScalingTableOptions,
-  simulate,
-  type SimulateOptions,
-  type Simulation,
   STANDARD_LINKS,
-  type Topology,
-} from "./simulator/simulator.ts";
+} from "./simulator/scaling.ts";
 export {
   type AlexnetThresholds,
   type AutoOptions,

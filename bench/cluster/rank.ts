@@ -98,6 +98,7 @@ if (import.meta.main) {
               latencySeconds: 50e-6,
             },
             transport.size,
+            { allowHybrid: true },
           );
           return { plan: auto as Plan, assignment: auto.assignment };
         })()

@@ -9,7 +9,7 @@
  * × reductions (master, allreduce) × links (1 and 10 Gbit/s), and the FC exchange alone (`probe:<MB>` nets: one FC layer, a step that is almost all
  * exchange) at 4, 16, 64 MB. Each Tandem row is `bench/cluster/rank.ts` under mpirun on the hosts.
  *
- * Run as root: `npx deno task bench:cluster [--quick] [--alexnet-batch N]` (tens of minutes; leave
+ * Run as root: `npx deno task bench:cluster [--quick] [--alexnet-batch N,M]` (tens of minutes; leave
  * the machine otherwise idle). `--quick` runs the AlexNet-like rows and the probes only.
  *
  * @module
@@ -56,12 +56,18 @@ const ROWS: { schedule: string; wire?: WireFormat }[] = [
   { schedule: "overlap", wire: "fp16" },
 ];
 const MODES = ["master", "allreduce"] as const;
-/** Global batches: 64 for the AlexNet-like net as everywhere else; AlexNet's as given. */
+/**
+ * Global batches: 64 for the AlexNet-like net as everywhere else; AlexNet's as given (a comma list,
+ * default 16 and 64: the small batch is where the link, not the 2 cores, sets the pace).
+ */
 const NETS = [
   { net: "alexnet-like", batch: 64, steps: 5, warmup: 2 },
-  ...(flags.quick
-    ? []
-    : [{ net: "alexnet", batch: Number(flags["alexnet-batch"] ?? 64), steps: 3, warmup: 1 }]),
+  ...(flags.quick ? [] : (flags["alexnet-batch"] ?? "16,64").split(",").map((batch) => ({
+    net: "alexnet",
+    batch: Number(batch),
+    steps: 3,
+    warmup: 1,
+  }))),
 ];
 const PROBES = [4, 16, 64];
 
