@@ -218,6 +218,7 @@ export class MpiActivations implements ActivationRoute {
   }
 
   async #wait(request: MpiRequest): Promise<void> {
-    await request.wait({ deadline: performance.now() + this.#timeoutMs });
+    // The devices wait on it with nothing else to do: poll without sleeping (see `WaitOptions.spin`).
+    await request.wait({ deadline: performance.now() + this.#timeoutMs, spin: true });
   }
 }

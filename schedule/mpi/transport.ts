@@ -112,6 +112,13 @@ export interface WaitOptions {
    * the next step of a large collective by a millisecond or more.
    */
   readonly shareCpu?: boolean;
+  /**
+   * Poll at full speed until the operation completes (or the deadline passes), never sleeping:
+   * for a collective that this rank's devices wait on with nothing else to do (a hybrid schedule's
+   * activations), where a 1 ms sleep between polls also stalls Open MPI's progress through a
+   * multi-round collective.
+   */
+  readonly spin?: boolean;
 }
 
 /** Bytes per millisecond a wait that does not share the CPU expects to move while polling at full speed. */
@@ -211,7 +218,9 @@ export class MpiRequest {
   async wait(options: WaitOptions = {}): Promise<void> {
     const transport = this.#transport;
     const started = performance.now();
-    const spinMs = transport.spinMs + (options.shareCpu ? 0 : this.#bytes / SPIN_BYTES_PER_MS);
+    const spinMs = options.spin
+      ? Infinity
+      : transport.spinMs + (options.shareCpu ? 0 : this.#bytes / SPIN_BYTES_PER_MS);
     const previous = transport.activity;
     transport.activity = `waiting on ${this.operation}${
       options.step !== undefined ? ` in step ${options.step}` : ""
