@@ -346,8 +346,11 @@ Deno.test({
     assert.equal(run.stderr.match(/^training lenet /gm)?.length, 1, run.stderr);
     const [, chosen, chosenGroups] = choices[0];
     console.log(`auto chose ${chosen} over groups ${chosenGroups}`);
-    assert.ok(chosen === "overlap" || chosen === "sequential", chosen);
+    assert.ok(["overlap", "sequential", "hybrid"].includes(chosen), chosen);
     assert.equal(distributed.schedule, chosen);
+    // A hybrid choice must shard what `--schedule hybrid` shards for the local run to be the same
+    // computation: LeNet's whole FC part (ip1, ip2), the cut before ip1.
+    if (chosen === "hybrid") assert.match(run.stderr, /cut before ip1\)/, run.stderr);
     const local = (steps: number) =>
       trainLocally(
         [...FAST, "--steps", String(steps), "--transport", "local", "--devices", "2", "--schedule", chosen],
