@@ -122,12 +122,7 @@ export async function replicaStep(
     return await accumulate(model, parameters, images, labels, labelValues, options, count);
   } catch (error) {
     // A failed segmented step leaves gradients behind that the next step would add onto.
-    if (options.groups) {
-      for (const p of parameters) {
-        p.tensor.grad?.dispose();
-        p.tensor.grad = null;
-      }
-    }
+    if (options.groups) clearGradients(parameters);
     throw error;
   }
 }
@@ -212,10 +207,7 @@ async function microStep(
     tidy(() => pass.runToEnd());
     if (options.groups) {
       // A segmented step hands every gradient to the caller; none may leak into the next step.
-      for (const p of parameters) {
-        p.tensor.grad?.dispose();
-        p.tensor.grad = null;
-      }
+      clearGradients(parameters);
     } else if (last) {
       options.finish?.(parameters);
     }
@@ -228,5 +220,13 @@ async function microStep(
   } finally {
     loss.dispose();
     logits.dispose();
+  }
+}
+
+/** Frees every parameter's `.grad`. */
+function clearGradients(parameters: readonly ParameterEntry[]): void {
+  for (const p of parameters) {
+    p.tensor.grad?.dispose();
+    p.tensor.grad = null;
   }
 }

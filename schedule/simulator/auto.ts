@@ -26,7 +26,7 @@
 
 import { hybrid, overlap, sequential } from "../plan/builtins.ts";
 import type { Plan } from "../plan/plan.ts";
-import { checkProfile, groupTotals, type Profile, regroupProfile } from "./profile.ts";
+import { checkProfile, groupTotals, type LayerProfile, type Profile, regroupProfile } from "./profile.ts";
 import { commStepSeconds, type CostOptions, type HybridTraffic, type Link, simulate } from "./simulator.ts";
 
 /**
@@ -279,15 +279,8 @@ function bestSplit(profile: Profile, costs: CostOptions): NetworkSplit | undefin
   // From the input side, so that on a tie the earlier boundary (the larger output-side group) stays.
   for (let b = 1; b < layers.length; b++) {
     if (layers[b].parameterBytes === 0) continue;
-    const before = layers.slice(0, b).filter((l) => l.parameterBytes > 0);
-    const after = layers.slice(b).filter((l) => l.parameterBytes > 0);
-    if (before.length === 0) continue;
-    const headNames = new Set(after.map((l) => l.group));
-    const bodyNames = new Set(before.map((l) => l.group));
-    const [head, body] = headNames.size === 1 && bodyNames.size === 1 && !headNames.has([...bodyNames][0])
-      ? [[...headNames][0], [...bodyNames][0]]
-      : ["head", "body"];
-    const assignment = Object.fromEntries(layers.map((l, i) => [l.name, i < b ? body : head]));
+    if (!layers.slice(0, b).some((l) => l.parameterBytes > 0)) continue;
+    const { head, body, assignment } = splitAt(layers, b);
     const regrouped = regroupProfile(profile, assignment);
     const groups = [head, body];
     const simulated = simulate(overlap(groups), regrouped, costs);
@@ -371,13 +364,7 @@ export function hybridCandidate(
   let best: HybridCandidate | undefined;
   for (const b of boundaries) {
     const after = layers.slice(b).filter((l) => l.parameterBytes > 0);
-    const before = layers.slice(0, b).filter((l) => l.parameterBytes > 0);
-    const headNames = new Set(after.map((l) => l.group));
-    const bodyNames = new Set(before.map((l) => l.group));
-    const [head, body] = headNames.size === 1 && bodyNames.size === 1 && !headNames.has([...bodyNames][0])
-      ? [[...headNames][0], [...bodyNames][0]]
-      : ["head", "body"];
-    const assignment = Object.fromEntries(layers.map((l, i) => [l.name, i < b ? body : head]));
+    const { head, body, assignment } = splitAt(layers, b);
     const groups = [head, body];
     const simulated = simulate(hybrid(groups, [head]), regroupProfile(profile, assignment), costs);
     if (best !== undefined && simulated.stepSeconds >= best.stepSeconds) continue;
@@ -512,4 +499,20 @@ export function autoSchedule(
     ms(h.stepSeconds)
   } against ${ms(dataParallelSeconds)} with ${dataParallel.name}`;
   return { ...dataParallel, judgement: { ...judgement, reason, hybrid: h } };
+}
+
+/**
+ * The two groups of a cut before layer `b`: the model's own names when each side is one group of its
+ * own (e.g. `fc` and `conv`), else `head` and `body`; and the layer → group assignment.
+ */
+function splitAt(
+  layers: readonly LayerProfile[],
+  b: number,
+): { head: string; body: string; assignment: Record<string, string> } {
+  const headNames = new Set(layers.slice(b).filter((l) => l.parameterBytes > 0).map((l) => l.group));
+  const bodyNames = new Set(layers.slice(0, b).filter((l) => l.parameterBytes > 0).map((l) => l.group));
+  const [head, body] = headNames.size === 1 && bodyNames.size === 1 && !headNames.has([...bodyNames][0])
+    ? [[...headNames][0], [...bodyNames][0]]
+    : ["head", "body"];
+  return { head, body, assignment: Object.fromEntries(layers.map((l, i) => [l.name, i < b ? body : head])) };
 }
