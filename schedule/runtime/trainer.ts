@@ -31,22 +31,19 @@
  */
 
 import { type Optimizer, type ParameterEntry, TandemError, ValueError } from "../../engine/mod.ts";
-import { CpuDevice } from "../devices/cpu_device.ts";
 import { type ComputeResult, type Device, DeviceError } from "../devices/device.ts";
-import { layoutOf, type ParameterLayout } from "../devices/layout.ts";
-import { buildModel, type ModelSpec } from "../devices/model_spec.ts";
+import type { ParameterLayout } from "../devices/layout.ts";
+import type { ModelSpec } from "../devices/model_spec.ts";
 import type { MpiTransport, MpiTransportOptions } from "../mpi/transport.ts";
 import { MpiActivations } from "../mpi/activations.ts";
 import { MpiExchange } from "../mpi/exchange.ts";
 import { dependenciesOf, type Plan, type ReductionMode } from "../plan/plan.ts";
 import { type Deferred, deferred } from "./deferred.ts";
-import type { Exchange, ExchangeContext, ReplicaReference } from "./exchange.ts";
+import type { Exchange, ExchangeContext } from "./exchange.ts";
 import { type LaneSpan, type StepFigures, stepFigures } from "./figures.ts";
 import type { LinkSpec } from "./link.ts";
-import { type HeadLayout, headLayout } from "../devices/sharded_head.ts";
 import { HybridHead, SharedActivations } from "./hybrid.ts";
-import { ResidentExchange } from "./resident_exchange.ts";
-import { SharedMemoryExchange } from "./shared_memory_exchange.ts";
+import { referenceOf, startInProcess } from "./start.ts";
 import type { TraceRecorder } from "./trace.ts";
 import { checkWireOptions, type WireFormat } from "./wire.ts";
 
@@ -588,71 +585,6 @@ export class DataParallelTrainer {
     if (this.#closed) return;
     this.#closed = true;
     await this.#exchange.close();
-  }
-}
-
-/**
- * The layout and initial parameters of the model, checked against the plan's groups, and for a
- * hybrid plan the head's split over `devices`.
- */
-async function referenceOf(
-  options: DataParallelOptions,
-  devices: number,
-): Promise<ReplicaReference & { head?: HeadLayout }> {
-  const reference = await buildModel(options.model);
-  const entries = reference.namedParameters();
-  const layout = layoutOf(entries);
-  const unknown = options.plan.groups.filter((g) => !layout.groups.some((r) => r.name === g));
-  const missing = layout.groups.filter((r) => !options.plan.groups.includes(r.name)).map((r) => r.name);
-  if (unknown.length || missing.length) {
-    reference.dispose();
-    throw new ValueError(
-      "DataParallelTrainer",
-      `schedule "${options.plan.name}" names groups [${options.plan.groups}] but the model has [${
-        layout.groups.map((g) => g.name)
-      }]`,
-    );
-  }
-  const initial = new Float32Array(layout.total);
-  for (const slot of layout.slots) {
-    initial.set(entries.find((e) => e.name === slot.name)!.tensor.dataSync() as Float32Array, slot.offset);
-  }
-  const modelName = reference.name;
-  try {
-    const sharded = options.plan.sharded ?? [];
-    const head = sharded.length ? headLayout(reference, sharded, devices) : undefined;
-    return { layout, initial, modelName, head };
-  } finally {
-    reference.dispose();
-  }
-}
-
-/** Starts `count` devices in this process and joins them by the exchange they support. */
-async function startInProcess(
-  options: DataParallelOptions,
-  { layout, initial }: ReplicaReference,
-  count: number,
-): Promise<Exchange> {
-  const timeoutSeconds = options.timeoutSeconds ?? 120;
-  const mode = options.mode ?? "master";
-  const devices: Device[] = [];
-  try {
-    for (let d = 0; d < count; d++) {
-      devices.push(
-        options.startDevice
-          ? await options.startDevice(d, options.model, layout, timeoutSeconds)
-          : await CpuDevice.start(d, options.model, layout, { timeoutSeconds }),
-      );
-    }
-    for (const device of devices) device.parameters.set(initial);
-    // A hybrid plan's head slices are updated on the host, so its devices take the host path.
-    const hybrid = (options.plan.sharded ?? []).length > 0;
-    return devices.every((device) => device.resident) && !hybrid
-      ? new ResidentExchange(devices, layout, mode, options.link, options.optimizer, options)
-      : new SharedMemoryExchange(devices, layout, mode, options.link, options.optimizer, options);
-  } catch (error) {
-    await Promise.all(devices.map((d) => d.close()));
-    throw error;
   }
 }
 
