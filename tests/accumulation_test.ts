@@ -13,6 +13,7 @@ import { probeWebGpu, startGpuDevice, webgpuTests } from "./fixtures/data_parall
 import { tinyAlexNet } from "./fixtures/networks.ts";
 import {
   bits,
+  flatParameters,
   relativeDifference,
   tinyBatch as batch,
   tinyGroups as groups,
@@ -20,7 +21,6 @@ import {
   tinyOptimizers,
 } from "./fixtures/data_parallel.ts";
 import { tensor } from "../mod.ts";
-import { layoutOf } from "../schedule/devices/layout.ts";
 
 interface Run {
   devices: number;
@@ -119,13 +119,7 @@ Deno.test("trainStep accumulates the same way: 2 micro-batches give the bits of 
         labelTensor.dispose();
       }
     }
-    // In the trainer's layout (groups in backward order), to compare with its flat parameters.
-    const entries = net.namedParameters();
-    const layout = layoutOf(entries);
-    const flat = new Float32Array(layout.total);
-    for (const slot of layout.slots) {
-      flat.set(entries.find((e) => e.name === slot.name)!.tensor.dataSync() as Float32Array, slot.offset);
-    }
+    const flat = flatParameters(net);
     const parallel = await train({ devices: 2 });
     assert.deepEqual(bits(flat), bits(parallel));
   } finally {

@@ -7,8 +7,7 @@
 import assert from "node:assert/strict";
 import { loadCheckpoint, saveCheckpoint } from "../mod.ts";
 import { layoutOf } from "../schedule/devices/layout.ts";
-import { sliceSlots, unitRange } from "../schedule/devices/sharded_head.ts";
-import { headLayout } from "../schedule/devices/sharded_head.ts";
+import { headLayout, sliceSlots, unitRange } from "../schedule/devices/sharded_head.ts";
 import { hybrid, overlap } from "../schedule/plan/builtins.ts";
 import { parseSchedule } from "../schedule/plan/dsl.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";

@@ -300,10 +300,11 @@ function oneGroupLayout(size: number): ParameterLayout {
 }
 
 // Mutations that made it fail: the master's own slice averaged unrounded (`round(devices[0])`
-// removed and device 0's gradients copied unrounded), and the compressed transfer emulated at
-// the fp32 size (`timedMove(2 * bytes, …)`, the recorded bytes left alone) or at a quarter of it.
+// removed and device 0's gradients copied unrounded), and the compressed transfer emulated at the
+// fp32 size (`timedMove(2 * bytes, …)` in `#reduceCompressed`, whose recorded bytes are the moved
+// ones) or at a quarter of it.
 Deno.test("shared memory: every device's slice is rounded before the average; the link carries half the bytes", async () => {
-  // 400 KB of fp32 gradients over 1 MB/s: 400 ms; 200 ms in fp16.
+  // 400 KB of fp32 gradients, 200 KB in fp16, over an emulated 1 MB/s link.
   const size = 100_000, link = parseLink("1MB/s");
   const reduce = async (mode: ReductionMode, wire: WireFormat) => {
     const layout = oneGroupLayout(size);
@@ -335,18 +336,10 @@ Deno.test("shared memory: every device's slice is rounded before the average; th
     const exact = await reduce(mode, "fp32");
     const half = await reduce(mode, "fp16");
     const sends = (r: typeof exact) => r.records.filter((s) => s.name === "send fc gradients");
+    // The recorded bytes are those the emulated link was asked to carry (`TransferTiming.bytes`), so
+    // these say the link carries half as much, without timing it.
     assert.ok(sends(exact).length > 0 && sends(exact).every((s) => s.bytes === 4 * size), mode);
     assert.ok(sends(half).length > 0 && sends(half).every((s) => s.bytes === 2 * size), mode);
-    // Emulated at the compressed size (a ring all-reduce on 2 devices sends the bytes once too): at
-    // least the 200 ms of 200 KB, and well short of the 400 ms of fp32 (100 ms of slack for a late
-    // timer on a busy machine).
-    for (const s of sends(half)) {
-      const ms = s.end - s.start;
-      assert.ok(ms >= 199.5 && ms < 300, `${mode}: the fp16 transfer took ${ms} ms`);
-    }
-    for (const s of sends(exact)) {
-      assert.ok(s.end - s.start >= 399.5, `${mode}: fp32 took ${s.end - s.start} ms`);
-    }
     // (q(g0) + q(g1)) · fround(1/2), each device's gradients rounded, the master's too.
     const rounded = half.devices.map((d) => {
       const q = new Float32Array(size);

@@ -463,12 +463,14 @@ export class HeadShard {
     for (const [i, slot] of slice.slots.entries()) {
       const grad = held.parameters[i].grad;
       const target = gradients.subarray(slot.offset, slot.offset + slot.size);
-      if (!grad) target.fill(0);
-      else if (scale === 1) target.set((await grad.data()) as Float32Array);
-      else {
-        const values = (await grad.data()) as Float32Array;
-        for (let j = 0; j < values.length; j++) target[j] = values[j] * scale;
+      if (!grad) {
+        target.fill(0);
+        continue;
       }
+      // On the device's backend, as a kernel: the same float32 product as the exchange's average.
+      const scaled = scale === 1 ? grad : tidy(() => ops.mul(grad, scale));
+      target.set((await scaled.data()) as Float32Array);
+      if (scaled !== grad) scaled.dispose();
     }
     const inputGrad = held.input.grad;
     if (inputGrad) this.#setup.partials[index].set((await inputGrad.data()) as Float32Array);

@@ -18,7 +18,8 @@ import { TandemError } from "../../engine/mod.ts";
 import type { Device } from "../devices/device.ts";
 import type { ParameterLayout } from "../devices/layout.ts";
 import { type HeadLayout, type HeadSetup, type SumSource, unitRange } from "../devices/sharded_head.ts";
-import type { ActivationRoute, RecordSpan } from "../runtime/hybrid.ts";
+import { type ActivationRoute, bodyRanges, type RecordSpan } from "../runtime/hybrid.ts";
+import { divergentRanks } from "./exchange.ts";
 import type { MpiRequest, MpiTransport } from "./transport.ts";
 
 /** This rank's buffers for one global batch size. */
@@ -191,23 +192,15 @@ export class MpiActivations implements ActivationRoute {
     return new Float32Array(out.buffer, out.byteOffset, out.byteLength / 4);
   }
 
-  async divergentBodies(local: readonly Device[], layout: ParameterLayout): Promise<number[]> {
-    const parameters = local[0].parameters;
-    const body = layout.groups.filter((g) => !this.#head.sharded.includes(g.name));
+  divergentBodies(local: readonly Device[], layout: ParameterLayout): Promise<number[]> {
+    const parameters = local[0].parameters, body = bodyRanges(layout, this.#head);
     const values = new Float32Array(body.reduce((n, g) => n + g.size, 0));
     let at = 0;
     for (const g of body) {
       values.set(parameters.subarray(g.offset, g.offset + g.size), at);
       at += g.size;
     }
-    const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", values));
-    const hex = Array.from(digest, (x) => x.toString(16).padStart(2, "0")).join("");
-    const all = await this.#transport.allgatherJson(
-      hex,
-      { deadline: performance.now() + this.#timeoutMs },
-      "compare the bodies",
-    );
-    return all.flatMap((h, r) => h === all[0] ? [] : [r]);
+    return divergentRanks(this.#transport, values, this.#timeoutMs, "compare the bodies");
   }
 
   #ready(): Buffers {

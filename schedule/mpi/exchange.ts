@@ -435,15 +435,8 @@ export class MpiExchange implements Exchange {
   }
 
   /** Collective: ranks whose parameters' SHA-256 differs from rank 0's, the same answer everywhere. */
-  async divergentReplicas(): Promise<number[]> {
-    const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", this.#device.parameters.slice()));
-    const hex = Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
-    const all = await this.transport.allgatherJson(
-      hex,
-      { deadline: performance.now() + this.#timeoutMs },
-      "compare replicas",
-    );
-    return all.flatMap((h, r) => h === all[0] ? [] : [r]);
+  divergentReplicas(): Promise<number[]> {
+    return divergentRanks(this.transport, this.#device.parameters, this.#timeoutMs, "compare replicas");
   }
 
   /**
@@ -472,4 +465,26 @@ export class MpiExchange implements Exchange {
   async close(): Promise<void> {
     await this.#device.close();
   }
+}
+
+/**
+ * Collective: the ranks whose `values` differ in any bit from rank 0's, the same answer on every rank
+ * (each rank sends a SHA-256 of its values, not the values).
+ *
+ * @example
+ * ```ts
+ * import { divergentRanks } from "./exchange.ts";
+ * // await divergentRanks(transport, device.parameters, 60_000, "compare replicas"); // [] when they agree
+ * ```
+ */
+export async function divergentRanks(
+  transport: MpiTransport,
+  values: Float32Array,
+  timeoutMs: number,
+  operation: string,
+): Promise<number[]> {
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", values.slice()));
+  const hex = Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+  const all = await transport.allgatherJson(hex, { deadline: performance.now() + timeoutMs }, operation);
+  return all.flatMap((h, r) => h === all[0] ? [] : [r]);
 }

@@ -146,19 +146,21 @@ export function combineInDeviceOrder(results: readonly ComputeResult[]): Combine
   return { loss: loss / results.length, correct, count };
 }
 
-/** Indices of `replicas` whose bits differ from `replicas[0]`'s. */
-export function divergentFrom(replicas: readonly { index: number; parameters: Float32Array }[]): number[] {
+/** Indices of `replicas` whose bits differ from `replicas[0]`'s, within `ranges` (default: all). */
+export function divergentFrom(
+  replicas: readonly { index: number; parameters: Float32Array }[],
+  ranges: readonly { offset: number; size: number }[] = [{ offset: 0, size: replicas[0].parameters.length }],
+): number[] {
   const bits = (a: Float32Array) => new Uint32Array(a.buffer, a.byteOffset, a.length);
   const master = bits(replicas[0].parameters);
   const out: number[] = [];
   for (const replica of replicas.slice(1)) {
     const other = bits(replica.parameters);
-    for (let i = 0; i < master.length; i++) {
-      if (master[i] !== other[i]) {
-        out.push(replica.index);
-        break;
-      }
-    }
+    const differs = ranges.some(({ offset, size }) => {
+      for (let i = offset; i < offset + size; i++) if (master[i] !== other[i]) return true;
+      return false;
+    });
+    if (differs) out.push(replica.index);
   }
   return out;
 }

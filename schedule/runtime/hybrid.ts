@@ -25,7 +25,7 @@
 
 import { type Optimizer, type ParameterEntry, TandemError, type Tensor, tensor } from "../../engine/mod.ts";
 import type { ComputeResult, Device } from "../devices/device.ts";
-import type { ParameterLayout, ParameterSlot } from "../devices/layout.ts";
+import type { GroupRange, ParameterLayout, ParameterSlot } from "../devices/layout.ts";
 import type { ComputeSpan } from "../devices/protocol.ts";
 import {
   type HeadLayout,
@@ -39,6 +39,7 @@ import {
 } from "../devices/sharded_head.ts";
 import type { Deferred } from "./deferred.ts";
 import { hostParameterEntries } from "./host_parameters.ts";
+import { divergentFrom } from "./exchange.ts";
 import { type LinkSpec, timedMove } from "./link.ts";
 
 /**
@@ -454,24 +455,27 @@ export class SharedActivations implements ActivationRoute {
   }
 
   divergentBodies(local: readonly Device[], layout: ParameterLayout): Promise<number[]> {
-    const bits = (a: Float32Array) => new Uint32Array(a.buffer, a.byteOffset, a.length);
-    const master = bits(local[0].parameters);
-    const out: number[] = [];
-    for (const device of local.slice(1)) {
-      const other = bits(device.parameters);
-      const differs = layout.groups.some((g) =>
-        !this.#head.sharded.includes(g.name) &&
-        other.subarray(g.offset, g.offset + g.size).some((v, i) => v !== master[g.offset + i])
-      );
-      if (differs) out.push(device.index);
-    }
-    return Promise.resolve(out);
+    return Promise.resolve(divergentFrom(local, bodyRanges(layout, this.#head)));
   }
 
   /** An emulated link's time for the bytes each device receives, recorded on every device. */
   async #move(record: RecordSpan, name: string, elements: number): Promise<void> {
     if (!this.#link) return;
     const t = await timedMove(4 * elements, this.#link, () => {});
-    for (let d = 0; d < this.size; d++) record(d, name, t.start, t.end, 4 * elements);
+    for (let d = 0; d < this.size; d++) record(d, name, t.start, t.end, t.bytes);
   }
+}
+
+/**
+ * The ranges of `layout` outside `head.sharded`: the body, which every device holds whole and which
+ * must stay bit-identical across devices.
+ *
+ * @example
+ * ```ts
+ * import { bodyRanges } from "./hybrid.ts";
+ * // bodyRanges(layout, head); // [{ name: "conv", offset: 4235, size: 1600 }]
+ * ```
+ */
+export function bodyRanges(layout: ParameterLayout, head: HeadLayout): GroupRange[] {
+  return layout.groups.filter((g) => !head.sharded.includes(g.name));
 }

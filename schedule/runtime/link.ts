@@ -71,12 +71,14 @@ export function parseLink(text: string): LinkSpec {
   };
 }
 
-/** Start and end of a transfer, in milliseconds of `performance.now()`. */
+/** Start and end of a transfer, in milliseconds of `performance.now()`, and what it carried. */
 export interface TransferTiming {
   /** When the copy began. */
   start: number;
   /** When the (emulated) transfer finished. */
   end: number;
+  /** The bytes the (emulated) link carried: what a trace should record for the transfer. */
+  bytes: number;
 }
 
 /**
@@ -115,7 +117,7 @@ export async function timedMove(
   const start = performance.now();
   await move();
   if (link) await waitUntil(start + (link.latencySeconds + bytes / link.bandwidthBytesPerSecond) * 1000);
-  return { start, end: performance.now() };
+  return { start, end: performance.now(), bytes };
 }
 
 /**

@@ -100,7 +100,7 @@ export class ResidentExchange extends InProcessExchange implements Exchange {
           this.link,
           () => peer.stageGradients(group, (values) => master.receiveGradients(i + 1, group, values)),
         );
-        context.record(i + 1, `send ${group} gradients`, t.start, t.end, bytes);
+        context.record(i + 1, `send ${group} gradients`, t.start, t.end, t.bytes);
       }));
       master.averageGradients(group);
       return;
@@ -130,7 +130,7 @@ export class ResidentExchange extends InProcessExchange implements Exchange {
       master.stageParameters(group, (values) => {
         for (const peer of peers) peer.receiveParameters(group, values);
       }));
-    peers.forEach((_, i) => context.record(i + 1, `receive ${group} parameters`, t.start, t.end, bytes));
+    peers.forEach((_, i) => context.record(i + 1, `receive ${group} parameters`, t.start, t.end, t.bytes));
     return true;
   }
 

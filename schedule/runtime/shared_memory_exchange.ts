@@ -80,8 +80,7 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
       await Promise.all(
         devices.slice(1).map(async (device) => {
           const t = await transfer(slice(device.gradients), slice(this.#received[device.index]), this.link);
-          const bytes = slice(device.gradients).byteLength;
-          context.record(device.index, `send ${group} gradients`, t.start, t.end, bytes);
+          context.record(device.index, `send ${group} gradients`, t.start, t.end, t.bytes);
         }),
       );
       averageInDeviceOrder(
@@ -115,7 +114,7 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
     if (this.mode === "master") {
       const sends = devices.slice(1).map(async (device) => {
         const t = await timedMove(bytes, this.link, () => round(device));
-        context.record(device.index, `send ${group} gradients`, t.start, t.end, bytes);
+        context.record(device.index, `send ${group} gradients`, t.start, t.end, t.bytes);
       });
       round(devices[0]); // while the peers' gradients are on the (emulated) link
       await Promise.all(sends);
@@ -136,7 +135,7 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
     await Promise.all(
       this.local.slice(1).map(async (device) => {
         const t = await transfer(master, this.#slice(device.parameters, group), this.link);
-        context.record(device.index, `receive ${group} parameters`, t.start, t.end, master.byteLength);
+        context.record(device.index, `receive ${group} parameters`, t.start, t.end, t.bytes);
       }),
     );
     return true;
