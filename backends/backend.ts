@@ -292,6 +292,13 @@ export interface Backend {
   sgdUpdate?(param: Storage, grad: Storage, history: Storage, step: SgdStep): void;
   /** Optional fused Adam update, in place on `param`, `m` and `v`; rounding as `sgdUpdate`. */
   adamUpdate?(param: Storage, grad: Storage, m: Storage, v: Storage, step: AdamStep): void;
+  /**
+   * Optional: the index of the first NaN or ±∞ element of a float32 storage, or −1 when every
+   * element is finite; one read of `x`, after all queued work. How a runtime checks each update's
+   * parameters cheaply (a queueing backend answers once its kernels have run, hence the promise).
+   * Without it, callers read the storage back and scan it.
+   */
+  firstNonFinite?(x: Storage): number | Promise<number>;
 
   /** Numerically stable softmax of each row. */
   softmax(x: Storage, out: Storage, rows: RowSpec): void;

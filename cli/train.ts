@@ -19,7 +19,7 @@ import {
   DataParallelTrainer,
   DEFAULT_LINK,
   detectMpiLaunch,
-  DeviceError,
+  DivergenceError,
   evaluate,
   formatSummary,
   layoutOf,
@@ -53,6 +53,24 @@ import { type StepPoint, writeReport } from "./report.ts";
 
 /** Where Ctrl-C saves when no `--checkpoint` was given. */
 export const INTERRUPTED_CHECKPOINT = "tandem-interrupted.safetensors";
+
+/**
+ * Where a diverged run keeps its last finite state: beside `--checkpoint`, never over it
+ * (`run.safetensors` → `run.before-divergence.safetensors`).
+ *
+ * @example
+ * ```ts
+ * import { divergedCheckpointPath } from "./train.ts";
+ * console.log(divergedCheckpointPath("out/run.safetensors")); // out/run.before-divergence.safetensors
+ * ```
+ */
+export function divergedCheckpointPath(checkpoint: string): string {
+  const slash = checkpoint.lastIndexOf("/");
+  const dot = checkpoint.lastIndexOf(".");
+  return dot > slash + 1
+    ? `${checkpoint.slice(0, dot)}.before-divergence${checkpoint.slice(dot)}`
+    : `${checkpoint}.before-divergence`;
+}
 
 /** Steps of the trace drawn in the report (the last few: past warm-up). */
 const REPORT_TRACE_STEPS = 3;
@@ -325,7 +343,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     const heldOut: { step: number; accuracy: number }[] = [];
     let images = 0, lastLoss = NaN;
     const timed: StepFigures[] = [];
-    let failedAt: number | undefined, failure = "";
+    let diverged: DivergenceError | undefined;
     const started = performance.now();
     try {
       while (trainer.iteration < target && !interrupted) {
@@ -341,9 +359,8 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
             shape: batch.images.shape,
           });
         } catch (error) {
-          if (error instanceof DeviceError && /nan|non-finite|not finite/i.test(error.message)) {
-            failedAt = i + 1;
-            failure = error.message;
+          if (error instanceof DivergenceError) {
+            diverged = error;
             break;
           }
           throw error;
@@ -377,7 +394,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       progress?.done();
     }
     // Every rank's lanes go into rank 0's trace, before rank 0 alone evaluates and writes.
-    if (trace && failedAt === undefined) await trainer.gatherTrace();
+    if (trace && diverged === undefined) await trainer.gatherTrace();
     const seconds = (performance.now() - started) / 1000;
     // Collective under MPI: the master's copy of the parameters (and, for a hybrid schedule, of the
     // head's optimizer state) is whole from here on, for saving and evaluating.
@@ -394,15 +411,21 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       });
     };
 
-    if (failedAt !== undefined) {
+    if (diverged) {
+      // Never over --checkpoint: a good file there (an earlier run's, or this run's last snapshot)
+      // must survive a run that broke. The rolled-back state is finite and goes beside it.
       let kept = "";
-      if (args.checkpoint && root) {
-        await save(args.checkpoint);
-        kept = `; the last good parameters (step ${step}) are saved in ${args.checkpoint}`;
+      if (args.checkpoint && root && diverged.rolledBack) {
+        const aside = divergedCheckpointPath(args.checkpoint);
+        await save(aside);
+        kept =
+          `; the last finite state (step ${step}) is saved in ${aside}, ${args.checkpoint} is left as it was`;
+      } else if (args.checkpoint && root) {
+        kept =
+          `; nothing was saved (the step could not be rolled back), ${args.checkpoint} is left as it was`;
       }
       throw new CliError(
-        `training diverged: the loss became non-finite at step ${failedAt} (try a smaller --lr than ${args.lr})` +
-          `${kept}\n  ${failure.split("\n")[0]}`,
+        `${diverged.message.replace(/^training: /, "training ")} (try a smaller --lr than ${args.lr})${kept}`,
         EXIT_FAILURE,
       );
     }

@@ -52,6 +52,7 @@ export {
   ValueError,
 } from "./errors.ts";
 export * as ops from "./ops/mod.ts";
+export { findNonFinite, firstNonFinite, type NonFiniteValue } from "./finite.ts";
 export {
   Adam,
   type AdamHyper,

@@ -118,6 +118,7 @@ export {
   type HostBatch,
   type LaneEvent,
 } from "./runtime/trainer.ts";
+export { checkUpdatedGroup, type DivergedQuantity, DivergenceError } from "./runtime/finite.ts";
 export { type LaneSpan, medianFigures, spanKind, type StepFigures, stepFigures } from "./runtime/figures.ts";
 export {
   type ComputeCommand,

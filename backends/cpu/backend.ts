@@ -29,7 +29,14 @@ import type {
   UnaryOp,
 } from "../backend.ts";
 import { conv2dBackwardFilter, conv2dBackwardInput, conv2dForward } from "./conv.ts";
-import { averageKernel, binaryKernel, copyStridedKernel, reduceKernel, unaryKernel } from "./elementwise.ts";
+import {
+  averageKernel,
+  binaryKernel,
+  copyStridedKernel,
+  firstNonFiniteIndex,
+  reduceKernel,
+  unaryKernel,
+} from "./elementwise.ts";
 import { gemm } from "./gemm.ts";
 import { adamUpdateKernel, sgdUpdateKernel } from "./optimizers.ts";
 import { lrnBackward, lrnForward } from "./lrn.ts";
@@ -411,6 +418,11 @@ export class CpuBackend implements Backend {
     // WebAssembly only on arrays in kernel memory: wrapped host memory is updated where it lies.
     if (this.wasm?.sgdUpdate(f32(param), f32(grad), f32(history), step)) return;
     sgdUpdateKernel(f32(param), f32(grad), f32(history), step);
+  }
+
+  /** {@link Backend.firstNonFinite}: a scan that stops at the first NaN or ±∞. */
+  firstNonFinite(x: Storage): number {
+    return firstNonFiniteIndex(f32(x));
   }
 
   adamUpdate(param: Storage, grad: Storage, m: Storage, v: Storage, step: AdamStep): void {

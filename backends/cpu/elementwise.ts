@@ -340,3 +340,21 @@ export function reduceKernel(
     out.set(row, o * inner);
   }
 }
+
+/**
+ * Index of the first NaN or ±∞ in `x`, or −1. `v − v` is 0 for every finite float and NaN
+ * otherwise, one subtraction and compare per element with an early exit at the first bad value.
+ *
+ * @example
+ * ```ts
+ * import { firstNonFiniteIndex } from "./elementwise.ts";
+ * console.log(firstNonFiniteIndex(new Float32Array([1, Infinity, NaN]))); // 1
+ * ```
+ */
+export function firstNonFiniteIndex(x: Float32Array): number {
+  for (let i = 0; i < x.length; i++) {
+    const v = x[i];
+    if (v - v !== 0) return i;
+  }
+  return -1;
+}

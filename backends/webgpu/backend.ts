@@ -44,6 +44,7 @@ import {
   copyShader,
   crossEntropyBackwardShader,
   fillShader,
+  firstNonFiniteShader,
   GEMM_K_CHUNK,
   GEMM_TILE,
   gemmLoad,
@@ -800,6 +801,32 @@ export class WebGpuBackend implements Backend {
       grid1d(n),
       () => `sgdUpdate(${n})`,
     );
+  }
+
+  /**
+   * {@link Backend.firstNonFinite}: one kernel folds the smallest bad index into a word with an
+   * atomic min, and only that word comes back (4 bytes, not the tensor).
+   */
+  async firstNonFinite(x: Storage): Promise<number> {
+    const s = this.own(x, "firstNonFinite");
+    if (s.length === 0) return -1;
+    // All bits set: no element is bad (an index is below 2^32 − 1 for every storage we allocate).
+    const first = this.upload(new Int32Array([-1]));
+    try {
+      this.dispatch(
+        "firstNonFinite",
+        "firstNonFinite",
+        firstNonFiniteShader,
+        [s.buffer, this.own(first, "firstNonFinite").buffer],
+        new Params().u32(s.length),
+        grid1d(s.length),
+        () => `firstNonFinite(${s.length})`,
+      );
+      const [index] = await this.read(first) as Int32Array;
+      return index;
+    } finally {
+      this.release(first);
+    }
   }
 
   adamUpdate(param: Storage, grad: Storage, m: Storage, v: Storage, step: AdamStep): void {

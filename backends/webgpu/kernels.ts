@@ -578,6 +578,19 @@ export function orderedSumShader(count: number, continued: boolean): string {
   out[idx] = s;`);
 }
 
+/**
+ * `first[0] = min(first[0], i)` over every `i` whose float `x[i]` is NaN or ±∞. Read as bits
+ * (exponent all ones), because WGSL lets compilers assume floats are finite, so `v != v` may fold
+ * away. P: [n].
+ */
+export function firstNonFiniteShader(): string {
+  return header([
+    { name: "x", type: "u32", write: false },
+    { name: "first", type: "atomic<u32>", write: true },
+  ]) + elementwiseMain(`
+  if ((x[idx] & 0x7f800000u) == 0x7f800000u) { atomicMin(&first[0], idx); }`);
+}
+
 /** Fused Caffe SGD in place. P: [n, rate, momentum, decay]. */
 export function sgdShader(): string {
   return header([

@@ -17,9 +17,10 @@ export const MAX_WORKGROUPS_PER_DIM = 65535;
 
 /**
  * WGSL element type of a storage binding. `vec4<f32>` lets a kernel read four consecutive floats in
- * one load where the data is 16-byte aligned (see the GEMM's operand loads).
+ * one load where the data is 16-byte aligned (see the GEMM's operand loads); `atomic<u32>` lets
+ * every thread fold into one word (the first non-finite index).
  */
-export type WgslElement = "f32" | "i32" | "u32" | "vec4<f32>";
+export type WgslElement = "f32" | "i32" | "u32" | "vec4<f32>" | "atomic<u32>";
 
 /** One buffer binding of a kernel: its WGSL name, element type and whether the kernel writes it. */
 export interface BindingSpec {

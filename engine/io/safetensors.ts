@@ -21,6 +21,7 @@ import { formatShape, TandemError } from "../errors.ts";
 import type { ParameterEntry } from "../nn/parameter.ts";
 import type { Optimizer, OptimizerState, OptimizerStateInfo } from "../optim/optimizer.ts";
 import { tensor as makeTensor } from "../creation.ts";
+import { findNonFinite } from "../finite.ts";
 import { Tensor } from "../tensor.ts";
 import { writeFileAtomic } from "./atomic.ts";
 import { CheckpointError, SafetensorsError } from "./errors.ts";
@@ -560,6 +561,15 @@ export async function saveCheckpoint(path: string, contents: CheckpointContents)
   }
   if (contents.rng !== undefined) metadata.rng = JSON.stringify(contents.rng);
   if (contents.extra !== undefined) metadata.extra = JSON.stringify(contents.extra);
+  // A diverged model is never written: it would replace a good file with one nobody can resume.
+  const bad = await findNonFinite(
+    [...tensors].flatMap(([name, t]) => t instanceof Tensor ? [{ name, tensor: t }] : []),
+  );
+  if (bad) {
+    throw new CheckpointError(path, [
+      `not written: "${bad.name}" holds ${bad.value} at element ${bad.index}; a checkpoint keeps finite values only`,
+    ]);
+  }
   await saveSafetensors(path, tensors, metadata);
 }
 
@@ -605,6 +615,19 @@ export interface LoadedCheckpoint {
   extra?: unknown;
   /** All raw metadata strings. */
   metadata: Record<string, string>;
+}
+
+/** How many of a float tensor's values are NaN or ±∞, and the first; `undefined` when none. */
+function nonFiniteIn(host: HostTensor): { count: number; index: number; first: number } | undefined {
+  if (!(host.data instanceof Float32Array)) return undefined;
+  let count = 0, index = -1;
+  for (let i = 0; i < host.data.length; i++) {
+    const v = host.data[i];
+    if (v - v !== 0) {
+      if (count++ === 0) index = i;
+    }
+  }
+  return count ? { count, index, first: host.data[index] } : undefined;
 }
 
 function describe(host: HostTensor): string {
@@ -699,6 +722,15 @@ export async function loadCheckpoint(
     if (host.dtype !== dtypeOfTensor(target)) {
       problems.push(
         `dtype differs: ${what} is ${dtypeOfTensor(target)} in the model, ${host.dtype} in the checkpoint`,
+      );
+    }
+    // One NaN weight would spread through the whole net at the first step: refuse it here.
+    const bad = nonFiniteIn(host);
+    if (bad) {
+      problems.push(
+        `not finite: ${what} holds ${bad.count.toLocaleString("en-US")} NaN or infinite values of ${
+          host.data.length.toLocaleString("en-US")
+        } (the first, ${bad.first}, at element ${bad.index}); the run that saved it had diverged`,
       );
     }
   };

@@ -46,6 +46,7 @@ import { HybridHead, SharedActivations } from "./hybrid.ts";
 import { referenceOf, startInProcess } from "./start.ts";
 import type { TraceRecorder } from "./trace.ts";
 import { checkWireOptions, type WireFormat } from "./wire.ts";
+import { checkUpdatedGroup, DivergenceError, isNonFiniteLoss } from "./finite.ts";
 
 /** One recorded span of work on a lane, in `performance.now()` milliseconds. */
 export interface LaneEvent extends LaneSpan {
@@ -95,6 +96,13 @@ export interface DataParallelOptions {
   timeoutSeconds?: number;
   /** After every step, check that all replicas hold bit-identical parameters (default false). */
   verifyReplicas?: boolean;
+  /**
+   * After every update, check the group's new parameters for NaN and ±∞ (one backend reduction,
+   * started on the communication lane right after the update, so an update behind compute is
+   * checked behind it too, and awaited at the end of the step), and check the loss: a non-finite one fails the step with a {@link DivergenceError} naming the step and
+   * tensor, and the step is rolled back. Every update is then kept undoable (default true).
+   */
+  checkFinite?: boolean;
   /** Receives every lane event. */
   onEvent?: (event: LaneEvent) => void;
   /** Records every lane event for a Chrome trace (`trace.writeChromeTrace(path)`). */
@@ -363,7 +371,10 @@ export class DataParallelTrainer {
   async step(batch: HostBatch): Promise<DataParallelStepResult> {
     if (this.#closed) throw new TandemError("DataParallelTrainer: closed");
     if (this.#failed) {
-      throw new TandemError(`DataParallelTrainer: a device failed earlier: ${this.#failed.message}`);
+      const what = this.#failed instanceof DivergenceError
+        ? "training diverged earlier"
+        : "a device failed earlier";
+      throw new TandemError(`DataParallelTrainer: ${what}: ${this.#failed.message}`);
     }
     const exchange = this.#exchange, plan = this.#plan, n = exchange.size;
     const [batchSize, ...sample] = batch.shape;
@@ -454,6 +465,19 @@ export class DataParallelTrainer {
       record: (device, name, start, end, bytes) => record(device, "comm", name, start, end, bytes),
     };
     const lastBackward = plan.steps.findLastIndex((s) => s.kind === "backward");
+    const checkFinite = this.#options.checkFinite ?? true;
+    // Replicas update identically, so the master's optimizer speaks for all of them; a hybrid
+    // head's slices differ, so every slice is checked.
+    const checked = exchange.optimizers.slice(0, 1);
+    // Each check starts right after its update (a CPU scan runs there, behind compute; a GPU
+    // reduction is queued there) and is awaited at the end of the step, so it never stalls the
+    // communication lane behind a device's queue. Every update is still undoable then.
+    const finiteChecks: Promise<void>[] = [];
+    const checkLater = (optimizers: readonly Optimizer[], group: string) => {
+      const check = checkUpdatedGroup(optimizers, group, iteration);
+      check.catch(() => {}); // awaited below; not an unhandled rejection meanwhile
+      finiteChecks.push(check);
+    };
 
     try {
       const waitForBackward = async (index: number) => {
@@ -465,10 +489,11 @@ export class DataParallelTrainer {
       // Where a failed step is undone, an update after every backward waits for the devices to
       // finish (their gradients are final already, so the wait is short): then no device can fail
       // the step behind it any more. An update copies for the undo only where a failure can still
-      // follow: a device still computing, or a later step of an exchange whose steps can fail.
+      // follow: a device still computing, or a later step of an exchange whose steps can fail, or
+      // (with finite checks) this update's own check or a later one.
       const late = (index: number) => index > lastBackward;
       const undoable = (index: number) =>
-        exchange.rollsBack && (!late(index) ||
+        exchange.rollsBack && (checkFinite || !late(index) ||
           (exchange.transfersCanFail &&
             plan.steps.slice(index + 1).some((s) => s.kind === "reduce" || s.kind === "broadcast")));
       const same = (index: number, kind: string, group: string) =>
@@ -491,6 +516,7 @@ export class DataParallelTrainer {
             },
             broadcast: withBroadcast,
           }, context);
+          if (checkFinite && parts.update) checkLater(checked, group);
           record(exchange.rank, "comm", `reduce ${group}`, ...parts.reduce);
           if (parts.update && exchange.optimizers.length) {
             record(exchange.rank, "comm", `update ${group}`, ...parts.update);
@@ -507,9 +533,11 @@ export class DataParallelTrainer {
         } else if (planStep.kind === "update" && shardedGroups.has(group)) {
           // Each device's own slice, with its own optimizer state: nothing travels.
           hybrid!.update(group, { undoable: undoable(i) });
+          if (checkFinite) checkLater(hybrid!.optimizers, group);
           record(exchange.rank, "comm", `update ${group}`, start, performance.now());
         } else if (planStep.kind === "update") {
           for (const optimizer of exchange.optimizers) optimizer.step(group, { undoable: undoable(i) });
+          if (checkFinite) checkLater(checked, group);
           if (exchange.optimizers.length) {
             record(exchange.rank, "comm", `update ${group}`, start, performance.now());
           }
@@ -526,6 +554,11 @@ export class DataParallelTrainer {
         r.spans.forEach((s) => record(exchange.local[i].index, "compute", s.name, s.start, s.end))
       );
       const combined = await exchange.combine(results, context);
+      for (const check of finiteChecks) await check; // the first failing group in plan order
+      if (checkFinite && !Number.isFinite(combined.loss)) {
+        // Backends that read asynchronously (WebGPU) leave the loss check to here.
+        throw new DivergenceError(iteration + 1, "loss", undefined, `is ${combined.loss}`);
+      }
       for (const optimizer of exchange.optimizers) optimizer.finishIteration();
       hybrid?.finishIteration();
       this.#iteration = iteration + 1;
@@ -555,11 +588,18 @@ export class DataParallelTrainer {
   async #fail(error: unknown, computes: Promise<ComputeResult>[], iteration: number): Promise<unknown> {
     await Promise.allSettled(computes);
     let cause = error instanceof DeviceError ? error : await firstDeviceError(computes) ?? error;
+    if (isNonFiniteLoss(cause)) {
+      // A device's loss check: divergence, not a broken device.
+      const detail = (cause as Error).message.replace(/^.*softmaxCrossEntropy: /, "");
+      cause = new DivergenceError(iteration + 1, "loss", undefined, `is not finite (${detail})`);
+    }
+    let undone = this.#exchange.rollsBack;
     if (this.#exchange.rollsBack) {
       for (const optimizer of [...this.#exchange.optimizers, ...this.#hybrid?.optimizers ?? []]) {
         try {
           optimizer.undoIteration();
         } catch (undoError) {
+          undone = false;
           // An updating device itself is broken (e.g. its GPU was lost); say so with the cause.
           if (cause instanceof Error) {
             cause.message += `; rolling back the updating devices failed too: ${
@@ -577,6 +617,12 @@ export class DataParallelTrainer {
       }
     }
     if (cause instanceof DeviceError) this.#failed = cause;
+    if (cause instanceof DivergenceError) {
+      cause.rolledBack = undone;
+      // The replicas may hold what the master broadcast before the check; the run must stop (or
+      // resume from a checkpoint), not step on.
+      this.#failed = cause;
+    }
     return cause;
   }
 
