@@ -71,6 +71,8 @@ export interface TrainArgs {
   json: boolean;
   /** Show the help and exit. */
   help: boolean;
+  /** The flags the command line gave (without `--`), so a resumed run knows what to override. */
+  given: readonly string[];
 }
 
 const STRING_FLAGS = [
@@ -321,5 +323,6 @@ export function parseTrainArgs(
     report: s("report"),
     json: values.json === true,
     help: values.help === true,
+    given: Object.keys(values).filter((k) => values[k] !== undefined),
   };
 }

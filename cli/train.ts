@@ -50,6 +50,7 @@ import { CliError, closest, describeError, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_
 import { buildLocal, chooseModel, NEEDS_INPUT_SHAPE } from "./model.ts";
 import { formatDuration, Progress } from "./progress.ts";
 import { type StepPoint, writeReport } from "./report.ts";
+import { resumeArguments } from "./resume.ts";
 
 /** Where Ctrl-C saves when no `--checkpoint` was given. */
 export const INTERRUPTED_CHECKPOINT = "tandem-interrupted.safetensors";
@@ -183,14 +184,18 @@ async function writeTrace(path: string, trace: TraceRecorder, linkLabel: string)
  * ```
  */
 export async function runTrain(argv: readonly string[]): Promise<number> {
-  const args = parseTrainArgs(argv);
+  const parsed = parseTrainArgs(argv);
   // Under MPI every rank runs this same command; rank 0 speaks and writes files for all of them.
-  const root = args.transport === "local" || detectMpiLaunch()?.rank === 0;
-  if (args.help) {
+  const root = parsed.transport === "local" || detectMpiLaunch()?.rank === 0;
+  if (parsed.help) {
     if (root) console.log(helpText());
     return 0;
   }
-  const transport = args.transport === "mpi" ? MpiTransport.init() : undefined;
+  const transport = parsed.transport === "mpi" ? MpiTransport.init() : undefined;
+  // A resumed run continues with its checkpoint's settings, except the flags given here.
+  const { args, notes: resumeNotes } = parsed.resume
+    ? await resumeArguments(argv, parsed, transport)
+    : { args: parsed, notes: [] };
   // With --json, stdout carries exactly one JSON object; everything for people goes to stderr.
   const say = !root
     ? () => {}
@@ -257,6 +262,8 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
   const epochLimit = args.epochs ?? (args.steps !== undefined ? Infinity : DEFAULTS.epochs);
   const target = Math.min(epochLimit * perEpoch, args.steps ?? Infinity);
   const trace = args.trace || args.report ? new TraceRecorder() : undefined;
+  // Halved every epoch, as examples/mnist.ts.
+  const lr = { policy: "step" as const, baseLr: args.lr, gamma: 0.5, stepSize: perEpoch };
 
   const common = {
     model: spec,
@@ -272,8 +279,8 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       : undefined,
     optimizer: (parameters: ParameterEntry[]) =>
       new SGD(parameters, {
-        // Halved every epoch, as examples/mnist.ts; momentum and weight decay as Caffe's reference solvers.
-        lr: { policy: "step", baseLr: args.lr, gamma: 0.5, stepSize: perEpoch },
+        // Momentum and weight decay as Caffe's reference solvers.
+        lr,
         momentum: 0.9,
         weightDecay: 5e-4,
       }),
@@ -303,8 +310,12 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
           modelName: local.name,
         })
         : undefined;
+      // The checkpoint restored its own lr policy; the run's (the same unless --lr or --batch was
+      // given) takes over from the resumed step, on every optimizer of every rank.
+      trainer.setLrPolicy(lr);
       await trainer.broadcastParameters();
       say(`resumed from ${args.resume} at step ${loaded?.step}`);
+      for (const note of resumeNotes) say(`  ${note}`);
     }
     const first = trainer.iteration;
     const parameterCount = trainer.layout.total;
@@ -400,7 +411,15 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     // head's optimizer state) is whole from here on, for saving and evaluating.
     await trainer.syncParameters();
     const step = trainer.iteration;
-    const extra = { data: args.data, batch: args.batch, devices: args.devices, schedule: plan.name };
+    // What a plain --resume continues with (see resume.ts).
+    const extra = {
+      data: args.data,
+      batch: args.batch,
+      devices: args.devices,
+      schedule: plan.name,
+      epochs: args.epochs,
+      steps: args.steps,
+    };
     const save = async (path: string) => {
       await saveCheckpoint(path, {
         parameters: trainer.parameterEntries,

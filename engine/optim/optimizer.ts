@@ -223,6 +223,23 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
     return structuredClone(this.#hyper);
   }
 
+  /**
+   * Replaces the learning-rate policy (as setting PyTorch's `param_group["lr"]`), from the next
+   * update on; the iteration count, and so where the policy stands, is kept. How a resumed run takes
+   * a new `--lr`.
+   *
+   * @example
+   * ```ts
+   * import { SGD } from "./sgd.ts";
+   * declare const optimizer: SGD;
+   * optimizer.setLrPolicy({ policy: "step", baseLr: 0.001, gamma: 0.5, stepSize: 125 });
+   * ```
+   */
+  setLrPolicy(lr: number | LrPolicy): void {
+    this.#checkLive("setLrPolicy");
+    this.#hyper = this.checkHyper({ ...structuredClone(this.#hyper), lr: toLrPolicy(lr) });
+  }
+
   /** Finished training iterations; the updates of the current iteration use its learning rate. */
   get iteration(): number {
     return this.#iteration;

@@ -30,7 +30,13 @@
  * @module
  */
 
-import { type Optimizer, type ParameterEntry, TandemError, ValueError } from "../../engine/mod.ts";
+import {
+  type LrPolicy,
+  type Optimizer,
+  type ParameterEntry,
+  TandemError,
+  ValueError,
+} from "../../engine/mod.ts";
 import { type ComputeResult, type Device, DeviceError } from "../devices/device.ts";
 import type { ParameterLayout } from "../devices/layout.ts";
 import type { ModelSpec } from "../devices/model_spec.ts";
@@ -300,6 +306,17 @@ export class DataParallelTrainer {
    */
   get parameterEntries(): readonly ParameterEntry[] {
     return this.#exchange.parameterEntries;
+  }
+
+  /**
+   * Gives every optimizer of this process (the replicas' and a hybrid head's slices) the learning-
+   * rate policy `lr` from the next update on: a resumed run's new `--lr` or batch. Under MPI every
+   * rank calls it with the same policy.
+   */
+  setLrPolicy(lr: number | LrPolicy): void {
+    for (const optimizer of [...this.#exchange.optimizers, ...this.#hybrid?.optimizers ?? []]) {
+      optimizer.setLrPolicy(lr);
+    }
   }
 
   /**
