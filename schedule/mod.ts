@@ -131,6 +131,7 @@ export { CpuDevice } from "./devices/cpu_device.ts";
 export { BackendDevice } from "./devices/backend_device.ts";
 export {
   emulateRingAllreduce,
+  LINK_GRAMMAR,
   type LinkSpec,
   parseLink,
   timedMove,
