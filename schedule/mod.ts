@@ -175,7 +175,9 @@ export {
 } from "./mpi/library.ts";
 export {
   detectMpiLaunch,
+  inspectMpiLaunch,
   type MpiBuffer,
+  type MpiDetection,
   type MpiLaunch,
   MpiRequest,
   MpiTransport,
