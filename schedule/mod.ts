@@ -154,6 +154,13 @@ export {
   type WireFormat,
   type WireOptions,
 } from "./runtime/wire.ts";
+export {
+  DEVICE_COST,
+  type DeviceCapacity,
+  deviceCapacity,
+  type MachineSize,
+  machineSize,
+} from "./runtime/start.ts";
 export { buildModel, type ModelSpec } from "./devices/model_spec.ts";
 export {
   backwardGroupOrder,
