@@ -286,6 +286,12 @@ export function parseTrainArgs(
     throw new CliError(`unexpected argument "${positionals[0]}"; every option is a --flag (see --help)`);
   }
   const s = (name: string) => values[name] as string | undefined;
+  for (const flag of STRING_FLAGS) {
+    // --checkpoint "" belongs with the output-path checks.
+    if (flag !== "checkpoint" && s(flag) !== undefined && s(flag)!.trim() === "") {
+      throw new CliError(`--${flag} needs a value, got an empty string (see --help)`);
+    }
+  }
   const transport = oneOf("transport", s("transport"), ["local", "mpi"] as const) ??
     (launch ? "mpi" : "local");
   let devices = integer("devices", s("devices"), 1) ?? DEFAULTS.devices;
@@ -320,12 +326,6 @@ export function parseTrainArgs(
       throw new CliError(
         `--devices ${devices}: at most ${byThreads} devices on this machine (${machine.cores} cores, one thread per device)`,
       );
-    }
-  }
-  for (const flag of STRING_FLAGS) {
-    // --checkpoint "" belongs with the output-path checks.
-    if (flag !== "checkpoint" && s(flag) !== undefined && s(flag)!.trim() === "") {
-      throw new CliError(`--${flag} needs a value, got an empty string (see --help)`);
     }
   }
   if (s("link") !== undefined) {
