@@ -4,8 +4,23 @@
  * @module
  */
 
+import { resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { builtinModels, detectMpiLaunch, type MpiLaunch, WIRE_FORMATS, type WireFormat } from "../mod.ts";
+import {
+  builtinModels,
+  deviceCapacity,
+  inspectMpiLaunch,
+  type MachineSize,
+  machineSize,
+  type MpiDetection,
+  type MpiLaunch,
+  type Network,
+  parseLink,
+  summarize,
+  ValueError,
+  WIRE_FORMATS,
+  type WireFormat,
+} from "../mod.ts";
 import { CliError, closest } from "./errors.ts";
 
 /** The default recipe: the AlexNet-like net on the embedded MNIST digits, measured to clear 97%. */
@@ -73,6 +88,8 @@ export interface TrainArgs {
   help: boolean;
   /** The flags the command line gave (without `--`), so a resumed run knows what to override. */
   given: readonly string[];
+  /** One line each about the environment that the run goes on despite (stale MPI variables). */
+  warnings: string[];
 }
 
 const STRING_FLAGS = [
@@ -97,6 +114,7 @@ const STRING_FLAGS = [
   "report",
 ] as const;
 const BOOLEAN_FLAGS = ["error-feedback", "json", "help"] as const;
+const BUILTIN_SCHEDULES = ["overlap", "sequential", "bucketed", "hybrid", "auto"];
 
 /** Every flag as typed, for "did you mean" hints. */
 export const FLAG_NAMES: readonly string[] = [...STRING_FLAGS, ...BOOLEAN_FLAGS].map((f) => `--${f}`);
@@ -130,14 +148,19 @@ ${models.join("\n")}
 
 Parallelism
   --backend cpu|webgpu  device kind (default cpu: Workers; webgpu: one GPUDevice per device handle)
-  --devices N           device handles, N >= 1 (default ${DEFAULTS.devices}; under MPI: the number of ranks)
+  --devices N           device handles, N >= 1 (default ${DEFAULTS.devices}; under MPI: the number of ranks);
+                        at most what this machine's memory and cores hold for the model (said if exceeded)
   --transport T         local | mpi (default local, or mpi when started by mpirun): mpi runs one device
                         per MPI rank, across processes and hosts, e.g.
                         mpirun -np 2 deno run -A cli/train.ts --transport mpi
+                        (OMPI_* variables without mpirun's PMIx ones are stale: a warning, or refused
+                        with --transport mpi)
   --schedule S          overlap | sequential | bucketed | hybrid | auto | <schedule file>
                         (default ${DEFAULTS.schedule}); hybrid splits the FC layers over the devices
   --reduce MODE         master | allreduce (default ${DEFAULTS.reduce})
-  --link BANDWIDTH      emulate a slower link: 1.2GB/s, 800MB/s,50us, pcie3, 10gbe… (labelled emulated)
+  --link BANDWIDTH      emulate a slower link (labelled emulated): NUMBER[k|M|G|T] then B/s (bytes) or
+                        b/s, bit/s (bits), optionally ,LATENCY in s|ms|us|ns: 1.2GB/s, 10Gb/s,
+                        800MB/s,50us; or pcie3 | pcie4 | nvlink | 10gbe | 100gbe. Local transport only
   --wire FORMAT         gradients on the wire: fp32 | fp16 | bf16 (default fp32). fp16 and bf16 halve
                         the exchanged bytes; lossy, not bit-identical to fp32; parameters stay fp32
   --error-feedback      with --wire fp16|bf16: each device adds the rounding error it left out
@@ -146,21 +169,25 @@ Parallelism
 Training
   --epochs N            epochs to train (default ${DEFAULTS.epochs}, or no limit when --steps is given)
   --steps N             stop when the total step count (resumed steps included) reaches N;
-                        0 builds the model, prints its summary and exits
+                        0 builds the model, prints its summary and exits (so it takes no --resume,
+                        --trace or --report)
   --batch N             global batch, divisible by --devices (default ${DEFAULTS.batch})
   --accumulate K        gradient accumulation: each device runs its share of --batch as K micro-batches
-                        and communicates after the last; the batch splits into devices × K (default 1)
+                        and communicates after the last; the batch splits into devices × K (default 1);
+                        not with --schedule hybrid
   --lr X                base learning rate, halved every epoch (default ${DEFAULTS.lr})
   --seed N              seed of initialisation, shuffling and dropout (default ${DEFAULTS.seed})
 
 Files
   --checkpoint PATH     save parameters and optimizer state at the end and on Ctrl-C
-  --resume PATH         continue from a checkpoint of the same model
+  --resume PATH         continue from a checkpoint of the same model (must exist; checked first)
   --trace PATH          write a Chrome trace (chrome://tracing, Perfetto) of every lane
   --report PATH         write an HTML report: loss/accuracy curves and a few steps' lanes
+                        (--trace and --report name different files, neither an input's)
   --json                print one JSON object on stdout (progress goes to stderr)
   --help                show this help
 
+No flag takes an empty value, and flags that would be ignored together are refused.
 Ctrl-C finishes the current step, saves a checkpoint (--checkpoint, else tandem-interrupted.safetensors)
 and exits with status 130.`;
 }
@@ -178,7 +205,7 @@ function integer(flag: string, text: string | undefined, min: number): number | 
 function positive(flag: string, text: string | undefined): number | undefined {
   if (text === undefined) return undefined;
   const value = Number(text);
-  if (text.trim() === "" || !Number.isFinite(value) || value <= 0) {
+  if (!/^\s*(\d+\.?\d*|\.\d+)(e[+-]?\d+)?\s*$/i.test(text) || !Number.isFinite(value) || value <= 0) {
     throw new CliError(`--${flag} expects a positive number, got "${text}"`);
   }
   return value;
@@ -201,9 +228,11 @@ function oneOf<T extends string>(
 
 /**
  * Parses and validates `argv`. Throws a {@link CliError} naming the flag for anything wrong,
- * suggesting the closest flag for an unknown one. `launch` is the MPI job this process runs in
- * (read from mpirun's environment by default): it makes `mpi` the default transport, and under it
- * the device count is the number of ranks.
+ * suggesting the closest flag for an unknown one, and for flags that contradict each other. `mpi` is
+ * the MPI job this process runs in, or what the environment says about one (read from mpirun's
+ * environment by default): a launch makes `mpi` the default transport, and under it the device count
+ * is the number of ranks; stale MPI variables are a warning, or refused with `--transport mpi`.
+ * `machine` bounds `--devices` by threads (the memory bound needs the model: {@link checkDeviceCount}).
  *
  * @example
  * ```ts
@@ -214,17 +243,29 @@ function oneOf<T extends string>(
  */
 export function parseTrainArgs(
   argv: readonly string[],
-  launch: MpiLaunch | undefined = detectMpiLaunch(),
+  mpi: MpiLaunch | MpiDetection | undefined = inspectMpiLaunch(),
+  machine: MachineSize = machineSize(),
 ): TrainArgs {
+  const detection: MpiDetection = mpi === undefined ? {} : "rank" in mpi ? { launch: mpi } : mpi;
+  const launch = detection.launch;
   // node:util's own message for an unknown option has no hint, so unknown flags are caught first.
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i];
+  const given = [...argv];
+  for (let i = 0; i < given.length; i++) {
+    const arg = given[i];
     if (arg === "--") break;
     if (!arg.startsWith("-") || arg === "-") continue;
     const flag = arg.split("=")[0];
     if (flag === "-h" || FLAG_NAMES.includes(flag)) {
-      // The value of a string flag (`--lr -1`) is not a flag; node:util explains how to pass it.
-      if (!arg.includes("=") && (STRING_FLAGS as readonly string[]).includes(flag.slice(2))) i++;
+      if (!arg.includes("=") && (STRING_FLAGS as readonly string[]).includes(flag.slice(2))) {
+        // A value that starts with a dash (`--lr -1`, `--link -5MB/s`) is the flag's value, to be
+        // refused by the flag's own check, unless it is a flag itself (`--devices --batch 8`).
+        const next = given[i + 1];
+        if (next?.startsWith("-") && next !== "-h" && !FLAG_NAMES.includes(next.split("=")[0])) {
+          given.splice(i, 2, `${arg}=${next}`);
+        } else {
+          i++;
+        }
+      }
       continue;
     }
     const hint = closest(flag.startsWith("--") ? flag : `-${flag}`, FLAG_NAMES);
@@ -238,23 +279,32 @@ export function parseTrainArgs(
     for (const f of STRING_FLAGS) options[f] = { type: "string" };
     for (const f of BOOLEAN_FLAGS) options[f] = { type: "boolean" };
     options.help.short = "h";
-    ({ values, positionals } = parseArgs({ args: [...argv], options, strict: true, allowPositionals: true }));
+    ({ values, positionals } = parseArgs({ args: given, options, strict: true, allowPositionals: true }));
   } catch (error) {
-    // e.g. "Option '--devices <value>' argument missing"
-    throw new CliError(`${(error as Error).message} (see --help)`);
+    // e.g. "Option '--devices <value>' argument missing"; one line, like every other message.
+    throw new CliError(`${(error as Error).message.replace(/\s*\n\s*/g, " ")} (see --help)`);
   }
   if (positionals.length) {
     throw new CliError(`unexpected argument "${positionals[0]}"; every option is a --flag (see --help)`);
   }
   const s = (name: string) => values[name] as string | undefined;
+  for (const flag of STRING_FLAGS) {
+    // --checkpoint "" belongs with the output-path checks.
+    if (flag !== "checkpoint" && s(flag) !== undefined && s(flag)!.trim() === "") {
+      throw new CliError(`--${flag} needs a value, got an empty string (see --help)`);
+    }
+  }
   const transport = oneOf("transport", s("transport"), ["local", "mpi"] as const) ??
     (launch ? "mpi" : "local");
   let devices = integer("devices", s("devices"), 1) ?? DEFAULTS.devices;
+  const warnings: string[] = [];
   if (transport === "mpi") {
     if (!launch) {
       throw new CliError(
         "--transport mpi runs one process per device: start it with mpirun, e.g. " +
-          "mpirun -np 2 deno run -A cli/train.ts --transport mpi (OMPI_COMM_WORLD_SIZE is not set)",
+          `mpirun -np 2 deno run -A cli/train.ts --transport mpi (${
+            detection.ignored ?? "OMPI_COMM_WORLD_SIZE is not set"
+          })`,
       );
     }
     if (s("devices") !== undefined && devices !== launch.size) {
@@ -269,6 +319,24 @@ export function parseTrainArgs(
       );
     }
     devices = launch.size;
+  } else if (detection.ignored) {
+    warnings.push(`${detection.ignored}; running as one local process`);
+  } else {
+    // MPI ranks may be on other hosts; in one process, every device is a thread of this machine.
+    const { byThreads } = deviceCapacity({ parameters: 0 }, machine);
+    if (devices > byThreads) {
+      throw new CliError(
+        `--devices ${devices}: at most ${byThreads} devices on this machine (${machine.cores} cores, one thread per device)`,
+      );
+    }
+  }
+  if (s("link") !== undefined) {
+    try {
+      parseLink(s("link")!);
+    } catch (error) {
+      if (!(error instanceof ValueError)) throw error;
+      throw new CliError(`--link ${error.message.slice(`${error.op}: `.length)}`);
+    }
   }
   const wire = oneOf("wire", s("wire"), WIRE_FORMATS) ?? "fp32";
   const errorFeedback = values["error-feedback"] === true;
@@ -300,6 +368,34 @@ export function parseTrainArgs(
       }`,
     );
   }
+  const steps = integer("steps", s("steps"), 0);
+  if (steps === 0) {
+    // --steps 0 only prints the model's summary: a flag about training would be silently dropped.
+    for (const flag of ["resume", "trace", "report"]) {
+      if (s(flag) !== undefined) {
+        throw new CliError(
+          `--${flag} does nothing with --steps 0, which prints the model summary and trains nothing`,
+        );
+      }
+    }
+  }
+  if (accumulate > 1 && s("schedule") === "hybrid") {
+    throw new CliError(
+      `--accumulate ${accumulate} does not combine with --schedule hybrid (yet); use one or the other`,
+    );
+  }
+  // An output must not overwrite another output or an input the run reads.
+  const outputs = (["trace", "report"] as const).filter((f) => s(f) !== undefined);
+  const named = [...Object.keys(builtinModels), ...BUILTIN_SCHEDULES];
+  const others = (["checkpoint", "trace", "report", "resume", "model", "schedule"] as const)
+    .filter((f) => s(f) !== undefined && !named.includes(s(f)!));
+  for (const output of outputs) {
+    for (const other of others) {
+      if (other !== output && resolve(s(other)!) === resolve(s(output)!)) {
+        throw new CliError(`--${output} and --${other} name the same file "${s(output)}"; give each its own`);
+      }
+    }
+  }
   return {
     model: s("model") ?? DEFAULTS.model,
     data: s("data") ?? DEFAULTS.data,
@@ -312,7 +408,7 @@ export function parseTrainArgs(
     wire,
     errorFeedback,
     epochs: integer("epochs", s("epochs"), 1),
-    steps: integer("steps", s("steps"), 0),
+    steps,
     batch,
     accumulate,
     lr: positive("lr", s("lr")) ?? DEFAULTS.lr,
@@ -324,5 +420,43 @@ export function parseTrainArgs(
     json: values.json === true,
     help: values.help === true,
     given: Object.keys(values).filter((k) => values[k] !== undefined),
+    warnings,
   };
+}
+
+/**
+ * Refuses, before any device starts, a device count whose memory this machine cannot hold for
+ * `network` (see `deviceCapacity` for the estimate), with the limit and what it rests on.
+ *
+ * @example
+ * ```ts ignore
+ * import { checkDeviceCount } from "./args.ts";
+ * checkDeviceCount(args, network); // throws CliError for --devices 1000
+ * ```
+ */
+export function checkDeviceCount(
+  args: Pick<TrainArgs, "devices" | "transport" | "batch" | "accumulate">,
+  network: Network,
+  machine: MachineSize = machineSize(),
+): void {
+  if (args.transport !== "local") return;
+  const summary = summarize(network, network.inputShape);
+  const activationsPerSample = summary.rows.reduce(
+    (n, row) => n + row.outputShape.slice(1).reduce((a, b) => a * b, 1),
+    0,
+  );
+  const capacity = deviceCapacity({
+    parameters: summary.parameters,
+    activationsPerSample,
+    samplesPerDevice: args.batch / args.devices / args.accumulate,
+  }, machine);
+  if (args.devices > capacity.maxDevices) {
+    const gib = (bytes: number) => (bytes / 2 ** 30).toFixed(1);
+    throw new CliError(
+      `--devices ${args.devices}: at most ${capacity.maxDevices} devices for this model on this machine ` +
+        `(${gib(machine.memoryBytes)} GiB memory, ${machine.cores} cores; about ${
+          (capacity.bytesPerDevice / 2 ** 20).toFixed(0)
+        } MiB per device)`,
+    );
+  }
 }

@@ -44,7 +44,7 @@ import {
   validatePlan,
   writeFileAtomic,
 } from "../mod.ts";
-import { DEFAULTS, helpText, parseTrainArgs, type TrainArgs } from "./args.ts";
+import { checkDeviceCount, DEFAULTS, helpText, parseTrainArgs, type TrainArgs } from "./args.ts";
 import { fitToModel, type LoadedImages, loadImages } from "./data.ts";
 import { CliError, closest, describeError, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE } from "./errors.ts";
 import { buildLocal, chooseModel, NEEDS_INPUT_SHAPE } from "./model.ts";
@@ -164,6 +164,25 @@ async function copyMasterInto(model: Network, trainer: DataParallelTrainer): Pro
   }
 }
 
+/** Refuses an input file that is missing, not a file, or unreadable, naming `--flag`. */
+async function checkReadable(flag: string, path: string): Promise<void> {
+  let file: Deno.FsFile | undefined;
+  try {
+    if (!(await Deno.stat(path)).isFile) throw new CliError(`--${flag} ${path}: not a file`, EXIT_FAILURE);
+    file = await Deno.open(path, { read: true });
+  } catch (error) {
+    if (error instanceof CliError) throw error;
+    const why = error instanceof Deno.errors.NotFound
+      ? "no such file"
+      : error instanceof Deno.errors.PermissionDenied
+      ? "permission denied"
+      : (error as Error).message;
+    throw new CliError(`--${flag} ${path}: cannot read it (${why})`, EXIT_FAILURE);
+  } finally {
+    file?.close();
+  }
+}
+
 async function writeTrace(path: string, trace: TraceRecorder, linkLabel: string): Promise<void> {
   // The link label travels in the file so nobody mistakes an emulated timeline for a real one.
   const json = {
@@ -191,6 +210,9 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     if (root) console.log(helpText());
     return 0;
   }
+  if (root) { for (const warning of parsed.warnings) console.error(`tandem train: warning: ${warning}`); }
+  // Only rank 0 reads the checkpoint (other hosts need not have it); a missing one fails before any work.
+  if (parsed.resume !== undefined && root) await checkReadable("resume", parsed.resume);
   const transport = parsed.transport === "mpi" ? MpiTransport.init() : undefined;
   // A resumed run continues with its checkpoint's settings, except the flags given here.
   const { args, notes: resumeNotes } = parsed.resume
@@ -234,6 +256,12 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
   const data = fitToModel(images ?? await loadImages(args.data, choice, args.seed), args.data, choice);
   const baseSpec = choice.spec(data.train.classes);
   const local = await buildLocal(baseSpec);
+  try {
+    checkDeviceCount(args, local);
+  } catch (error) {
+    local.dispose();
+    throw error;
+  }
   // A measured (auto) schedule could differ between ranks: rank 0 measures and decides for all.
   const { plan, spec } = transport && args.schedule === "auto"
     ? await transport.broadcastJson(

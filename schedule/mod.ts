@@ -132,6 +132,7 @@ export { CpuDevice } from "./devices/cpu_device.ts";
 export { BackendDevice } from "./devices/backend_device.ts";
 export {
   emulateRingAllreduce,
+  LINK_GRAMMAR,
   type LinkSpec,
   parseLink,
   timedMove,
@@ -154,6 +155,13 @@ export {
   type WireFormat,
   type WireOptions,
 } from "./runtime/wire.ts";
+export {
+  DEVICE_COST,
+  type DeviceCapacity,
+  deviceCapacity,
+  type MachineSize,
+  machineSize,
+} from "./runtime/start.ts";
 export { buildModel, type ModelSpec } from "./devices/model_spec.ts";
 export {
   backwardGroupOrder,
@@ -175,7 +183,9 @@ export {
 } from "./mpi/library.ts";
 export {
   detectMpiLaunch,
+  inspectMpiLaunch,
   type MpiBuffer,
+  type MpiDetection,
   type MpiLaunch,
   MpiRequest,
   MpiTransport,

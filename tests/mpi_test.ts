@@ -367,7 +367,14 @@ Deno.test({
 
 Deno.test("mpi: --transport is read from mpirun's environment and checked against it", () => {
   const env = (vars: Record<string, string>) => new Map(Object.entries(vars));
-  const launch = detectMpiLaunch(env({ OMPI_COMM_WORLD_SIZE: "4", OMPI_COMM_WORLD_RANK: "3" }));
+  // What mpirun (Open MPI 4.1) sets besides OMPI_COMM_WORLD_*: the rank's PMIx identity.
+  const launch = detectMpiLaunch(env({
+    OMPI_COMM_WORLD_SIZE: "4",
+    OMPI_COMM_WORLD_RANK: "3",
+    PMIX_RANK: "3",
+    PMIX_NAMESPACE: "2073690113",
+    PMIX_SERVER_URI4: "2073690112.0;tcp4://127.0.0.1:60565",
+  }));
   assert.deepEqual(launch, { rank: 3, size: 4, localRank: 3, localSize: 4 });
   assert.equal(detectMpiLaunch(env({})), undefined);
   const underMpi = parseTrainArgs(["--batch", "16"], launch);

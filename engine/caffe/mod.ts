@@ -21,6 +21,7 @@ export {
   loadCaffeNet,
 } from "./import.ts";
 export {
+  MAX_PROTOTXT_DEPTH,
   parsePrototxt,
   PrototxtError,
   type PrototxtField,

@@ -308,6 +308,22 @@ function parseNumber(lexer: Lexer, token: Token): number {
 
 const CLOSING: Record<string, string> = { "{": "}", "<": ">" };
 
+/**
+ * How deep messages may nest. Caffe's deepest real nesting is about 4 (`layer { param { filler { … } } }`);
+ * the limit keeps a hostile file from overflowing the parser's (recursive) stack.
+ */
+export const MAX_PROTOTXT_DEPTH = 100;
+
+/** Opens the child message at `open` (a `{` or `<` just read), `depth` levels below the root. */
+function openMessage(lexer: Lexer, open: Token, depth: number): PrototxtMessage {
+  if (depth > MAX_PROTOTXT_DEPTH) {
+    lexer.error(open.line, open.column, `messages nest deeper than ${MAX_PROTOTXT_DEPTH} levels`);
+  }
+  const child = new PrototxtMessage(lexer.fileName, open.line, open.column);
+  parseMessageBody(lexer, child, CLOSING[open.text], depth);
+  return child;
+}
+
 function parseScalar(lexer: Lexer): PrototxtScalar {
   const token = lexer.next();
   switch (token.kind) {
@@ -345,7 +361,12 @@ function parseScalar(lexer: Lexer): PrototxtScalar {
   );
 }
 
-function parseMessageBody(lexer: Lexer, message: PrototxtMessage, closing: string | undefined): void {
+function parseMessageBody(
+  lexer: Lexer,
+  message: PrototxtMessage,
+  closing: string | undefined,
+  depth: number,
+): void {
   while (true) {
     const token = lexer.peek();
     if (token.kind === "end") {
@@ -370,14 +391,14 @@ function parseMessageBody(lexer: Lexer, message: PrototxtMessage, closing: strin
       );
     }
     lexer.next();
-    parseField(lexer, message, token);
+    parseField(lexer, message, token, depth);
     // Fields may be separated by an optional comma or semicolon.
     const separator = lexer.peek();
     if (separator.kind === "symbol" && (separator.text === "," || separator.text === ";")) lexer.next();
   }
 }
 
-function parseField(lexer: Lexer, parent: PrototxtMessage, nameToken: Token): void {
+function parseField(lexer: Lexer, parent: PrototxtMessage, nameToken: Token, depth: number): void {
   let token = lexer.peek();
   const colon = token.kind === "symbol" && token.text === ":";
   if (colon) {
@@ -387,8 +408,7 @@ function parseField(lexer: Lexer, parent: PrototxtMessage, nameToken: Token): vo
   const at = { name: nameToken.text, line: nameToken.line, column: nameToken.column };
   if (token.kind === "symbol" && token.text in CLOSING) {
     lexer.next();
-    const child = new PrototxtMessage(lexer.fileName, token.line, token.column);
-    parseMessageBody(lexer, child, CLOSING[token.text]);
+    const child = openMessage(lexer, token, depth + 1);
     parent.fields.push({ ...at, value: child, valueLine: token.line, valueColumn: token.column });
     return;
   }
@@ -411,9 +431,7 @@ function parseField(lexer: Lexer, parent: PrototxtMessage, nameToken: Token): vo
       let value: PrototxtScalar | PrototxtMessage;
       if (start.kind === "symbol" && start.text in CLOSING) {
         lexer.next();
-        const child = new PrototxtMessage(lexer.fileName, start.line, start.column);
-        parseMessageBody(lexer, child, CLOSING[start.text]);
-        value = child;
+        value = openMessage(lexer, start, depth + 1);
       } else {
         value = parseScalar(lexer);
       }
@@ -438,8 +456,8 @@ function parseField(lexer: Lexer, parent: PrototxtMessage, nameToken: Token): vo
  * values; single- or double-quoted strings with C escapes, adjacent ones concatenated; `true`/`false`;
  * enum identifiers), messages written `name { … }`, `name: { … }` or `name < … >`, list shorthand
  * `name: [a, b]`, optional `,`/`;` separators and `#` comments. Repeated fields keep every
- * occurrence in order. Malformed text throws {@link PrototxtError} with line, column and what was
- * expected.
+ * occurrence in order. Malformed text, or messages nested deeper than {@link MAX_PROTOTXT_DEPTH},
+ * throws {@link PrototxtError} with line, column and what was expected.
  *
  * @example
  * ```ts
@@ -451,6 +469,6 @@ function parseField(lexer: Lexer, parent: PrototxtMessage, nameToken: Token): vo
 export function parsePrototxt(text: string, fileName = "<prototxt>"): PrototxtMessage {
   const lexer = new Lexer(text.startsWith("\uFEFF") ? ` ${text.slice(1)}` : text, fileName);
   const root = new PrototxtMessage(fileName, 1, 1);
-  parseMessageBody(lexer, root, undefined);
+  parseMessageBody(lexer, root, undefined, 0);
   return root;
 }

@@ -100,6 +100,41 @@ const ARRAY_OF: Readonly<Record<SafetensorsDType, (buffer: ArrayBuffer) => Safet
 /** The reference implementation's limit on the JSON header, against hostile or corrupt lengths. */
 export const MAX_HEADER_BYTES = 100_000_000;
 
+/**
+ * How deep a safetensors header's JSON may nest: the format's own nesting is 3 (the header object, a
+ * tensor's entry, its `shape` list). Checked before `JSON.parse`, so a hostile header fails in one
+ * linear pass, and nothing downstream (messages quoting a value) meets a deeply nested one.
+ */
+export const MAX_HEADER_DEPTH = 3;
+
+/** How deep the JSON in a checkpoint's metadata strings (optimizer state, extra data) may nest. */
+export const MAX_METADATA_JSON_DEPTH = 32;
+
+/**
+ * Where `text` (JSON) first nests deeper than `limit` arrays and objects, as a phrase for an
+ * error, or `undefined`. Strings are skipped, escapes included.
+ */
+function jsonDepthProblem(text: string, limit: number): string | undefined {
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      for (i++; i < text.length && text.charCodeAt(i) !== 0x22; i++) if (text.charCodeAt(i) === 0x5c) i++;
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > limit) return `nests deeper than ${limit} levels at character ${i + 1}`;
+    } else if (c === 0x5d || c === 0x7d) {
+      depth--;
+    }
+  }
+  return undefined;
+}
+
+/** A value quoted in an error message: JSON, cut to a readable length. */
+function brief(value: unknown): string {
+  const text = JSON.stringify(value) ?? String(value);
+  return text.length > 60 ? `${text.slice(0, 57)}...` : text;
+}
+
 /** Typed arrays are used as little-endian bytes directly; a big-endian host would need swapping. */
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
@@ -315,6 +350,8 @@ export function decodeSafetensors(bytes: Uint8Array, source = "<bytes>"): Safete
   if (!text.startsWith("{")) {
     fail(`header does not start with "{" (got ${JSON.stringify(text.slice(0, 16))})`);
   }
+  const tooDeep = jsonDepthProblem(text, MAX_HEADER_DEPTH);
+  if (tooDeep) fail(`header ${tooDeep} (a safetensors header nests ${MAX_HEADER_DEPTH})`);
   let header: unknown;
   try {
     header = JSON.parse(text);
@@ -334,31 +371,29 @@ export function decodeSafetensors(bytes: Uint8Array, source = "<bytes>"): Safete
       }
       for (const [key, item] of Object.entries(value as Record<string, unknown>)) {
         if (typeof item !== "string") {
-          fail(`__metadata__ "${key}" is ${JSON.stringify(item)}; metadata values must be strings`);
+          fail(`__metadata__ ${brief(key)} is ${brief(item)}; metadata values must be strings`);
         }
         metadata[key] = item as string;
       }
       continue;
     }
-    const where = `tensor "${name}"`;
+    const where = `tensor ${brief(name)}`;
     if (value === null || typeof value !== "object" || Array.isArray(value)) {
       fail(`${where}: entry is not an object`);
     }
     const { dtype, shape, data_offsets: offsets } = value as Record<string, unknown>;
     if (typeof dtype !== "string" || !(dtype in DTYPE_BYTES)) {
       fail(
-        `${where}: dtype ${JSON.stringify(dtype)} is not supported (known: ${
-          Object.keys(DTYPE_BYTES).join(", ")
-        })`,
+        `${where}: dtype ${brief(dtype)} is not supported (known: ${Object.keys(DTYPE_BYTES).join(", ")})`,
       );
     }
     if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
-      fail(`${where}: shape ${JSON.stringify(shape)} is not a list of non-negative integers`);
+      fail(`${where}: shape ${brief(shape)} is not a list of non-negative integers`);
     }
     const validOffsets = Array.isArray(offsets) && offsets.length === 2 &&
       offsets.every((o) => Number.isSafeInteger(o) && o >= 0) && offsets[0] <= offsets[1];
     if (!validOffsets) {
-      fail(`${where}: data_offsets ${JSON.stringify(offsets)} is not [begin, end] with begin ≤ end`);
+      fail(`${where}: data_offsets ${brief(offsets)} is not [begin, end] with begin ≤ end`);
     }
     const [begin, end] = offsets as [number, number];
     const count = elementCount(shape as number[]);
@@ -636,6 +671,11 @@ function describe(host: HostTensor): string {
 
 function parseJson(text: string | undefined, what: string, problems: string[]): unknown {
   if (text === undefined) return undefined;
+  const tooDeep = jsonDepthProblem(text, MAX_METADATA_JSON_DEPTH);
+  if (tooDeep) {
+    problems.push(`metadata "${what}" ${tooDeep}`);
+    return undefined;
+  }
   try {
     return JSON.parse(text);
   } catch (error) {

@@ -29,20 +29,38 @@ const NAMED_LINKS: Record<string, [number, number, string]> = {
   "100gbe": [12e9, 10e-6, "100 GbE"],
 };
 
+/** What {@link parseLink} accepts, for error messages (and `--help`). */
+export const LINK_GRAMMAR: string =
+  `a bandwidth NUMBER[k|K|M|G|T]UNIT with UNIT B/s (bytes) or b/s, bit/s (bits), e.g. 12GB/s, 800MB/s, 10Gb/s, ` +
+  `optionally ",LATENCY" with s, ms, us, µs or ns (1.2GB/s,50us); or one of ${
+    Object.keys(NAMED_LINKS).join(", ")
+  }`;
+
+// Strict on purpose: a positive decimal, no sign, no exponent, no range. The unit's case matters
+// (B bytes, b bits; M mega, never milli), so "10Gb/s" cannot pass for 10 GB/s.
+const NUMBER = String.raw`(\d+(?:\.\d+)?|\.\d+)`;
+const BANDWIDTH = new RegExp(String.raw`^${NUMBER} ?([kKMGT]?)(B/s|b/s|bit/s)$`);
+const LATENCY = new RegExp(String.raw`^${NUMBER} ?(s|ms|us|µs|ns)$`);
+const PREFIX: Record<string, number> = { "": 1, k: 1e3, K: 1e3, M: 1e6, G: 1e9, T: 1e12 };
+const LATENCY_UNIT: Record<string, number> = { s: 1, ms: 1e-3, us: 1e-6, "µs": 1e-6, ns: 1e-9 };
+
 /**
- * Parses a link description: a named link (`pcie3`, `pcie4`, `nvlink`, `10gbe`, `100gbe`) or a
- * bandwidth such as `12GB/s`, `1.2 GB/s`, `800MB/s`, optionally with a latency after a comma
- * (`1.2GB/s,50us`).
+ * Parses a link description: a named link (`pcie3`, `pcie4`, `nvlink`, `10gbe`, `100gbe`, any case)
+ * or a bandwidth `NUMBER[prefix]UNIT`: prefix `k`/`K`, `M`, `G`, `T` (powers of 1000); unit `B/s`
+ * for bytes or `b/s` / `bit/s` for bits (`10Gb/s` is 1.25 GB/s); one optional space before the
+ * prefix. A latency may follow a comma (`1.2GB/s,50us`; units `s`, `ms`, `us`, `µs`, `ns`). Anything
+ * else (signs, ranges, exponents, zero, stray characters) throws a `ValueError` naming the text and
+ * {@link LINK_GRAMMAR}.
  *
  * @example
  * ```ts
  * import { parseLink } from "./link.ts";
  * parseLink("1.2GB/s"); // { bandwidthBytesPerSecond: 1.2e9, latencySeconds: 0, label: "1.2 GB/s (emulated)" }
+ * parseLink("10Gb/s").bandwidthBytesPerSecond; // 1.25e9
  * ```
  */
 export function parseLink(text: string): LinkSpec {
-  const key = text.trim().toLowerCase().replace(/[\s_-]/g, "");
-  const named = NAMED_LINKS[key];
+  const named = NAMED_LINKS[text.trim().toLowerCase()];
   if (named) {
     const [bandwidth, latency, name] = named;
     return {
@@ -51,19 +69,22 @@ export function parseLink(text: string): LinkSpec {
       label: `${name} (emulated, ${bandwidth / 1e9} GB/s, ${latency * 1e6} µs)`,
     };
   }
-  const match = /^([0-9.]+)(k|m|g|t)?b\/s(?:,([0-9.]+)(s|ms|us|µs|ns))?$/.exec(key);
-  if (!match || !Number.isFinite(Number(match[1])) || Number(match[1]) <= 0) {
-    throw new ValueError(
-      "link",
-      `cannot read "${text}": give a bandwidth like 12GB/s or 800MB/s (optionally ",50us"), or one of ${
-        Object.keys(NAMED_LINKS).join(", ")
-      }`,
-    );
+  const refuse = (why: string): never => {
+    throw new ValueError("link", `cannot read ${JSON.stringify(text)}: ${why}; expected ${LINK_GRAMMAR}`);
+  };
+  const parts = text.trim().split(",").map((part) => part.trim());
+  if (parts.length > 2) refuse("more than one comma");
+  const bandwidthMatch = BANDWIDTH.exec(parts[0]);
+  if (!bandwidthMatch) refuse(`"${parts[0]}" is not a bandwidth`);
+  const [, amount, prefix, unit] = bandwidthMatch!;
+  const bandwidth = Number(amount) * PREFIX[prefix] / (unit === "B/s" ? 1 : 8);
+  if (!(bandwidth > 0) || !Number.isFinite(bandwidth)) refuse("the bandwidth must be positive");
+  let latency = 0;
+  if (parts.length === 2) {
+    const latencyMatch = LATENCY.exec(parts[1]);
+    if (!latencyMatch) refuse(`"${parts[1]}" is not a latency`);
+    latency = Number(latencyMatch![1]) * LATENCY_UNIT[latencyMatch![2]];
   }
-  const scale = { k: 1e3, m: 1e6, g: 1e9, t: 1e12 }[match[2] as "k" | "m" | "g" | "t"] ?? 1;
-  const bandwidth = Number(match[1]) * scale;
-  const latencyScale = { s: 1, ms: 1e-3, us: 1e-6, "µs": 1e-6, ns: 1e-9 }[match[4] as "s"] ?? 0;
-  const latency = match[3] ? Number(match[3]) * latencyScale : 0;
   return {
     bandwidthBytesPerSecond: bandwidth,
     latencySeconds: latency,
