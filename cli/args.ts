@@ -61,6 +61,10 @@ export interface TrainArgs {
   seed: number;
   /** Where to save the final (or interrupted) checkpoint. */
   checkpoint?: string;
+  /** Also save `checkpoint` every this many steps (after step N, 2N, …). */
+  checkpointEvery?: number;
+  /** With `checkpointEvery`: keep the last K snapshots as numbered files (see `cli/snapshots.ts`). */
+  keep?: number;
   /** Checkpoint to continue from. */
   resume?: string;
   /** Where to write a Chrome trace. */
@@ -90,6 +94,8 @@ const STRING_FLAGS = [
   "lr",
   "seed",
   "checkpoint",
+  "checkpoint-every",
+  "keep",
   "resume",
   "trace",
   "report",
@@ -152,15 +158,21 @@ Training
   --seed N              seed of initialisation, shuffling and dropout (default ${DEFAULTS.seed})
 
 Files
-  --checkpoint PATH     save parameters and optimizer state at the end and on Ctrl-C
+  --checkpoint PATH     save parameters and optimizer state at the end, on Ctrl-C and on SIGTERM
+  --checkpoint-every N  also save it every N steps (after step N, 2N, …); needs --checkpoint
+  --keep K              with --checkpoint-every: also keep the last K snapshots beside PATH as
+                        NAME-<step>.safetensors, the step zero-padded to 6 digits (run.safetensors:
+                        run-000200.safetensors); older numbered ones are deleted, PATH is the latest
   --resume PATH         continue from a checkpoint of the same model
   --trace PATH          write a Chrome trace (chrome://tracing, Perfetto) of every lane
   --report PATH         write an HTML report: loss/accuracy curves and a few steps' lanes
   --json                print one JSON object on stdout (progress goes to stderr)
   --help                show this help
 
-Ctrl-C finishes the current step, saves a checkpoint (--checkpoint, else tandem-interrupted.safetensors)
-and exits with status 130.`;
+Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint (--checkpoint, else
+tandem-interrupted.safetensors) and exits with status 130 (SIGTERM: 143). Output paths are checked
+before training starts; a symbolic link is followed (its target is replaced), a device such as
+/dev/null is written in place.`;
 }
 
 function integer(flag: string, text: string | undefined, min: number): number | undefined {
@@ -298,6 +310,14 @@ export function parseTrainArgs(
       }`,
     );
   }
+  const checkpointEvery = integer("checkpoint-every", s("checkpoint-every"), 1);
+  if (checkpointEvery !== undefined && s("checkpoint") === undefined) {
+    throw new CliError(`--checkpoint-every ${checkpointEvery} needs --checkpoint PATH to say where to save`);
+  }
+  const keep = integer("keep", s("keep"), 1);
+  if (keep !== undefined && checkpointEvery === undefined) {
+    throw new CliError(`--keep ${keep} keeps periodic snapshots: it needs --checkpoint-every N`);
+  }
   return {
     model: s("model") ?? DEFAULTS.model,
     data: s("data") ?? DEFAULTS.data,
@@ -316,6 +336,8 @@ export function parseTrainArgs(
     lr: positive("lr", s("lr")) ?? DEFAULTS.lr,
     seed: integer("seed", s("seed"), 0) ?? DEFAULTS.seed,
     checkpoint: s("checkpoint"),
+    checkpointEvery,
+    keep,
     resume: s("resume"),
     trace: s("trace"),
     report: s("report"),
