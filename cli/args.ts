@@ -4,7 +4,6 @@
  * @module
  */
 
-import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import {
   builtinModels,
@@ -76,6 +75,10 @@ export interface TrainArgs {
   seed: number;
   /** Where to save the final (or interrupted) checkpoint. */
   checkpoint?: string;
+  /** Also save `checkpoint` every this many steps (after step N, 2N, …). */
+  checkpointEvery?: number;
+  /** With `checkpointEvery`: keep the last K snapshots as numbered files (see `cli/snapshots.ts`). */
+  keep?: number;
   /** Checkpoint to continue from. */
   resume?: string;
   /** Where to write a Chrome trace. */
@@ -109,12 +112,13 @@ const STRING_FLAGS = [
   "lr",
   "seed",
   "checkpoint",
+  "checkpoint-every",
+  "keep",
   "resume",
   "trace",
   "report",
 ] as const;
 const BOOLEAN_FLAGS = ["error-feedback", "json", "help"] as const;
-const BUILTIN_SCHEDULES = ["overlap", "sequential", "bucketed", "hybrid", "auto"];
 
 /** Every flag as typed, for "did you mean" hints. */
 export const FLAG_NAMES: readonly string[] = [...STRING_FLAGS, ...BOOLEAN_FLAGS].map((f) => `--${f}`);
@@ -179,8 +183,13 @@ Training
   --seed N              seed of initialisation, shuffling and dropout (default ${DEFAULTS.seed})
 
 Files
-  --checkpoint PATH     save parameters and optimizer state at the end and on Ctrl-C
-  --resume PATH         continue from a checkpoint of the same model (must exist; checked first)
+  --checkpoint PATH     save parameters and optimizer state at the end, on Ctrl-C and on SIGTERM
+  --checkpoint-every N  also save it every N steps (after step N, 2N, …); needs --checkpoint
+  --keep K              with --checkpoint-every: also keep the last K snapshots beside PATH as
+                        NAME-<step>.safetensors, the step zero-padded to 6 digits (run.safetensors:
+                        run-000200.safetensors); older numbered ones are deleted, PATH is the latest
+  --resume PATH         continue from a checkpoint (must exist; checked first) with its data, batch,
+                        lr and length, except the flags given here, which take effect from its step
   --trace PATH          write a Chrome trace (chrome://tracing, Perfetto) of every lane
   --report PATH         write an HTML report: loss/accuracy curves and a few steps' lanes
                         (--trace and --report name different files, neither an input's)
@@ -188,8 +197,11 @@ Files
   --help                show this help
 
 No flag takes an empty value, and flags that would be ignored together are refused.
-Ctrl-C finishes the current step, saves a checkpoint (--checkpoint, else tandem-interrupted.safetensors)
-and exits with status 130.`;
+Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint (--checkpoint, else
+tandem-interrupted.safetensors) and exits with status 130 (SIGTERM: 143). Output paths are checked
+before training starts; a symbolic link is followed (its target is replaced), a device such as
+/dev/null is written in place. A run whose parameters or loss turn NaN or infinite stops naming the
+step and tensor, rolled back; it never writes over --checkpoint (its last finite state goes beside it).`;
 }
 
 function integer(flag: string, text: string | undefined, min: number): number | undefined {
@@ -289,8 +301,7 @@ export function parseTrainArgs(
   }
   const s = (name: string) => values[name] as string | undefined;
   for (const flag of STRING_FLAGS) {
-    // --checkpoint "" belongs with the output-path checks.
-    if (flag !== "checkpoint" && s(flag) !== undefined && s(flag)!.trim() === "") {
+    if (s(flag) !== undefined && s(flag)!.trim() === "") {
       throw new CliError(`--${flag} needs a value, got an empty string (see --help)`);
     }
   }
@@ -384,17 +395,13 @@ export function parseTrainArgs(
       `--accumulate ${accumulate} does not combine with --schedule hybrid (yet); use one or the other`,
     );
   }
-  // An output must not overwrite another output or an input the run reads.
-  const outputs = (["trace", "report"] as const).filter((f) => s(f) !== undefined);
-  const named = [...Object.keys(builtinModels), ...BUILTIN_SCHEDULES];
-  const others = (["checkpoint", "trace", "report", "resume", "model", "schedule"] as const)
-    .filter((f) => s(f) !== undefined && !named.includes(s(f)!));
-  for (const output of outputs) {
-    for (const other of others) {
-      if (other !== output && resolve(s(other)!) === resolve(s(output)!)) {
-        throw new CliError(`--${output} and --${other} name the same file "${s(output)}"; give each its own`);
-      }
-    }
+  const checkpointEvery = integer("checkpoint-every", s("checkpoint-every"), 1);
+  if (checkpointEvery !== undefined && s("checkpoint") === undefined) {
+    throw new CliError(`--checkpoint-every ${checkpointEvery} needs --checkpoint PATH to say where to save`);
+  }
+  const keep = integer("keep", s("keep"), 1);
+  if (keep !== undefined && checkpointEvery === undefined) {
+    throw new CliError(`--keep ${keep} keeps periodic snapshots: it needs --checkpoint-every N`);
   }
   return {
     model: s("model") ?? DEFAULTS.model,
@@ -414,6 +421,8 @@ export function parseTrainArgs(
     lr: positive("lr", s("lr")) ?? DEFAULTS.lr,
     seed: integer("seed", s("seed"), 0) ?? DEFAULTS.seed,
     checkpoint: s("checkpoint"),
+    checkpointEvery,
+    keep,
     resume: s("resume"),
     trace: s("trace"),
     report: s("report"),

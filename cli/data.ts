@@ -135,7 +135,8 @@ const shape = (s: readonly number[]) => s.join("×");
  * Loads `source` for a model and chooses the preprocessing: pixels scaled by 1/256 for grey digits
  * (Caffe's MNIST recipe), per-channel mean subtraction for colour images, a centre/random crop when
  * the images are larger than the model's input. Throws a {@link CliError} naming both shapes when
- * the images cannot feed the model, or when the data has more classes than the model predicts.
+ * the images cannot feed the model, when held-out and training images differ in size, or when the
+ * data has more classes than the model predicts.
  *
  * @example
  * ```ts ignore
@@ -161,6 +162,15 @@ export function fitToModel(images: LoadedImages, source: string, model: ModelInp
   const { train, test, description } = images;
   const [c, h, w] = model.inputShape;
   const dataShape = [train.channels, train.height, train.width];
+  // Found only at the held-out evaluation after the last step otherwise, losing the run's result.
+  const testShape = [test.channels, test.height, test.width];
+  if (shape(testShape) !== shape(dataShape)) {
+    throw new CliError(
+      `--data ${source}: the held-out images are ${shape(testShape)} (C×H×W) but the training images are ${
+        shape(dataShape)
+      }; expected one size for both splits`,
+    );
+  }
   let cropSize: number | undefined;
   if (train.height !== h || train.width !== w) {
     // Caffe feeds larger images to a smaller net by cropping (crop_size); it needs a square input.

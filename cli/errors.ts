@@ -13,6 +13,8 @@ export const EXIT_USAGE = 2;
 export const EXIT_FAILURE = 1;
 /** Exit status after Ctrl-C, as shells report a SIGINT death (128 + 2). */
 export const EXIT_INTERRUPTED = 130;
+/** Exit status after SIGTERM (what a scheduler sends), as shells report a SIGTERM death (128 + 15). */
+export const EXIT_TERMINATED = 143;
 
 /**
  * A problem with what the user asked for, reported without a stack trace.

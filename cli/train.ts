@@ -46,13 +46,16 @@ import {
 } from "../mod.ts";
 import { checkDeviceCount, DEFAULTS, helpText, parseTrainArgs, type TrainArgs } from "./args.ts";
 import { fitToModel, type LoadedImages, loadImages } from "./data.ts";
-import { CliError, closest, describeError, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE } from "./errors.ts";
+import { CliError, closest, describeError, EXIT_FAILURE, EXIT_USAGE } from "./errors.ts";
 import { buildLocal, chooseModel, NEEDS_INPUT_SHAPE } from "./model.ts";
+import { checkOutputs } from "./outputs.ts";
+import { exitStatus, StopSignals } from "./signals.ts";
+import { Snapshots } from "./snapshots.ts";
 import { formatDuration, Progress } from "./progress.ts";
 import { type StepPoint, writeReport } from "./report.ts";
 import { resumeArguments } from "./resume.ts";
 
-/** Where Ctrl-C saves when no `--checkpoint` was given. */
+/** Where Ctrl-C or SIGTERM saves when no `--checkpoint` was given. */
 export const INTERRUPTED_CHECKPOINT = "tandem-interrupted.safetensors";
 
 /**
@@ -218,6 +221,8 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
   const { args, notes: resumeNotes } = parsed.resume
     ? await resumeArguments(argv, parsed, transport)
     : { args: parsed, notes: [] };
+  // Before any expensive work: a bad output path costs a second, not the run. Rank 0 writes them all.
+  if (root && args.steps !== 0) await checkOutputs(args);
   // With --json, stdout carries exactly one JSON object; everything for people goes to stderr.
   const say = !root
     ? () => {}
@@ -364,19 +369,32 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     );
     if (first >= target) say(`already at step ${first}, which reaches the target of ${target} steps`);
 
-    let interrupted = false;
     const progress = root
       ? new Progress({ first, target, epochs: Math.ceil(target / perEpoch), live: Deno.stderr.isTerminal() })
       : undefined;
-    const onInterrupt = () => {
-      if (interrupted) Deno.exit(EXIT_INTERRUPTED); // a second Ctrl-C does not wait
-      interrupted = true;
-      progress?.log(
-        "interrupted: finishing the current step, then saving a checkpoint (Ctrl-C again to quit now)",
-      );
-    };
+    const stops = new StopSignals((line) => progress?.log(line));
     // Under mpirun, Ctrl-C is mpirun's: it stops every rank (each says what it was doing).
-    if (!transport) Deno.addSignalListener("SIGINT", onInterrupt);
+    if (!transport) stops.install();
+    // What a plain --resume continues with (see resume.ts).
+    const extra = {
+      data: args.data,
+      batch: args.batch,
+      devices: args.devices,
+      schedule: plan.name,
+      epochs: args.epochs,
+      steps: args.steps,
+    };
+    const save = (path: string, step: number) =>
+      saveCheckpoint(path, {
+        parameters: trainer.parameterEntries,
+        optimizer: trainer.optimizer,
+        step,
+        modelName: local.name,
+        extra,
+      });
+    const snapshots = args.checkpoint !== undefined
+      ? new Snapshots(args.checkpoint, args.keep, save)
+      : undefined;
 
     const points: StepPoint[] = [];
     const heldOut: { step: number; accuracy: number }[] = [];
@@ -385,7 +403,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     let diverged: DivergenceError | undefined;
     const started = performance.now();
     try {
-      while (trainer.iteration < target && !interrupted) {
+      while (trainer.iteration < target && !stops.requested) {
         const i = trainer.iteration;
         const epoch = Math.floor(i / perEpoch);
         const batch = trainLoader.batch(epoch, i % perEpoch);
@@ -417,6 +435,11 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
           loss: result.loss,
           imagesPerSecond: images / ((performance.now() - started) / 1000),
         });
+        if (snapshots && args.checkpointEvery && (i + 1) % args.checkpointEvery === 0 && i + 1 < target) {
+          // Collective under MPI (every rank syncs), then rank 0 alone writes; the end saves the last.
+          await trainer.syncParameters();
+          if (root) await snapshots.save(i + 1);
+        }
         if (args.report && (i + 1) % perEpoch === 0 && i + 1 < target) {
           // Collective under MPI; then rank 0 alone evaluates.
           await trainer.syncParameters();
@@ -429,7 +452,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         }
       }
     } finally {
-      if (!transport) Deno.removeSignalListener("SIGINT", onInterrupt);
+      if (!transport) stops.remove();
       progress?.done();
     }
     // Every rank's lanes go into rank 0's trace, before rank 0 alone evaluates and writes.
@@ -439,24 +462,6 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     // head's optimizer state) is whole from here on, for saving and evaluating.
     await trainer.syncParameters();
     const step = trainer.iteration;
-    // What a plain --resume continues with (see resume.ts).
-    const extra = {
-      data: args.data,
-      batch: args.batch,
-      devices: args.devices,
-      schedule: plan.name,
-      epochs: args.epochs,
-      steps: args.steps,
-    };
-    const save = async (path: string) => {
-      await saveCheckpoint(path, {
-        parameters: trainer.parameterEntries,
-        optimizer: trainer.optimizer,
-        step,
-        modelName: local.name,
-        extra,
-      });
-    };
 
     if (diverged) {
       // Never over --checkpoint: a good file there (an earlier run's, or this run's last snapshot)
@@ -464,7 +469,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       let kept = "";
       if (args.checkpoint && root && diverged.rolledBack) {
         const aside = divergedCheckpointPath(args.checkpoint);
-        await save(aside);
+        await save(aside, step);
         kept =
           `; the last finite state (step ${step}) is saved in ${aside}, ${args.checkpoint} is left as it was`;
       } else if (args.checkpoint && root) {
@@ -476,15 +481,17 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         EXIT_FAILURE,
       );
     }
-    if (interrupted) {
+    if (stops.requested) {
       const path = args.checkpoint ?? INTERRUPTED_CHECKPOINT;
-      await save(path);
+      await (snapshots ? snapshots.save(step) : save(path, step));
       if (args.trace && trace) {
         await writeTrace(args.trace, trace, link ? link.label : "shared memory (no emulation)");
       }
       say(`interrupted at step ${step}; checkpoint saved to ${path} (continue with --resume ${path})`);
-      if (args.json) console.log(JSON.stringify({ interrupted: true, step, checkpoint: path }));
-      return EXIT_INTERRUPTED;
+      if (args.json) {
+        console.log(JSON.stringify({ interrupted: true, signal: stops.requested, step, checkpoint: path }));
+      }
+      return exitStatus(stops.requested);
     }
 
     if (!root) return 0;
@@ -493,8 +500,8 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     heldOut.push({ step, accuracy: test.accuracy });
     const sha = await parametersSha256(trainer.layout, await trainer.masterParameters());
     const files: Record<string, string> = {};
-    if (args.checkpoint) {
-      await save(args.checkpoint);
+    if (snapshots && args.checkpoint !== undefined) {
+      await snapshots.save(step);
       files.checkpoint = args.checkpoint;
     }
     if (args.trace && trace) {

@@ -97,8 +97,8 @@ export {
   type TensorCollection,
   type TensorSource,
 } from "./io/safetensors.ts";
-export { writeFileAtomic } from "./io/atomic.ts";
-export { CheckpointError, SafetensorsError } from "./io/errors.ts";
+export { checkOutputPath, type OutputTarget, resolveOutputPath, writeFileAtomic } from "./io/atomic.ts";
+export { CheckpointError, OutputPathError, SafetensorsError } from "./io/errors.ts";
 export { type Filler, fillerValues, streamOf, type VarianceNorm } from "./nn/init.ts";
 export { type ForwardContext, type LayerDescription, Module, type ParameterOptions } from "./nn/module.ts";
 export type { ParameterEntry } from "./nn/parameter.ts";

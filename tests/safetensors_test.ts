@@ -3,7 +3,7 @@ import { DisposedError, type Tensor, tensor } from "../mod.ts";
 import type { ParameterEntry } from "../engine/nn/parameter.ts";
 import { Adam, type Optimizer, SGD } from "../engine/optim/mod.ts";
 import { writeFileAtomic } from "../engine/io/atomic.ts";
-import { CheckpointError, SafetensorsError } from "../engine/io/errors.ts";
+import { CheckpointError, OutputPathError, SafetensorsError } from "../engine/io/errors.ts";
 import {
   decodeSafetensors,
   encodeSafetensors,
@@ -242,11 +242,11 @@ Deno.test("atomic writes: a failure midway leaves the target untouched and no te
     assert.deepEqual(await Deno.readFile(path), original);
     assert.deepEqual(await listDir(dir), ["weights.safetensors"]);
 
-    // The rename fails (the target is a directory): the temporary file is still cleaned up.
+    // The target is a directory: refused before any temporary file is made, naming the path.
     await Deno.mkdir(`${dir}/taken`);
     await assert.rejects(
       saveSafetensors(`${dir}/taken`, { a }),
-      (e: Error) => e instanceof SafetensorsError && e.message.includes(`${dir}/taken: cannot write`),
+      (e: Error) => e instanceof OutputPathError && e.message.startsWith(`${dir}/taken: is a directory`),
     );
     assert.deepEqual(await listDir(dir), ["taken", "weights.safetensors"]);
 

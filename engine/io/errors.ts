@@ -57,3 +57,29 @@ export class CheckpointError extends TandemError {
     this.problems = Object.freeze([...problems]);
   }
 }
+
+/**
+ * An output path that cannot be written: empty, a directory, a socket, a link loop, a missing or
+ * unwritable directory, or a write the file system refused. The message is one line: the path as
+ * given, then what was found and what was expected.
+ *
+ * @example
+ * ```ts
+ * import { OutputPathError } from "./errors.ts";
+ * const e = new OutputPathError("runs/", "is a directory; expected a file path");
+ * console.log(e.path, e.message);
+ * ```
+ */
+export class OutputPathError extends TandemError {
+  /** The path as the caller gave it. */
+  readonly path: string;
+  /** What is wrong, without the path. */
+  readonly problem: string;
+  /** An error about `path`; the message is prefixed with it. */
+  constructor(path: string, problem: string, options?: { cause?: unknown }) {
+    super(`${path === "" ? '""' : path}: ${problem}`);
+    this.path = path;
+    this.problem = problem;
+    if (options?.cause !== undefined) this.cause = options.cause;
+  }
+}
