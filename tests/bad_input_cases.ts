@@ -213,6 +213,10 @@ export async function writeFixtures(
       "train-images-idx3-ubyte": idx(2051, [16, 20, 20], new Uint8Array(16 * 400)),
       "t10k-images-idx3-ubyte": idx(2051, [8, 20, 20], new Uint8Array(8 * 400)),
     }),
+    // Held-out digits of another size than the training ones (found only after the last step, once).
+    "mnist-test-size": mnistFiles({
+      "t10k-images-idx3-ubyte": idx(2051, [8, 24, 24], new Uint8Array(8 * 576)),
+    }),
   };
   for (const [name, files] of Object.entries(mnist)) f[name] = await writeDir(`${dir}/${name}`, files);
 
@@ -487,6 +491,7 @@ export function badInputs(f: Fixtures): BadInput[] {
     "mnist-bad-gzip": ["train-images-idx3-ubyte.gz"],
     "mnist-huge-dims": ["train-images-idx3-ubyte", "4000000000"],
     "mnist-wrong-size": ["1×20×20", "1×28×28"],
+    "mnist-test-size": ["held-out images are 1×24×24", "training images are 1×28×28"],
   };
   for (const [name, says] of Object.entries(idxSays)) {
     add(name, [...FAST, "--data", `mnist-idx:${f[name]}`], ...says);
@@ -579,8 +584,89 @@ export function badInputs(f: Fixtures): BadInput[] {
   add("--schedule a directory", [...FAST, "--schedule", f.emptyDir], "--schedule", f.emptyDir);
   add("--schedule typo", [...FAST, "--schedule", "overlpa"], "--schedule", "did you mean overlap?");
 
-  // Output paths (--checkpoint-every N, --keep K, a missing directory, an unwritable place, a
-  // directory, --checkpoint "") and test-image sizes: rows added with those checks (wt-files).
+  // Output paths, checked before step 1 (cli/outputs.ts), and the snapshot flags.
+  const run = [...FAST, "--steps", "3"];
+  add('--checkpoint ""', [...run, "--checkpoint", ""], "--checkpoint needs a value");
+  add(
+    "--checkpoint missing dir",
+    [...run, "--checkpoint", `${f.missing}/run.safetensors`],
+    "--checkpoint",
+    "does not exist",
+  );
+  add("--checkpoint a directory", [...run, "--checkpoint", f.emptyDir], "--checkpoint", "is a directory");
+  add(
+    "--checkpoint under a file",
+    [...run, "--checkpoint", `${f.tinyModel}/run.safetensors`],
+    "--checkpoint",
+    "not a directory",
+  );
+  add("--trace missing dir", [...run, "--trace", `${f.missing}/t.json`], "--trace", "does not exist");
+  add("--trace a directory", [...run, "--trace", f.emptyDir], "--trace", "is a directory");
+  add("--report missing dir", [...run, "--report", `${f.missing}/r.html`], "--report", "does not exist");
+  add("--report a directory", [...run, "--report", f.emptyDir], "--report", "is a directory");
+  add("--report under /dev/null", [...run, "--report", "/dev/null/r.html"], "--report", "not a directory");
+  add("--report unwritable place", [...run, "--report", "/proc/tandem-report.html"], "--report", "/proc");
+  add(
+    "--trace = --checkpoint",
+    [...run, "--checkpoint", `${f.dir}/same.safetensors`, "--trace", `${f.dir}/same.safetensors`],
+    "--trace",
+    "--checkpoint",
+  );
+  add(
+    "--checkpoint-every without --checkpoint",
+    [...run, "--checkpoint-every", "2"],
+    "--checkpoint-every 2 needs --checkpoint",
+  );
+  add(
+    "--checkpoint-every 0",
+    [...run, "--checkpoint", `${f.dir}/c.safetensors`, "--checkpoint-every", "0"],
+    "--checkpoint-every must be at least 1",
+  );
+  add(
+    "--checkpoint-every x",
+    [...run, "--checkpoint", `${f.dir}/c.safetensors`, "--checkpoint-every", "x"],
+    "--checkpoint-every expects an integer",
+  );
+  add("--checkpoint-every 1.5", [
+    ...run,
+    "--checkpoint",
+    `${f.dir}/c.safetensors`,
+    "--checkpoint-every",
+    "1.5",
+  ], "--checkpoint-every expects an integer");
+  add(
+    "--keep without --checkpoint-every",
+    [...run, "--checkpoint", `${f.dir}/c.safetensors`, "--keep", "2"],
+    "--keep 2",
+    "needs --checkpoint-every",
+  );
+  add("--keep 0", [
+    ...run,
+    "--checkpoint",
+    `${f.dir}/c.safetensors`,
+    "--checkpoint-every",
+    "1",
+    "--keep",
+    "0",
+  ], "--keep must be at least 1");
+  add("--keep -1", [
+    ...run,
+    "--checkpoint",
+    `${f.dir}/c.safetensors`,
+    "--checkpoint-every",
+    "1",
+    "--keep",
+    "-1",
+  ], "--keep must be at least 1");
+  add("--keep empty", [
+    ...run,
+    "--checkpoint",
+    `${f.dir}/c.safetensors`,
+    "--checkpoint-every",
+    "1",
+    "--keep",
+    "",
+  ], "--keep needs a value");
 
   return cases;
 }

@@ -49,7 +49,7 @@ async function inputBytes(argv: readonly string[], dir: string): Promise<Map<str
         }
       }
     } catch (error) {
-      if (!(error instanceof Deno.errors.NotFound)) throw error;
+      if (!(error instanceof Deno.errors.NotFound || error instanceof Deno.errors.NotADirectory)) throw error;
     }
   }
   return out;
