@@ -147,7 +147,8 @@ Training
                         0 builds the model, prints its summary and exits
   --batch N             global batch, divisible by --devices (default ${DEFAULTS.batch})
   --accumulate K        gradient accumulation: each device runs its share of --batch as K micro-batches
-                        and communicates after the last; the batch splits into devices × K (default 1)
+                        and communicates after the last; the batch splits into devices × K (default 1);
+                        with hybrid each micro-batch runs the split FC layers, updated after the last
   --lr X                base learning rate, halved every epoch (default ${DEFAULTS.lr})
   --seed N              seed of initialisation, shuffling and dropout (default ${DEFAULTS.seed})
 

@@ -11,6 +11,7 @@
  */
 
 import {
+  accumulatedProfile,
   autoSchedule,
   BackendDevice,
   builtinSchedule,
@@ -100,10 +101,10 @@ async function choosePlan(
   if (name === "auto") {
     // What a device runs at once: a micro-batch when accumulating.
     const perDevice = args.batch / args.devices / args.accumulate;
-    const profile = measureProfile(local, perDevice, { description: `${local.name}, batch ${perDevice}` });
-    // Hybrid does not combine with gradient accumulation (yet).
-    const allowHybrid = args.accumulate === 1;
-    const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, { allowHybrid });
+    const micro = measureProfile(local, perDevice, { description: `${local.name}, batch ${perDevice}` });
+    // Priced per step: K micro-batches' compute and activations, the gradients once.
+    const profile = accumulatedProfile(micro, args.accumulate);
+    const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, { allowHybrid: true });
     say(
       `auto schedule: ${plan.name} over groups ${plan.groups.join(", ")} (priced at ${
         link ? link.label : "12 GB/s, 10 µs (PCIe 3 x16, assumed)"

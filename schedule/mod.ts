@@ -56,6 +56,7 @@ export {
 export { bucketed, type BuiltinName, builtinSchedule, hybrid, overlap, sequential } from "./plan/builtins.ts";
 export { explain, type ExplainOptions } from "./plan/explain.ts";
 export {
+  accumulatedProfile,
   calibrateProfile,
   checkProfile,
   type GroupTotal,

@@ -89,6 +89,8 @@ export interface DataParallelOptions {
    * Gradient accumulation: each device runs its shard as this many equal micro-batches, adding their
    * gradients, and the step communicates only after the last one (default 1). `devices: 1,
    * accumulate: K` gives the bits of `devices: K`; see `replicaStep` for why not those of one pass.
+   * Under a hybrid plan every micro-batch runs the head over the micro-batches gathered from every
+   * device, and the slices update after the last (`devices/head_micro_batches.ts`).
    */
   accumulate?: number;
   /** A device (or rank) that does not answer within this many seconds fails the step (default 120). */
@@ -209,13 +211,6 @@ export class DataParallelTrainer {
       throw new ValueError("DataParallelTrainer", `devices must be a positive integer, got ${count}`);
     }
     checkWireOptions(options);
-    const sharded = options.plan.sharded ?? [];
-    if (sharded.length && accumulate > 1) {
-      throw new ValueError(
-        "DataParallelTrainer",
-        `gradient accumulation does not combine with schedule "${options.plan.name}" (hybrid) yet`,
-      );
-    }
     // Under MPI the ranks are counted once the transport is up; the split is checked again then.
     const reference = await referenceOf(options, options.transport ? 1 : count);
     const exchange = options.transport
@@ -424,6 +419,7 @@ export class DataParallelTrainer {
       ready,
       record: (device, name, start, end, bytes) => record(device, "comm", name, start, end, bytes),
       bodyGroups: backwardGroups.filter((g) => !shardedGroups.has(g)),
+      microBatches,
     });
     const computes: Promise<ComputeResult>[] = exchange.local.map((device, i) => {
       const d = device.index;
