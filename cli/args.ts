@@ -139,7 +139,7 @@ Parallelism
   --wire FORMAT         gradients on the wire: fp32 | fp16 | bf16 (default fp32). fp16 and bf16 halve
                         the exchanged bytes; lossy, not bit-identical to fp32; parameters stay fp32
   --error-feedback      with --wire fp16|bf16: each device adds the rounding error it left out
-                        to its next step's gradients
+                        to its next step's gradients; checkpoints carry these residuals
 
 Training
   --epochs N            epochs to train (default ${DEFAULTS.epochs}, or no limit when --steps is given)

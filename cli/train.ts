@@ -36,6 +36,8 @@ import {
   type ParameterLayout,
   parseLink,
   type Plan,
+  residualTensors,
+  resumeResiduals,
   saveCheckpoint,
   SGD,
   type StepFigures,
@@ -288,6 +290,9 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         : undefined;
       await trainer.broadcastParameters();
       say(`resumed from ${args.resume} at step ${loaded?.step}`);
+      // Collective under MPI: every device takes its saved error-feedback residual back.
+      const note = await resumeResiduals(trainer, loaded?.extraTensors);
+      if (note) say(note);
     }
     const first = trainer.iteration;
     const parameterCount = trainer.layout.total;
@@ -383,6 +388,8 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     // Collective under MPI: the master's copy of the parameters (and, for a hybrid schedule, of the
     // head's optimizer state) is whole from here on, for saving and evaluating.
     await trainer.syncParameters();
+    // Collective under MPI, as the sync: every device's error-feedback residual, for the checkpoint.
+    const residuals = await trainer.residuals();
     const step = trainer.iteration;
     const extra = { data: args.data, batch: args.batch, devices: args.devices, schedule: plan.name };
     const save = async (path: string) => {
@@ -392,6 +399,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         step,
         modelName: local.name,
         extra,
+        extraTensors: residualTensors(residuals),
       });
     };
 

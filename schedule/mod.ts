@@ -154,6 +154,7 @@ export {
   type WireFormat,
   type WireOptions,
 } from "./runtime/wire.ts";
+export { RESIDUAL_PREFIX, residualsOf, residualTensors, resumeResiduals } from "./runtime/residuals.ts";
 export { buildModel, type ModelSpec } from "./devices/model_spec.ts";
 export {
   backwardGroupOrder,

@@ -122,7 +122,8 @@ export interface DataParallelOptions {
   wire?: WireFormat;
   /**
    * With a 16-bit `wire`: each device keeps the rounding error of what it sent (a residual over the
-   * whole layout, across steps) and adds it to its next gradients (default false).
+   * whole layout, across steps) and adds it to its next gradients (default false). Checkpoint them with
+   * {@link DataParallelTrainer.residuals} and restore them with `resumeResiduals` (`residuals.ts`).
    */
   errorFeedback?: boolean;
 }
@@ -334,6 +335,28 @@ export class DataParallelTrainer {
     return this.#exchange.masterParameters();
   }
 
+  /** Whether each device keeps an error-feedback residual (`errorFeedback` with a 16-bit wire). */
+  get errorFeedback(): boolean {
+    return this.#exchange.wire?.errorFeedback ?? false;
+  }
+
+  /**
+   * With error feedback: every device's residual, in device order, on the master (`undefined`
+   * elsewhere and without): what a checkpoint must carry for a resumed run to give a straight
+   * run's bits (`residuals.ts`). Collective under MPI. Not during a step.
+   */
+  residuals(): Promise<Float32Array[] | undefined> {
+    return this.#exchange.gatherResiduals();
+  }
+
+  /**
+   * With error feedback: device d continues from the master's `residuals[d]` (zeros where it passes
+   * none); only the master's argument counts. Collective under MPI. Not during a step.
+   */
+  loadResiduals(residuals: readonly Float32Array[] | undefined): Promise<void> {
+    return this.#exchange.scatterResiduals(residuals);
+  }
+
   /** Devices (ranks) whose parameters differ from the master's in any bit. Collective under MPI. */
   divergentReplicas(): Promise<number[]> {
     // Hybrid: each device keeps only its own slice of the head current; the bodies must agree.
@@ -524,6 +547,8 @@ export class DataParallelTrainer {
       const combined = await exchange.combine(results, context);
       for (const optimizer of exchange.optimizers) optimizer.finishIteration();
       hybrid?.finishIteration();
+      // Only a completed step's error-feedback residuals carry on (a failed one's are dropped).
+      exchange.wire?.commit();
       this.#iteration = iteration + 1;
       if (this.#options.verifyReplicas) {
         // Resident parameters must come to the host to be compared: a debugging aid, not free.
