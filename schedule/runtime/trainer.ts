@@ -341,18 +341,14 @@ export class DataParallelTrainer {
   }
 
   /**
-   * With error feedback: every device's residual, in device order, on the master (`undefined`
-   * elsewhere and without): what a checkpoint must carry for a resumed run to give a straight
-   * run's bits (`residuals.ts`). Collective under MPI. Not during a step.
+   * Error feedback: every device's residual, in device order, on the master, for checkpoints
+   * (`residuals.ts`; elsewhere and without, `undefined`). Collective under MPI.
    */
   residuals(): Promise<Float32Array[] | undefined> {
     return this.#exchange.gatherResiduals();
   }
 
-  /**
-   * With error feedback: device d continues from the master's `residuals[d]` (zeros where it passes
-   * none); only the master's argument counts. Collective under MPI. Not during a step.
-   */
+  /** Error feedback: device d continues from the master's `residuals[d]` (none: zeros). Collective (MPI). */
   loadResiduals(residuals: readonly Float32Array[] | undefined): Promise<void> {
     return this.#exchange.scatterResiduals(residuals);
   }
