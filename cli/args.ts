@@ -168,7 +168,7 @@ Parallelism
   --wire FORMAT         gradients on the wire: fp32 | fp16 | bf16 (default fp32). fp16 and bf16 halve
                         the exchanged bytes; lossy, not bit-identical to fp32; parameters stay fp32
   --error-feedback      with --wire fp16|bf16: each device adds the rounding error it left out
-                        to its next step's gradients
+                        to its next step's gradients; checkpoints carry these residuals
 
 Training
   --epochs N            epochs to train (default ${DEFAULTS.epochs}, or no limit when --steps is given)
@@ -178,7 +178,7 @@ Training
   --batch N             global batch, divisible by --devices (default ${DEFAULTS.batch})
   --accumulate K        gradient accumulation: each device runs its share of --batch as K micro-batches
                         and communicates after the last; the batch splits into devices × K (default 1);
-                        not with --schedule hybrid
+                        with hybrid each micro-batch runs the split FC layers, updated after the last
   --lr X                base learning rate, halved every epoch (default ${DEFAULTS.lr})
   --seed N              seed of initialisation, shuffling and dropout (default ${DEFAULTS.seed})
 
@@ -389,11 +389,6 @@ export function parseTrainArgs(
         );
       }
     }
-  }
-  if (accumulate > 1 && s("schedule") === "hybrid") {
-    throw new CliError(
-      `--accumulate ${accumulate} does not combine with --schedule hybrid (yet); use one or the other`,
-    );
   }
   const checkpointEvery = integer("checkpoint-every", s("checkpoint-every"), 1);
   if (checkpointEvery !== undefined && s("checkpoint") === undefined) {

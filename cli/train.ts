@@ -11,6 +11,7 @@
  */
 
 import {
+  accumulatedProfile,
   autoSchedule,
   BackendDevice,
   builtinSchedule,
@@ -35,6 +36,8 @@ import {
   type ParameterLayout,
   parseLink,
   type Plan,
+  residualTensors,
+  resumeResiduals,
   saveCheckpoint,
   SGD,
   type StepFigures,
@@ -122,10 +125,10 @@ async function choosePlan(
   if (name === "auto") {
     // What a device runs at once: a micro-batch when accumulating.
     const perDevice = args.batch / args.devices / args.accumulate;
-    const profile = measureProfile(local, perDevice, { description: `${local.name}, batch ${perDevice}` });
-    // Hybrid does not combine with gradient accumulation (yet).
-    const allowHybrid = args.accumulate === 1;
-    const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, { allowHybrid });
+    const micro = measureProfile(local, perDevice, { description: `${local.name}, batch ${perDevice}` });
+    // Priced per step: K micro-batches' compute and activations, the gradients once.
+    const profile = accumulatedProfile(micro, args.accumulate);
+    const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, { allowHybrid: true });
     say(
       `auto schedule: ${plan.name} over groups ${plan.groups.join(", ")} (priced at ${
         link ? link.label : "12 GB/s, 10 µs (PCIe 3 x16, assumed)"
@@ -349,6 +352,9 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       await trainer.broadcastParameters();
       say(`resumed from ${args.resume} at step ${loaded?.step}`);
       for (const note of resumeNotes) say(`  ${note}`);
+      // Collective under MPI: every device takes its saved error-feedback residual back.
+      const note = await resumeResiduals(trainer, loaded?.extraTensors);
+      if (note) say(note);
     }
     const first = trainer.iteration;
     const parameterCount = trainer.layout.total;
@@ -384,6 +390,13 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       epochs: args.epochs,
       steps: args.steps,
     };
+    // Every device's error-feedback residual goes into the checkpoint with the parameters; both are
+    // brought to the master by every sync before a save (collective under MPI).
+    let residuals: Float32Array[] | undefined;
+    const syncForSave = async () => {
+      await trainer.syncParameters();
+      residuals = await trainer.residuals();
+    };
     const save = (path: string, step: number) =>
       saveCheckpoint(path, {
         parameters: trainer.parameterEntries,
@@ -391,6 +404,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         step,
         modelName: local.name,
         extra,
+        extraTensors: residualTensors(residuals),
       });
     const snapshots = args.checkpoint !== undefined
       ? new Snapshots(args.checkpoint, args.keep, save)
@@ -437,7 +451,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         });
         if (snapshots && args.checkpointEvery && (i + 1) % args.checkpointEvery === 0 && i + 1 < target) {
           // Collective under MPI (every rank syncs), then rank 0 alone writes; the end saves the last.
-          await trainer.syncParameters();
+          await syncForSave();
           if (root) await snapshots.save(i + 1);
         }
         if (args.report && (i + 1) % perEpoch === 0 && i + 1 < target) {
@@ -460,7 +474,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     const seconds = (performance.now() - started) / 1000;
     // Collective under MPI: the master's copy of the parameters (and, for a hybrid schedule, of the
     // head's optimizer state) is whole from here on, for saving and evaluating.
-    await trainer.syncParameters();
+    await syncForSave();
     const step = trainer.iteration;
 
     if (diverged) {

@@ -141,7 +141,7 @@ export {
   trainStep,
   type TrainStepOptions,
 } from "./train/trainer.ts";
-export { replicaStep, type ReplicaStepOptions } from "./train/replica_step.ts";
+export { averageGradients, replicaStep, type ReplicaStepOptions } from "./train/replica_step.ts";
 export {
   alexnet,
   alexnetLike,

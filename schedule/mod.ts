@@ -56,6 +56,7 @@ export {
 export { bucketed, type BuiltinName, builtinSchedule, hybrid, overlap, sequential } from "./plan/builtins.ts";
 export { explain, type ExplainOptions } from "./plan/explain.ts";
 export {
+  accumulatedProfile,
   calibrateProfile,
   checkProfile,
   type GroupTotal,
@@ -162,6 +163,7 @@ export {
   type MachineSize,
   machineSize,
 } from "./runtime/start.ts";
+export { RESIDUAL_PREFIX, residualsOf, residualTensors, resumeResiduals } from "./runtime/residuals.ts";
 export { buildModel, type ModelSpec } from "./devices/model_spec.ts";
 export {
   backwardGroupOrder,

@@ -128,6 +128,17 @@ Deno.test("cli: --devices 1 --accumulate 2 trains the same bits as --devices 2",
   assert.equal(accumulated.paramsSha256, parallel.paramsSha256);
 });
 
+// Hybrid on one device gives data-parallel's bits, accumulating too (hybrid_test.ts); here through
+// the command. Mutation: dropping `accumulate: args.accumulate` from cli/train.ts makes the hybrid
+// run one pass of 8 and the hashes differ.
+Deno.test("cli: --schedule hybrid --devices 1 --accumulate 2 trains the bits of --devices 2", async () => {
+  const [hybrid, parallel] = await Promise.all([
+    trainJson("--steps", "3", "--devices", "1", "--accumulate", "2", "--schedule", "hybrid"),
+    trainJson("--steps", "3"),
+  ]);
+  assert.equal(hybrid.paramsSha256, parallel.paramsSha256);
+});
+
 Deno.test("cli: bad inputs fail with a clear message and no stack trace", async () => {
   const schedule = `${dir}/broken.sched`;
   await Deno.writeTextFile(

@@ -11,7 +11,7 @@ import { headLayout, sliceSlots, unitRange } from "../schedule/devices/sharded_h
 import { hybrid, overlap } from "../schedule/plan/builtins.ts";
 import { parseSchedule } from "../schedule/plan/dsl.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
-import { DataParallelTrainer } from "../schedule/runtime/trainer.ts";
+import { DataParallelTrainer, type LaneEvent } from "../schedule/runtime/trainer.ts";
 import {
   bits,
   probeWebGpu,
@@ -31,14 +31,20 @@ interface Run {
   mode?: ReductionMode;
   steps?: number;
   gpu?: boolean;
+  accumulate?: number;
+  events?: LaneEvent[];
 }
 
-async function train({ plan, devices, mode, steps = 20, gpu }: Run): Promise<Float32Array> {
+async function train(
+  { plan, devices, mode, steps = 20, gpu, accumulate, events }: Run,
+): Promise<Float32Array> {
   const trainer = await DataParallelTrainer.create({
     model,
     devices,
     mode,
     plan,
+    accumulate,
+    onEvent: events ? (e) => events.push(e) : undefined,
     optimizer: tinyOptimizers.sgd,
     seed: 7,
     verifyReplicas: true,
@@ -100,6 +106,96 @@ Deno.test("hybrid on 1 device gives data-parallel's bits", async () => {
   const parallel = await train({ plan: overlap(groups), devices: 1, steps: 4 });
   const split = await train({ plan: hybrid(groups), devices: 1, steps: 4 });
   assert.deepEqual(bits(split), bits(parallel));
+});
+
+// Gradient accumulation under hybrid (`head_micro_batches.ts`). On one device the head is the whole
+// layer, so each micro-batch computes what data-parallel's micro-batch computes, and the sums over
+// micro-batches are the same float32 additions: hybrid 1 × K gives the bits of data-parallel 1 × K
+// (which are those of data-parallel K devices, accumulation_test.ts). Not those of hybrid K
+// devices: there the head multiplies all K shards' rows in one product and sums the stage-0 input
+// gradient over K unit slices, so only rounding-close (measured below).
+// Mutations that made this fail: the head's `fround(1/K)` skipped (`SliceGradientSum.add` returning
+// the sum unscaled), the body's `averageGradients` skipped in `#backwardBody`, the body gradients
+// cleared between micro-batches (`this.reset()` for every micro-batch in `#forwardBody`), and the
+// head's dropout without `rows` (micro-batch 1 draws micro-batch 0's masks), and the body groups
+// reported after every micro-batch (`groups: step.bodyGroups` for each `backward-body`).
+Deno.test("hybrid on 1 device accumulating K micro-batches gives data-parallel 1 × K's bits (K = 2, 3)", async () => {
+  const single = await train({ plan: hybrid(groups), devices: 1, steps: 4 });
+  for (const k of [2, 3]) {
+    const split = await train({ plan: hybrid(groups), devices: 1, accumulate: k, steps: 4 });
+    const parallel = await train({ plan: overlap(groups), devices: 1, accumulate: k, steps: 4 });
+    assert.notDeepEqual(bits(split), bits(single), `K = ${k} changed nothing`);
+    assert.deepEqual(bits(split), bits(parallel), `K = ${k}`);
+    const wide = await train({ plan: hybrid(groups), devices: k, steps: 4 });
+    const { name, difference } = worstParameter(split, wide);
+    assert.ok(
+      difference < 1e-5,
+      `K = ${k}: hybrid 1 × ${k} and hybrid ${k} devices: ${name} by ${difference}`,
+    );
+  }
+});
+
+// 2 devices × 2 micro-batches: the head sums each micro-batch's 2·3 gathered rows in one product
+// where data-parallel sums per device, so rounding-close, not the same bits. Mutations that made
+// this fail: micro-batch labels taken from the shard's start for every micro-batch (`first`
+// dropped in `HybridHead.#microBatch`), the dropout `rows` of device 0's block for every block
+// (`gatheredSamples` without `Math.floor(r / m) * shard`), and the sharded groups' readiness
+// resolved after every micro-batch (the FC slices then update between micro-batches).
+Deno.test("hybrid 2 devices × 2 micro-batches match data-parallel 2 × 2 within 1e-5 after 20 steps", async () => {
+  const parallel = await train({ plan: overlap(groups), devices: 2, accumulate: 2 });
+  const split = await train({ plan: hybrid(groups), devices: 2, accumulate: 2 });
+  const { name, difference } = worstParameter(split, parallel);
+  assert.ok(difference < 1e-5, `${name} differs by ${difference}`);
+  assert.ok(difference > 0, "hybrid gave data-parallel's bits, so it did not split");
+});
+
+// Mutation: the slice gradients written after every micro-batch (`SliceGradientSum.add` returning
+// each micro-batch's gradient) trains other values and fails the first comparison with data-parallel.
+Deno.test("hybrid accumulation is lossless among hybrid runs: master, allreduce, sequential plan, 3 devices", async () => {
+  const sequentialHybrid = parseSchedule(
+    "shard fc\nforward\nbackward fc\nbackward conv\nupdate fc\nreduce conv\nupdate conv\nbroadcast conv",
+    { groups, name: "hybrid-sequential", mode: "master" },
+  );
+  for (const [devices, accumulate] of [[2, 2], [2, 3], [3, 2]]) {
+    const run = (plan: Plan, mode?: ReductionMode) => train({ plan, devices, accumulate, mode, steps: 6 });
+    const reference = await run(hybrid(groups));
+    const parallel = await run(overlap(groups));
+    const { difference } = worstParameter(reference, parallel);
+    assert.ok(
+      difference < 1e-5,
+      `${devices} × ${accumulate}: hybrid differs from data-parallel by ${difference}`,
+    );
+    assert.deepEqual(
+      bits(await run(hybrid(groups), "allreduce")),
+      bits(reference),
+      `${devices} × ${accumulate}`,
+    );
+    assert.deepEqual(bits(await run(sequentialHybrid)), bits(reference), `${devices} × ${accumulate}`);
+  }
+});
+
+// Every micro-batch runs forward on every device; the conv reduce and the FC slice update start
+// only after the last one. Mutation: resolving the sharded groups' readiness after every
+// micro-batch (`if (last)` dropped in `HybridHead.#microBatch`) lets `update fc` start during the
+// second micro-batch (and `reduce conv`, which the plan places after it).
+Deno.test("a hybrid step with accumulation communicates only after the last micro-batch", async () => {
+  const events: LaneEvent[] = [];
+  await train({ plan: hybrid(groups), devices: 2, accumulate: 3, steps: 1, events });
+  for (const device of [0, 1]) {
+    const computes = events.filter((e) => e.lane === "compute" && e.device === device);
+    assert.equal(computes.filter((e) => e.name === "forward").length, 3, `device ${device}`);
+    assert.equal(computes.filter((e) => e.name === "backward conv").length, 1, `device ${device}`);
+  }
+  const lastForward = Math.max(
+    ...events.filter((e) => e.lane === "compute" && e.name.startsWith("forward")).map((e) => e.end),
+  );
+  for (const name of ["update fc", "reduce conv"]) {
+    const comm = events.find((e) => e.name === name)!;
+    assert.ok(
+      comm.start >= lastForward - 1,
+      `${name} started ${lastForward - comm.start} ms before the last forward ended`,
+    );
+  }
 });
 
 // Mutation: the slice optimizers stepping only device 0's slice (`this.optimizers.slice(0, 1)` in
@@ -246,16 +342,6 @@ Deno.test("hybrid refuses what it cannot split, naming the layer, before any ste
     }),
     /layer conv2 \(Conv2d\) is in the model-parallel head/,
   );
-  await assert.rejects(
-    DataParallelTrainer.create({
-      model,
-      devices: 2,
-      accumulate: 2,
-      plan: hybrid(groups),
-      optimizer: tinyOptimizers.sgd,
-    }),
-    /gradient accumulation does not combine with schedule "hybrid"/,
-  );
   const net = tinyAlexNet(1);
   try {
     assert.throws(() => headLayout(net, ["fc"], 6), /fc2 has 5 output units, fewer than the 6 devices/);
@@ -272,3 +358,14 @@ gpuTest("WebGPU devices run hybrid on the host path and match data-parallel with
   const { name, difference } = worstParameter(split, parallel);
   assert.ok(difference < 1e-5, `${name} differs by ${difference}`);
 });
+
+// The host path of WebGPU devices runs the same head shard, its sums as the GPU's kernels.
+// Mutation: the head's `fround(1/K)` skipped (`SliceGradientSum.add` returning the sum) fails it.
+gpuTest(
+  "WebGPU devices accumulate under hybrid: 1 device × 2 micro-batches gives data-parallel 1 × 2's bits",
+  async () => {
+    const parallel = await train({ plan: overlap(groups), devices: 1, accumulate: 2, steps: 3, gpu: true });
+    const split = await train({ plan: hybrid(groups), devices: 1, accumulate: 2, steps: 3, gpu: true });
+    assert.deepEqual(bits(split), bits(parallel));
+  },
+);

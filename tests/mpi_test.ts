@@ -221,11 +221,12 @@ Deno.test({
 });
 
 /** The hybrid run in process on 2 Worker devices (gathered parameters' SHA-256). */
-async function hybridInProcess(mode: "master" | "allreduce"): Promise<string> {
+async function hybridInProcess(mode: "master" | "allreduce", accumulate = 1): Promise<string> {
   const trainer = await DataParallelTrainer.create({
     model: tinyModel,
     devices: 2,
     mode,
+    accumulate,
     plan: hybrid(tinyGroups),
     optimizer: tinyOptimizers.sgd,
     seed: RUN_SEED,
@@ -261,6 +262,25 @@ Deno.test({
         "hybrid trained data-parallel's bits: nothing was split",
       );
       assert.deepEqual(hashes, { master, allreduce: await hybridInProcess("allreduce"), resumed: master });
+    });
+  },
+});
+
+// Gradient accumulation under hybrid: every micro-batch's activations travel by the same
+// collectives, so 2 ranks × 2 micro-batches give the in-process bits of 2 devices × 2 micro-batches.
+// Mutations: the ranks not accumulating (`accumulate` dropped in mpi_rank.ts's `hybridRuns`), and
+// the body seeds of `MpiActivations.setup` read at row 0 for every rank (`offset: 0`).
+Deno.test({
+  name: "mpi: hybrid with 2 micro-batches across 2 processes equals the in-process run bit for bit",
+  ignore: !mpirun,
+  fn: async () => {
+    await withTempDir(async (dir) => {
+      const hashes = rank0Report<Record<string, string>>(
+        await mpi(["tests/fixtures/mpi_rank.ts", "--scenario", "hybrid", "--dir", dir, "--accumulate", "2"]),
+      );
+      const master = await hybridInProcess("master", 2);
+      assert.notEqual(master, await hybridInProcess("master"), "accumulating changed nothing");
+      assert.deepEqual(hashes, { master, allreduce: await hybridInProcess("allreduce", 2), resumed: master });
     });
   },
 });

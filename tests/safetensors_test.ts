@@ -549,3 +549,51 @@ Deno.test({
     });
   },
 });
+
+// Mutations: `extra_tensors` not written to the metadata (loading then calls them unexpected), and
+// the loader not accounting for them (the same error).
+Deno.test("checkpoint: extra tensors are stored, listed and returned; a collision or a missing one is refused", async () => {
+  await inTempDir(async (dir) => {
+    const path = `${dir}/extra.safetensors`;
+    const model = makeModel(1);
+    try {
+      const residual = new Float32Array([0.5, -0.25, 0]);
+      await saveCheckpoint(path, {
+        parameters: model.parameters,
+        step: 1,
+        modelName: "tiny",
+        extraTensors: { "wire.residual.0": residual },
+      });
+      const loaded = await loadCheckpoint(path, { parameters: model.parameters, modelName: "tiny" });
+      assert.deepEqual(Object.keys(loaded.extraTensors), ["wire.residual.0"]);
+      assert.deepEqual([...loaded.extraTensors["wire.residual.0"]], [...residual]);
+      const plain = `${dir}/plain.safetensors`;
+      await saveCheckpoint(plain, { parameters: model.parameters, step: 1, modelName: "tiny" });
+      assert.deepEqual((await loadCheckpoint(plain, { parameters: model.parameters })).extraTensors, {});
+
+      const name = model.parameters[0].name;
+      await assert.rejects(
+        saveCheckpoint(`${dir}/collide.safetensors`, {
+          parameters: model.parameters,
+          step: 1,
+          modelName: "tiny",
+          extraTensors: { [name]: residual },
+        }),
+        (e) => e instanceof CheckpointError && e.message.includes(`extra tensor "${name}" collides`),
+      );
+      // Listed in the metadata, absent from the file.
+      const { tensors, metadata } = await loadSafetensors(path);
+      tensors.delete("wire.residual.0");
+      const broken = `${dir}/broken.safetensors`;
+      await saveSafetensors(broken, tensors, metadata);
+      await assert.rejects(
+        loadCheckpoint(broken, { parameters: model.parameters }),
+        (e) =>
+          e instanceof CheckpointError &&
+          e.message.includes(`extra tensor "wire.residual.0" is listed but not in the checkpoint`),
+      );
+    } finally {
+      disposeModel(model);
+    }
+  });
+});

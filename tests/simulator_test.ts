@@ -3,6 +3,7 @@ import { ValueError } from "../engine/errors.ts";
 import { measureProfile } from "../mod.ts";
 import { tinyAlexNet } from "./fixtures/networks.ts";
 import {
+  accumulatedProfile,
   activationCollectiveSeconds,
   alexnetScalingTable,
   autoSchedule,
@@ -759,6 +760,28 @@ function alexnetWithActivations(): Profile {
 // Mutations tried, each made this test fail: choosing hybrid when it is slower (the comparison
 // reversed: NVLink picked hybrid); allowHybrid ignored (defaulting to true: the default call then
 // picked hybrid over PCIe 3 ×4).
+// A step of K micro-batches: hybrid pays its activations every micro-batch, data-parallel its
+// gradients once, so the same plan over K micro-batches of 128 is priced from K times the compute
+// and activation bytes and the same gradient bytes. Mutation: `accumulatedProfile` leaving
+// `outputBytes` unscaled prices hybrid's activations once per step and fails the traffic check.
+Deno.test("accumulatedProfile prices K micro-batches as one step: compute and activations K times, gradients once", () => {
+  const profile = alexnetWithActivations();
+  const pcie3 = STANDARD_LINKS.find((l) => l.name === "PCIe 3")!;
+  const once = autoSchedule(profile, pcie3, 4, { allowHybrid: true }).judgement.hybrid!;
+  const four = accumulatedProfile(profile, 4);
+  assert.equal(four.batchSize, 4 * profile.batchSize);
+  const perStep = autoSchedule(four, pcie3, 4, { allowHybrid: true }).judgement.hybrid!;
+  assert.equal(perStep.traffic.bytes, 4 * once.traffic.bytes);
+  assert.equal(perStep.dataParallelBytes, once.dataParallelBytes);
+  near(
+    groupTotals(four).reduce((t, g) => t + g.backwardSeconds, 0),
+    4 * groupTotals(profile).reduce((t, g) => t + g.backwardSeconds, 0),
+    "backward",
+  );
+  assert.equal(accumulatedProfile(profile, 1), profile);
+  assert.throws(() => accumulatedProfile(profile, 0), /microBatches must be a positive integer, got 0/);
+});
+
 Deno.test("autoSchedule: hybrid when allowed and predicted faster, with the reason in numbers", () => {
   const profile = alexnetWithActivations();
   const pcie3 = STANDARD_LINKS.find((l) => l.name === "PCIe 3")!;

@@ -543,13 +543,20 @@ export interface CheckpointContents {
   rng?: unknown;
   /** Anything else JSON-serialisable (epoch, data-loader position…), returned on load. */
   extra?: unknown;
+  /**
+   * Further float32 arrays of training state (e.g. the trainer's error-feedback residuals), stored
+   * as 1-D tensors under their names and listed in the metadata `extra_tensors`, so that loading
+   * tells them from unexpected tensors and returns them.
+   */
+  extraTensors?: Readonly<Record<string, Float32Array>>;
 }
 
 /**
  * Saves parameters, optimizer state and training metadata in one safetensors file, atomically.
  * Tensors: each parameter under its name; optimizer slots under `optimizer.<name>.<slot>`. Metadata
  * (strings): `format`, `model_name`, `step`, and JSON texts `optimizer` (kind, hyper-parameters,
- * iteration, update counts), `rng` and `extra` when given.
+ * iteration, update counts), `rng` and `extra` when given, and `extra_tensors` (the names of
+ * `extraTensors`).
  *
  * @example
  * ```ts
@@ -596,6 +603,14 @@ export async function saveCheckpoint(path: string, contents: CheckpointContents)
   }
   if (contents.rng !== undefined) metadata.rng = JSON.stringify(contents.rng);
   if (contents.extra !== undefined) metadata.extra = JSON.stringify(contents.extra);
+  const extraTensors = Object.entries(contents.extraTensors ?? {});
+  for (const [name, data] of extraTensors) {
+    if (tensors.has(name)) {
+      throw new CheckpointError(path, [`extra tensor "${name}" collides with another tensor`]);
+    }
+    tensors.set(name, { dtype: "F32", shape: [data.length], data });
+  }
+  if (extraTensors.length) metadata.extra_tensors = JSON.stringify(extraTensors.map(([name]) => name));
   // A diverged model is never written: it would replace a good file with one nobody can resume.
   const bad = await findNonFinite(
     [...tensors].flatMap(([name, t]) => t instanceof Tensor ? [{ name, tensor: t }] : []),
@@ -648,6 +663,8 @@ export interface LoadedCheckpoint {
   rng?: unknown;
   /** The extra data saved, parsed from JSON (`undefined` when none). */
   extra?: unknown;
+  /** The extra tensors saved (`CheckpointContents.extraTensors`), by name; empty when none. */
+  extraTensors: Record<string, Float32Array>;
   /** All raw metadata strings. */
   metadata: Record<string, string>;
 }
@@ -740,8 +757,20 @@ export async function loadCheckpoint(
   }
   const rng = parseJson(metadata.rng, "rng", problems);
   const extra = parseJson(metadata.extra, "extra", problems);
+  const extraTensors: Record<string, Float32Array> = {};
+  const extraNames = parseJson(metadata.extra_tensors, "extra_tensors", problems) ?? [];
+  if (!Array.isArray(extraNames) || extraNames.some((n) => typeof n !== "string")) {
+    problems.push(`metadata "extra_tensors" is not a list of tensor names`);
+  } else {
+    for (const name of extraNames as string[]) {
+      const host = tensors.get(name);
+      if (!host || host.dtype !== "F32" || host.shape.length !== 1) {
+        problems.push(`extra tensor "${name}" is listed but not in the checkpoint as a 1-D F32 tensor`);
+      } else extraTensors[name] = host.data as Float32Array;
+    }
+  }
 
-  const accounted = new Set<string>();
+  const accounted = new Set<string>(Object.keys(extraTensors));
   const checkTensor = (key: string, target: Tensor, what: string) => {
     const host = tensors.get(key);
     const expected = `${formatShape(target.shape)} ${dtypeOfTensor(target)}`;
@@ -828,5 +857,5 @@ export async function loadCheckpoint(
       for (const t of temporaries) t.dispose();
     }
   }
-  return { step, modelName: metadata.model_name, rng, extra, metadata };
+  return { step, modelName: metadata.model_name, rng, extra, extraTensors, metadata };
 }

@@ -24,8 +24,11 @@ export interface DropoutOptions extends Partial<RandomKey> {
    * `x` (`[rows, width]`) holds columns `start … start+width−1` of rows `total` wide, as a device
    * holding a slice of a layer's units does: element (r, c) takes position
    * `offset + r·total + start + c`, so the slice draws exactly the mask the whole layer would.
+   * With `rows`, row r stands for row `rows[r]` of the whole layer's input (position
+   * `offset + rows[r]·total + start + c`): rows gathered from several devices' micro-batches are not
+   * consecutive samples.
    */
-  columns?: { start: number; total: number };
+  columns?: { start: number; total: number; rows?: ArrayLike<number> };
 }
 
 /**
@@ -64,17 +67,22 @@ function maskUniforms(x: Tensor, key: RandomKey, options: DropoutOptions): Float
   const columns = options.columns;
   if (!columns) return uniformValues(x.size, key, offset);
   const [rows, width] = x.shape;
-  if (x.rank !== 2 || columns.start < 0 || columns.start + width > columns.total) {
+  const rowsGiven = columns.rows;
+  if (
+    x.rank !== 2 || columns.start < 0 || columns.start + width > columns.total ||
+    (rowsGiven !== undefined && rowsGiven.length !== rows)
+  ) {
     throw new ValueError(
       "dropout",
-      `columns ${columns.start}…${columns.start + width - 1} of rows ${columns.total} wide do not fit ${
-        JSON.stringify(x.shape)
-      }`,
+      `columns ${columns.start}…${columns.start + width - 1} of rows ${columns.total} wide${
+        rowsGiven ? ` (${rowsGiven.length} rows)` : ""
+      } do not fit ${JSON.stringify(x.shape)}`,
     );
   }
   const out = new Float32Array(x.size);
   for (let r = 0; r < rows; r++) {
-    out.set(uniformValues(width, key, offset + r * columns.total + columns.start), r * width);
+    const row = rowsGiven ? rowsGiven[r] : r;
+    out.set(uniformValues(width, key, offset + row * columns.total + columns.start), r * width);
   }
   return out;
 }

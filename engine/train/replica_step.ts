@@ -171,8 +171,17 @@ async function accumulate(
   return { loss: loss / count, correct, count: batch };
 }
 
-/** Multiplies each member's accumulated `.grad` by `scale` (`fround(1/K)`), as a device average does. */
-function averageGradients(members: readonly ParameterEntry[], scale: number): void {
+/**
+ * Multiplies each member's accumulated `.grad` by `scale` (`fround(1/K)`), as a device average does:
+ * the last step of gradient accumulation, wherever micro-batches run (here and a hybrid body).
+ *
+ * @example
+ * ```ts
+ * import { averageGradients } from "./replica_step.ts";
+ * // averageGradients(members, Math.fround(1 / 3)); // after the third micro-batch's backward
+ * ```
+ */
+export function averageGradients(members: readonly ParameterEntry[], scale: number): void {
   for (const member of members) {
     const grad = member.tensor.grad;
     if (!grad) continue;

@@ -222,7 +222,8 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
   async #runHead(phase: HeadPhase, onGradients?: (group: string) => void): Promise<HeadPhaseResult> {
     const head = this.#head;
     if (!head) throw new DeviceError(this.index, "a hybrid phase arrived before the head was set up");
-    if (phase.kind === "forward-body") {
+    // Later micro-batches of a step run on the same parameters.
+    if (phase.kind === "forward-body" && !phase.microBatch) {
       const body = new Set(head.bodyEntries);
       for (const { entry, layout } of this.#slots) {
         if (!body.has(entry)) continue;

@@ -150,7 +150,8 @@ async function runHead(message: HeadPhaseMessage): Promise<void> {
   const phase = message.phase.kind === "forward-body"
     ? { ...message.phase, images: input.subarray(0, message.imageCount) }
     : message.phase;
-  if (phase.kind === "forward-body") loadParameters(head.bodyEntries);
+  // Later micro-batches of a step run on the same parameters (and must keep the gradients).
+  if (phase.kind === "forward-body" && !phase.microBatch) loadParameters(head.bodyEntries);
   // Spans travel on the shared clock (timeOrigin + now), as `step`'s do.
   const result = await head.run(phase, sharedParameters, gradients, (group, members) => {
     publish(members);

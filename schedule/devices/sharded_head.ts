@@ -27,6 +27,7 @@
  */
 
 import {
+  averageGradients,
   backwardPass,
   countCorrect,
   type ForwardContext,
@@ -44,6 +45,7 @@ import type { Backend } from "../../backends/backend.ts";
 import type { Dropout, Linear } from "../../engine/nn/layers.ts";
 import type { ParameterLayout, ParameterSlot } from "./layout.ts";
 import type { ComputeSpan } from "./protocol.ts";
+import { gatheredSamples, type MicroBatch, SliceGradientSum, WHOLE_SHARD } from "./head_micro_batches.ts";
 
 /** One model-parallel layer and the parameter-free layers after it. */
 export interface HeadStage {
@@ -240,8 +242,14 @@ export type HeadPhase =
     /** Float32 NCHW shard. */
     readonly images: Float32Array;
     readonly shape: number[];
-    /** Global position of the shard's first sample. */
+    /** Global position of the shard's (micro-batch's) first sample. */
     readonly sampleOffset: number;
+    /**
+     * Gradient accumulation (see `head_micro_batches.ts`): this phase starts micro-batch
+     * `microBatch` (default 0) of `microBatches` (default 1); `images` are that micro-batch's.
+     */
+    readonly microBatch?: number;
+    readonly microBatches?: number;
   }
   | { readonly kind: "forward-stage"; readonly stage: number }
   | {
@@ -276,6 +284,11 @@ export class HeadShard {
   #bodyOutput: Tensor | undefined;
   #stages: { input: Tensor; output: Tensor; parameters: Tensor[] }[] = [];
   #shard = { start: 0, size: 0 };
+  /** The micro-batch running, and the global sample of each gathered row where not row r = sample r. */
+  #micro: MicroBatch = WHOLE_SHARD;
+  #rows: number[] | undefined;
+  /** The slice gradients of the step's earlier micro-batches. */
+  readonly #sums = new SliceGradientSum();
 
   /**
    * A shard over `network` (the device's replica); `bodyEntries` are its parameters outside the
@@ -344,23 +357,35 @@ export class HeadShard {
     }
   }
 
-  /** Frees what an unfinished iteration holds (after a failure). */
+  /** Frees what an unfinished iteration holds (after a failure), accumulated gradients too. */
   reset(): void {
-    this.#bodyOutput?.dispose();
-    this.#bodyOutput = undefined;
-    for (const stage of this.#stages) this.#disposeStage(stage);
-    this.#stages = [];
+    this.#release();
+    this.#sums.clear();
     for (const p of this.#bodyEntries) {
       p.tensor.grad?.dispose();
       p.tensor.grad = null;
     }
   }
 
+  /** Frees one micro-batch's tensors, keeping the gradients accumulated so far. */
+  #release(): void {
+    this.#bodyOutput?.dispose();
+    this.#bodyOutput = undefined;
+    for (const stage of this.#stages) this.#disposeStage(stage);
+    this.#stages = [];
+  }
+
   async #forwardBody(phase: Extract<HeadPhase, { kind: "forward-body" }>): Promise<void> {
-    this.reset();
+    const micro = { index: phase.microBatch ?? 0, count: phase.microBatches ?? 1 };
+    // Later micro-batches add onto the gradients of the earlier ones.
+    if (micro.index === 0) this.reset();
+    else this.#release();
+    this.#micro = micro;
+    this.#rows = gatheredSamples(this.#setup.batch, this.#setup.head.devices, micro);
     const backend = this.#backend;
     this.#context = { seed: phase.seed, step: phase.iteration, sampleOffset: phase.sampleOffset };
-    this.#shard = { start: phase.sampleOffset, size: phase.shape[0] };
+    // `start`: this device's first row among the gathered ones (its shard's first sample when whole).
+    this.#shard = { start: this.#setup.device * phase.shape[0], size: phase.shape[0] };
     this.#network.train();
     const images = fromStorage(backend, backend.upload(phase.images), phase.shape);
     try {
@@ -416,9 +441,10 @@ export class HeadShard {
             seed: this.#context.seed ?? 0,
             stream: streamOf(dropout.path),
             step: this.#context.step ?? 0,
-            // Rows are global samples 0 … B−1; this slice holds columns start … end−1.
+            // Rows are global samples 0 … B−1 (accumulating: `#rows`); this slice holds columns
+            // start … end−1.
             offset: 0,
-            columns: { start: slice.start, total: stage.units },
+            columns: { start: slice.start, total: stage.units, ...(this.#rows ? { rows: this.#rows } : {}) },
           });
         } else next = layer.forward(h, this.#context);
         h.dispose();
@@ -462,15 +488,17 @@ export class HeadShard {
     const scale = Math.fround(1 / this.#setup.head.devices);
     for (const [i, slot] of slice.slots.entries()) {
       const grad = held.parameters[i].grad;
-      const target = gradients.subarray(slot.offset, slot.offset + slot.size);
-      if (!grad) {
-        target.fill(0);
-        continue;
-      }
+      held.parameters[i].grad = null;
       // On the device's backend, as a kernel: the same float32 product as the exchange's average.
-      const scaled = scale === 1 ? grad : tidy(() => ops.mul(grad, scale));
-      target.set((await scaled.data()) as Float32Array);
-      if (scaled !== grad) scaled.dispose();
+      const scaled = grad && scale !== 1 ? tidy(() => ops.mul(grad, scale)) : grad;
+      if (scaled !== grad) grad?.dispose();
+      // Accumulating: summed over the micro-batches, whole only after the last one.
+      const total = this.#sums.add(`${index}.${i}`, scaled, this.#micro);
+      if (total === undefined) continue;
+      const target = gradients.subarray(slot.offset, slot.offset + slot.size);
+      if (!total) target.fill(0);
+      else target.set((await total.data()) as Float32Array);
+      total?.dispose();
     }
     const inputGrad = held.input.grad;
     if (inputGrad) this.#setup.partials[index].set((await inputGrad.data()) as Float32Array);
@@ -505,7 +533,7 @@ export class HeadShard {
       });
       try {
         const value = tidy(() => ops.softmaxCrossEntropy(logits, labelTensor));
-        if (e * shard === this.#shard.start) loss = await value.item();
+        if (e === this.#setup.device) loss = await value.item();
         tidy(() => backwardPass(value).runToEnd());
         value.dispose();
         const grad = (await logits.grad!.data()) as Float32Array;
@@ -541,11 +569,14 @@ export class HeadShard {
     const gradOutput = fromStorage(output.backend, output.backend.upload(seed), output.shape);
     const spans: ComputeSpan[] = [];
     let start = performance.now();
+    const { index, count } = this.#micro, last = index === count - 1;
     try {
       const pass = backwardPass(output, { gradOutput });
-      for (const group of groups) {
+      // Earlier micro-batches leave their gradients on `.grad` (no groups: nothing is reported).
+      for (const group of last ? groups : []) {
         const members = this.#bodyEntries.filter((p) => p.group === group);
         tidy(() => pass.runUntil(members.map((m) => m.tensor)));
+        if (count > 1) averageGradients(members, Math.fround(1 / count));
         await onGroup?.(group, members);
         const end = performance.now();
         spans.push({ name: `backward ${group}`, group, start, end });
@@ -554,7 +585,8 @@ export class HeadShard {
       tidy(() => pass.runToEnd());
     } finally {
       gradOutput.dispose();
-      this.reset();
+      if (last) this.reset();
+      else this.#release();
     }
     return spans;
   }

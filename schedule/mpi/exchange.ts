@@ -101,8 +101,8 @@ export class MpiExchange implements Exchange {
   readonly #chunkBytes: number;
   /** `performance.now()` just after a barrier all ranks left together: the ranks' common zero. */
   readonly #clockZero: number;
-  /** The gradients' wire format, where compressed (`undefined`: fp32, exact). */
-  readonly #wire: GradientWire | undefined;
+  /** The gradients' wire format, where compressed (`undefined`: fp32, exact); this rank's residual. */
+  readonly wire: GradientWire | undefined;
   /** This rank's encoded gradients of one group (compressed wire only). */
   readonly #sendWire: Uint16Array | undefined;
   /** Every rank's encoded gradients of one group, laid out as {@link #gathered} (compressed, averaging ranks). */
@@ -130,7 +130,7 @@ export class MpiExchange implements Exchange {
     this.#averaged = optimizer ? sharedFloats(layout.total) : undefined;
     const largestGroup = Math.max(...layout.groups.map((g) => g.size));
     this.#gathered = optimizer ? sharedFloats(transport.size * largestGroup) : undefined;
-    this.#wire = wire;
+    this.wire = wire;
     // In shared memory, which never moves while MPI reads and writes it.
     const halves = (n: number) => new Uint16Array(new SharedArrayBuffer(2 * n));
     this.#sendWire = wire ? halves(largestGroup) : undefined;
@@ -279,7 +279,7 @@ export class MpiExchange implements Exchange {
     const gradients = (m: Piece) => this.#device.gradients.subarray(m.offset, m.offset + m.size);
     const parameters = (m: Piece) => this.#device.parameters.subarray(m.offset, m.offset + m.size);
     const spans: PipelineSpans = { reduce: [performance.now(), 0] };
-    const wire = this.#wire;
+    const wire = this.wire;
     // A compressed wire sends each message's gradients encoded (as bytes) and gathers them encoded.
     const send = (m: Piece) => {
       if (!wire) return gradients(m);
@@ -428,6 +428,46 @@ export class MpiExchange implements Exchange {
 
   syncParameters(): Promise<void> {
     return Promise.resolve();
+  }
+
+  /**
+   * Collective. With error feedback, rank 0 receives every rank's residual (`MPI_Igather`), as
+   * checkpoints need; `undefined` elsewhere and without error feedback (the same on every rank: the
+   * ranks were checked to run the same wire options).
+   */
+  async gatherResiduals(): Promise<Float32Array[] | undefined> {
+    const wire = this.wire;
+    if (!wire?.errorFeedback) return undefined;
+    const total = this.#layout.total, size = this.transport.size;
+    const own = sharedFloats(total);
+    own.set(wire.residual(this.rank));
+    const all = this.rank === 0 ? sharedFloats(size * total) : undefined;
+    await this.transport.gather(own, all, 0, "gather residuals").wait({
+      deadline: performance.now() + this.#timeoutMs,
+    });
+    return all && Array.from({ length: size }, (_, r) => all.slice(r * total, (r + 1) * total));
+  }
+
+  /**
+   * Collective. With error feedback, rank r's residual becomes rank 0's `residuals[r]` (one
+   * broadcast of them all, after loading a checkpoint), or zeros where rank 0 passes none.
+   */
+  async scatterResiduals(residuals: readonly Float32Array[] | undefined): Promise<void> {
+    const wire = this.wire;
+    if (!wire?.errorFeedback) return;
+    const wait = { deadline: performance.now() + this.#timeoutMs };
+    const total = this.#layout.total, size = this.transport.size;
+    const given = await this.transport.broadcastJson(
+      this.rank === 0 && residuals !== undefined,
+      0,
+      wait,
+      "broadcast residuals",
+    );
+    if (!given) return wire.loadResidual(this.rank, undefined);
+    const all = sharedFloats(size * total);
+    if (this.rank === 0) residuals!.forEach((r, d) => all.set(r, d * total));
+    await this.transport.broadcast(all, 0, "broadcast residuals").wait(wait);
+    wire.loadResidual(this.rank, all.subarray(this.rank * total, (this.rank + 1) * total));
   }
 
   masterParameters(): Float32Array {

@@ -24,6 +24,7 @@ import type { ParameterLayout } from "../devices/layout.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import type { LinkSpec } from "./link.ts";
 import type { TraceRecorder } from "./trace.ts";
+import type { GradientWire } from "./wire.ts";
 
 /** What every replica starts from: the model's layout and device 0's initial parameters. */
 export interface ReplicaReference {
@@ -125,6 +126,21 @@ export interface Exchange {
   divergentReplicas(): Promise<number[]>;
   /** Adds every other process's spans to this one's trace (MPI); nothing to do in one process. */
   gatherTrace(trace: TraceRecorder | undefined): Promise<void>;
+  /**
+   * The gradients' compression where not fp32 (`wire.ts`), holding this process's devices'
+   * error-feedback residuals; the trainer commits it after every completed step.
+   */
+  readonly wire: GradientWire | undefined;
+  /**
+   * With error feedback: every device's residual over the whole layout, in device order, on the
+   * master (copies); `undefined` elsewhere and without error feedback. Collective under MPI.
+   */
+  gatherResiduals(): Promise<Float32Array[] | undefined>;
+  /**
+   * With error feedback: device d's residual becomes the master's `residuals[d]`, or zeros where the
+   * master passes none (only its argument counts). Collective under MPI.
+   */
+  scatterResiduals(residuals: readonly Float32Array[] | undefined): Promise<void>;
   /** Stops the devices. */
   close(): Promise<void>;
 }
@@ -215,6 +231,23 @@ export abstract class InProcessExchange {
 
   /** Nothing to gather: the trace already has every device's spans. */
   gatherTrace(): Promise<void> {
+    return Promise.resolve();
+  }
+
+  /** See {@link Exchange.wire}. */
+  abstract readonly wire: GradientWire | undefined;
+
+  /** See {@link Exchange.gatherResiduals}: every device is here. */
+  gatherResiduals(): Promise<Float32Array[] | undefined> {
+    const wire = this.wire;
+    if (!wire?.errorFeedback) return Promise.resolve(undefined);
+    return Promise.resolve(this.local.map((d) => wire.residual(d.index).slice()));
+  }
+
+  /** See {@link Exchange.scatterResiduals}. */
+  scatterResiduals(residuals: readonly Float32Array[] | undefined): Promise<void> {
+    const wire = this.wire;
+    if (wire?.errorFeedback) { for (const d of this.local) wire.loadResidual(d.index, residuals?.[d.index]); }
     return Promise.resolve();
   }
 }

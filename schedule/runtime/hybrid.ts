@@ -15,6 +15,10 @@
  * {@link HybridHead.scatter} hands a loaded master's back out, so a hybrid checkpoint resumes under
  * data-parallel schedules and the other way round.
  *
+ * Gradient accumulation (`accumulate: K`) runs those phases once per micro-batch, over the
+ * micro-batches of every device, and resolves the groups only after the last one: see
+ * `devices/head_micro_batches.ts`.
+ *
  * Numerics: the head computes each layer for the whole global batch in one product, where
  * data-parallel devices compute it per shard and average; the sums are grouped differently, so the
  * two agree to rounding (about 1e-7 relative per step), not bit for bit. Between hybrid runs —
@@ -99,6 +103,11 @@ export interface HybridIteration {
   record: RecordSpan;
   /** The body's groups in the order the plan backwards them. */
   bodyGroups: readonly string[];
+  /**
+   * Gradient accumulation: each device's shard runs as this many micro-batches, each through every
+   * phase; the groups are final only after the last (default 1; see `head_micro_batches.ts`).
+   */
+  microBatches?: number;
 }
 
 /** The head's slices, optimizers and activation traffic for the devices of this process. */
@@ -175,15 +184,39 @@ export class HybridHead {
   }
 
   async #run(step: HybridIteration): Promise<{ loss: number[]; correct: number[]; spans: ComputeSpan[][] }> {
+    const devices = this.#devices, route = this.#route;
+    const batch = step.shape[0];
+    const count = step.microBatches ?? 1;
+    // The buffers hold one micro-batch of every device: the whole batch without accumulation.
+    const gathered = batch / count;
+    if (gathered !== this.#batch) {
+      const setups = route.setup(gathered);
+      await Promise.all(devices.map((device, i) => device.sharded!.setupHead(this.#layout, setups[i])));
+      this.#batch = gathered;
+    }
+    const spans: ComputeSpan[][] = devices.map(() => []);
+    const loss = devices.map(() => 0), correct = devices.map(() => 0);
+    for (let k = 0; k < count; k++) {
+      const results = await this.#microBatch(step, { index: k, count }, spans);
+      results.forEach((r, i) => {
+        loss[i] += r.loss ?? NaN;
+        correct[i] += r.correct ?? 0;
+      });
+    }
+    // As `replicaStep` reports an accumulated shard: the micro-batches' mean loss, every hit.
+    return { loss: loss.map((l) => l / count), correct, spans };
+  }
+
+  /** One micro-batch's phases on every local device; the last stage's results (loss and hits). */
+  async #microBatch(
+    step: HybridIteration,
+    micro: { index: number; count: number },
+    spans: ComputeSpan[][],
+  ): Promise<HeadPhaseResult[]> {
     const devices = this.#devices, route = this.#route, stages = this.head.stages;
     const [batch, ...sample] = step.shape;
     const shard = batch / route.size, sampleSize = sample.reduce((a, b) => a * b, 1);
-    if (batch !== this.#batch) {
-      const setups = route.setup(batch);
-      await Promise.all(devices.map((device, i) => device.sharded!.setupHead(this.#layout, setups[i])));
-      this.#batch = batch;
-    }
-    const spans: ComputeSpan[][] = devices.map(() => []);
+    const m = shard / micro.count, first = micro.index * m, last = micro.index === micro.count - 1;
     const all = async (phase: (d: number) => HeadPhase, onGradients?: (i: number, group: string) => void) => {
       const results = await Promise.all(
         devices.map((device, i) =>
@@ -201,32 +234,43 @@ export class HybridHead {
       kind: "forward-body",
       iteration: step.iteration,
       seed: step.seed,
-      images: step.images.subarray(d * shard * sampleSize, (d + 1) * shard * sampleSize),
-      shape: [shard, ...sample],
-      sampleOffset: d * shard,
+      images: step.images.subarray((d * shard + first) * sampleSize, (d * shard + first + m) * sampleSize),
+      shape: [m, ...sample],
+      sampleOffset: d * shard + first,
+      ...(micro.count > 1 ? { microBatch: micro.index, microBatches: micro.count } : {}),
     }));
+    // The gathered rows' labels: every device's micro-batch, in device order.
+    const labels = micro.count === 1 ? step.labels : new Int32Array(route.size * m);
+    if (micro.count > 1) {
+      for (let e = 0; e < route.size; e++) {
+        labels.set(step.labels.subarray(e * shard + first, e * shard + first + m), e * m);
+      }
+    }
     await route.gatherRows(step.record);
     for (let s = 0; s < stages.length; s++) {
       await all(() => ({ kind: "forward-stage", stage: s }));
       await route.gatherColumns(s, step.record);
     }
-    let last: HeadPhaseResult[] = [];
+    let results: HeadPhaseResult[] = [];
     for (let s = stages.length - 1; s >= 0; s--) {
-      const results = await all(() => ({
+      const phase = await all(() => ({
         kind: "backward-stage",
         stage: s,
-        ...(s === stages.length - 1 ? { labels: step.labels } : {}),
+        ...(s === stages.length - 1 ? { labels } : {}),
       }));
-      if (s === stages.length - 1) last = results;
+      if (s === stages.length - 1) results = phase;
       await route.scatter(s, step.record);
     }
-    // The head's gradients are final on every device: its updates may start.
-    for (const ready of step.ready) for (const group of this.head.sharded) ready.get(group)!.resolve();
+    // After the last micro-batch the head's gradients are final on every device: its updates may
+    // start (no earlier: the next micro-batch's stages still read the slices' parameters).
+    if (last) {
+      for (const ready of step.ready) for (const group of this.head.sharded) ready.get(group)!.resolve();
+    }
     await all(
-      () => ({ kind: "backward-body", groups: step.bodyGroups }),
+      () => ({ kind: "backward-body", groups: last ? step.bodyGroups : [] }),
       (i, group) => step.ready[i].get(group)!.resolve(),
     );
-    return { loss: last.map((r) => r.loss ?? NaN), correct: last.map((r) => r.correct ?? 0), spans };
+    return results;
   }
 
   /** Updates `group`'s slice on every local device with that device's optimizer. */

@@ -41,6 +41,8 @@ export class ResidentExchange extends InProcessExchange implements Exchange {
   readonly name = "GPU-resident";
   /** Staging to and from peer devices fails when one is lost. */
   readonly transfersCanFail = true;
+  /** Gradients travel in fp32 only (see the module notes). */
+  readonly wire = undefined;
   readonly optimizers: readonly Optimizer[];
   readonly #replicas: ResidentReplica[];
   /** Whether the devices' host `parameters` mirrors hold the resident parameters. */

@@ -37,7 +37,7 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
    */
   readonly #received: Float32Array[];
   /** The gradients' wire format, where compressed (`undefined`: fp32, exact). */
-  readonly #wire: GradientWire | undefined;
+  readonly wire: GradientWire | undefined;
 
   /**
    * Creates the optimizers over the updating devices' parameter buffers; `wire` (default fp32) says
@@ -52,13 +52,14 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
     wire: WireOptions = {},
   ) {
     super(devices, layout, mode, link);
-    this.#wire = GradientWire.create(wire, layout.total, devices.map((d) => d.index));
+    // A failed step is undone here, residuals included.
+    this.wire = GradientWire.create(wire, layout.total, devices.map((d) => d.index), true);
     // In kernel memory, as the devices' parameters are: the optimizer updates in place.
     this.#averaged = this.updating.map(() => sharedFloats(layout.total));
     this.optimizers = this.updating.map((device, i) =>
       optimizer(hostParameterEntries(layout, device.parameters, this.#averaged[i]))
     );
-    const compressed = this.#wire !== undefined;
+    const compressed = this.wire !== undefined;
     this.#received = devices.map((d) => sharedFloats(d.index === 0 && !compressed ? 0 : layout.total));
   }
 
@@ -72,7 +73,7 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
   }
 
   async reduce(group: string, context: ExchangeContext): Promise<void> {
-    if (this.#wire) return await this.#reduceCompressed(this.#wire, group, context);
+    if (this.wire) return await this.#reduceCompressed(this.wire, group, context);
     const devices = this.local;
     const slice = (buffer: Float32Array) => this.#slice(buffer, group);
     if (this.mode === "master") {

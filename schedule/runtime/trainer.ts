@@ -96,6 +96,8 @@ export interface DataParallelOptions {
    * Gradient accumulation: each device runs its shard as this many equal micro-batches, adding their
    * gradients, and the step communicates only after the last one (default 1). `devices: 1,
    * accumulate: K` gives the bits of `devices: K`; see `replicaStep` for why not those of one pass.
+   * Under a hybrid plan every micro-batch runs the head over the micro-batches gathered from every
+   * device, and the slices update after the last (`devices/head_micro_batches.ts`).
    */
   accumulate?: number;
   /** A device (or rank) that does not answer within this many seconds fails the step (default 120). */
@@ -134,7 +136,8 @@ export interface DataParallelOptions {
   wire?: WireFormat;
   /**
    * With a 16-bit `wire`: each device keeps the rounding error of what it sent (a residual over the
-   * whole layout, across steps) and adds it to its next gradients (default false).
+   * whole layout, across steps) and adds it to its next gradients (default false). Checkpoint them with
+   * {@link DataParallelTrainer.residuals} and restore them with `resumeResiduals` (`residuals.ts`).
    */
   errorFeedback?: boolean;
 }
@@ -223,13 +226,6 @@ export class DataParallelTrainer {
       throw new ValueError("DataParallelTrainer", `devices must be a positive integer, got ${count}`);
     }
     checkWireOptions(options);
-    const sharded = options.plan.sharded ?? [];
-    if (sharded.length && accumulate > 1) {
-      throw new ValueError(
-        "DataParallelTrainer",
-        `gradient accumulation does not combine with schedule "${options.plan.name}" (hybrid) yet`,
-      );
-    }
     // Under MPI the ranks are counted once the transport is up; the split is checked again then.
     const reference = await referenceOf(options, options.transport ? 1 : count);
     const exchange = options.transport
@@ -364,6 +360,24 @@ export class DataParallelTrainer {
     return this.#exchange.masterParameters();
   }
 
+  /** Whether each device keeps an error-feedback residual (`errorFeedback` with a 16-bit wire). */
+  get errorFeedback(): boolean {
+    return this.#exchange.wire?.errorFeedback ?? false;
+  }
+
+  /**
+   * Error feedback: every device's residual, in device order, on the master, for checkpoints
+   * (`residuals.ts`; elsewhere and without, `undefined`). Collective under MPI.
+   */
+  residuals(): Promise<Float32Array[] | undefined> {
+    return this.#exchange.gatherResiduals();
+  }
+
+  /** Error feedback: device d continues from the master's `residuals[d]` (none: zeros). Collective (MPI). */
+  loadResiduals(residuals: readonly Float32Array[] | undefined): Promise<void> {
+    return this.#exchange.scatterResiduals(residuals);
+  }
+
   /** Devices (ranks) whose parameters differ from the master's in any bit. Collective under MPI. */
   divergentReplicas(): Promise<number[]> {
     // Hybrid: each device keeps only its own slice of the head current; the bodies must agree.
@@ -452,6 +466,7 @@ export class DataParallelTrainer {
       ready,
       record: (device, name, start, end, bytes) => record(device, "comm", name, start, end, bytes),
       bodyGroups: backwardGroups.filter((g) => !shardedGroups.has(g)),
+      microBatches,
     });
     const computes: Promise<ComputeResult>[] = exchange.local.map((device, i) => {
       const d = device.index;
@@ -578,6 +593,8 @@ export class DataParallelTrainer {
       }
       for (const optimizer of exchange.optimizers) optimizer.finishIteration();
       hybrid?.finishIteration();
+      // Only a completed step's error-feedback residuals carry on (a failed one's are dropped).
+      exchange.wire?.commit();
       this.#iteration = iteration + 1;
       if (this.#options.verifyReplicas) {
         // Resident parameters must come to the host to be compared: a debugging aid, not free.

@@ -25,7 +25,11 @@
  * drops in one step is sent in a later one: the sum of what a device sent over T steps differs from
  * the sum of its true gradients by its last residual only (at most half a unit in the last place
  * of the last value sent), instead of by an error that can grow with T. A non-finite `g + e` leaves a
- * zero residual. Residuals are not part of checkpoints and are not rolled back with a failed step.
+ * zero residual. Checkpoints carry every device's residual (`residuals.ts`), so a resumed run
+ * continues with the bits of a straight one. Where a failed step is undone (devices in one process)
+ * a step reads the residuals the last good step left and writes a second buffer, which only a
+ * completed step makes current ({@link GradientWire.commit}): a failed step leaves them as before,
+ * for twice the residuals' memory and no copy.
  *
  * @module
  */
@@ -215,8 +219,8 @@ export function decodeGradients(encoded: Uint16Array, format: CompressedWireForm
 /**
  * Encodes `values` as 16-bit `format` into `out`, what travels. With a `residual` (error feedback,
  * the same length as `values`, zeros at first): encodes `v = fround(values + residual)` instead and
- * leaves `residual = v − decode(encode(v))` (0 where `v` is not finite). NaN is encoded as a quiet
- * NaN, its payload not kept.
+ * leaves `v − decode(encode(v))` (0 where `v` is not finite) in `residualOut` (default: `residual`
+ * itself). NaN is encoded as a quiet NaN, its payload not kept.
  *
  * @example
  * ```ts
@@ -233,9 +237,11 @@ export function compressGradients(
   format: CompressedWireFormat,
   out: Uint16Array,
   residual?: Float32Array,
+  residualOut: Float32Array | undefined = residual,
 ): void {
   checkLengths("compressGradients", values, out);
   if (residual) checkLengths("compressGradients", values, residual);
+  if (residual) checkLengths("compressGradients", values, residualOut!);
   const source = bitsOf(values);
   if (format === "bf16") {
     if (!residual) {
@@ -258,7 +264,7 @@ export function compressGradients(
       out[i] = h;
       scratchBits[0] = h << 16;
       const e = v - scratch[0];
-      residual[i] = e - e === 0 ? e : 0;
+      residualOut![i] = e - e === 0 ? e : 0;
     }
     return;
   }
@@ -288,7 +294,7 @@ export function compressGradients(
           q = q === Infinity ? q : 65504;
         }
         const e = v - q * sign;
-        residual[i] = e - e === 0 ? e : 0;
+        residualOut![i] = e - e === 0 ? e : 0;
       }
     }
     for (let i = start; i < end; i++) {
@@ -316,9 +322,11 @@ export function quantizeGradients(
   format: CompressedWireFormat,
   out: Float32Array,
   residual?: Float32Array,
+  residualOut: Float32Array | undefined = residual,
 ): void {
   checkLengths("quantizeGradients", values, out);
   if (residual) checkLengths("quantizeGradients", values, residual);
+  if (residual) checkLengths("quantizeGradients", values, residualOut!);
   const source = bitsOf(values);
   if (format === "bf16") {
     const target = bitsOf(out);
@@ -341,7 +349,7 @@ export function quantizeGradients(
       target[i] = bits;
       scratchBits[0] = bits;
       const e = v - scratch[0];
-      residual[i] = e - e === 0 ? e : 0;
+      residualOut![i] = e - e === 0 ? e : 0;
     }
     return;
   }
@@ -364,7 +372,7 @@ export function quantizeGradients(
     const q2 = q * (1 - ((bits >>> 31) << 1));
     out[i] = q2;
     const e = v - q2;
-    residual[i] = e - e === 0 ? e : 0;
+    residualOut![i] = e - e === 0 ? e : 0;
   }
 }
 
@@ -415,32 +423,50 @@ export function checkWireOptions(options: WireOptions): void {
  * const wire = GradientWire.create({ wire: "fp16", errorFeedback: true }, 4, [0, 1])!;
  * const out = new Float32Array(2);
  * wire.quantize(1, 2, new Float32Array([0.1, 0.2]), out); // device 1, layout elements 2 and 3
+ * wire.commit(); // the step completed: its residuals are what the next step adds
  * console.log(wire.bytes(1000)); // 2000
  * ```
  */
 export class GradientWire {
   /** The compressed format. */
   readonly format: CompressedWireFormat;
-  /** Per device index, that device's residual over the whole layout (error feedback only). */
-  readonly #residuals: Map<number, Float32Array> | undefined;
+  /** Per device index, the residual the current step adds (error feedback only). */
+  #residuals: Map<number, Float32Array> | undefined;
+  /**
+   * Per device index, where the current step leaves its residual: a second buffer where a failed
+   * step must leave the residuals as they were, else {@link #residuals} itself.
+   */
+  #written: Map<number, Float32Array> | undefined;
 
-  private constructor(format: CompressedWireFormat, residuals: Map<number, Float32Array> | undefined) {
+  private constructor(
+    format: CompressedWireFormat,
+    residuals: Map<number, Float32Array> | undefined,
+    written: Map<number, Float32Array> | undefined,
+  ) {
     this.format = format;
     this.#residuals = residuals;
+    this.#written = written;
   }
 
   /**
    * The compression of `options` for a layout of `total` elements whose gradients come from the
    * devices with indices `devices` (those this process compresses for); `undefined` for `fp32`.
+   * `undoable`: a failed step (one {@link GradientWire.commit} does not follow) leaves the residuals
+   * as they were, at twice their memory.
    */
-  static create(options: WireOptions, total: number, devices: Iterable<number>): GradientWire | undefined {
+  static create(
+    options: WireOptions,
+    total: number,
+    devices: Iterable<number>,
+    undoable = false,
+  ): GradientWire | undefined {
     checkWireOptions(options);
     const format = options.wire ?? "fp32";
     if (format === "fp32") return undefined;
-    const residuals = options.errorFeedback
-      ? new Map([...devices].map((d) => [d, new Float32Array(total)]))
-      : undefined;
-    return new GradientWire(format, residuals);
+    const indices = [...devices];
+    const buffers = () => new Map(indices.map((d) => [d, new Float32Array(total)]));
+    const residuals = options.errorFeedback ? buffers() : undefined;
+    return new GradientWire(format, residuals, residuals && undoable ? buffers() : residuals);
   }
 
   /** Whether each device carries its rounding error into its next step. */
@@ -448,22 +474,61 @@ export class GradientWire {
     return this.#residuals !== undefined;
   }
 
+  /** The devices whose residuals this process keeps, in index order (none without error feedback). */
+  get devices(): number[] {
+    return [...this.#residuals?.keys() ?? []].sort((a, b) => a - b);
+  }
+
   /** Bytes `elements` gradients take on the wire. */
   bytes(elements: number): number {
     return elements * wireBytesPerElement(this.format);
   }
 
-  /** Device `device`'s residual of the `values.length` elements from layout element `offset`. */
-  #residual(device: number, offset: number, length: number): Float32Array | undefined {
-    if (!this.#residuals) return undefined;
-    const residual = this.#residuals.get(device);
+  /**
+   * Device `device`'s residual over the whole layout as the last completed step left it (a view:
+   * copy it to keep it), for checkpoints.
+   */
+  residual(device: number): Float32Array {
+    const residual = this.#residuals?.get(device);
     if (!residual) throw new ValueError("GradientWire", `no residual for device ${device}`);
-    return residual.subarray(offset, offset + length);
+    return residual;
+  }
+
+  /** Replaces device `device`'s residual (resuming from a checkpoint); zeros where `values` is absent. */
+  loadResidual(device: number, values: Float32Array | undefined): void {
+    const residual = this.residual(device);
+    if (values && values.length !== residual.length) {
+      throw new ValueError(
+        "GradientWire",
+        `device ${device}'s residual has ${values.length} elements, the layout ${residual.length}`,
+      );
+    }
+    if (values) residual.set(values);
+    else residual.fill(0);
+  }
+
+  /**
+   * The step completed: the residuals it left become those the next step adds. Every step writes
+   * the residual of every element it reads (each exchanged group, whole), so the buffer the next step
+   * writes holds nothing it will read first.
+   */
+  commit(): void {
+    if (this.#written === this.#residuals) return;
+    [this.#residuals, this.#written] = [this.#written, this.#residuals];
+  }
+
+  /** Device `device`'s residual of `length` elements from layout element `offset`: read, written. */
+  #residual(device: number, offset: number, length: number): [Float32Array, Float32Array] | undefined {
+    if (!this.#residuals) return undefined;
+    const residual = this.#residuals.get(device), written = this.#written!.get(device);
+    if (!residual || !written) throw new ValueError("GradientWire", `no residual for device ${device}`);
+    return [residual.subarray(offset, offset + length), written.subarray(offset, offset + length)];
   }
 
   /** Encodes device `device`'s gradients `values` (from layout element `offset`) into `out`. */
   encode(device: number, offset: number, values: Float32Array, out: Uint16Array): void {
-    compressGradients(values, this.format, out, this.#residual(device, offset, values.length));
+    const [residual, written] = this.#residual(device, offset, values.length) ?? [];
+    compressGradients(values, this.format, out, residual, written);
   }
 
   /** Decodes what {@link GradientWire.encode} sent. */
@@ -473,6 +538,7 @@ export class GradientWire {
 
   /** `out = decode(encode(values))` for device `device`, in one pass (see {@link quantizeGradients}). */
   quantize(device: number, offset: number, values: Float32Array, out: Float32Array): void {
-    quantizeGradients(values, this.format, out, this.#residual(device, offset, values.length));
+    const [residual, written] = this.#residual(device, offset, values.length) ?? [];
+    quantizeGradients(values, this.format, out, residual, written);
   }
 }

@@ -279,3 +279,42 @@ export function calibrateProfile(profile: Profile, targets: ProfileTargets): Pro
   checkProfile(calibrated);
   return calibrated;
 }
+
+/**
+ * A step of `microBatches` micro-batches (gradient accumulation) as one step of the micro-batch
+ * profile `profile`: every layer's compute and output bytes (what a hybrid plan's activation
+ * collectives carry, once per micro-batch) `microBatches` times, the parameter bytes (the gradients,
+ * exchanged once after the last micro-batch) unchanged. So data-parallel and hybrid plans are priced
+ * per step alike. Only the bandwidth term of the activations scales: their per-message latency, paid
+ * per micro-batch, is counted once.
+ *
+ * @example
+ * ```ts
+ * import { accumulatedProfile } from "./profile.ts";
+ * const p = accumulatedProfile({
+ *   batchSize: 4,
+ *   layers: [{ name: "a", group: "x", forwardSeconds: 1, backwardSeconds: 2, parameterBytes: 4, outputBytes: 16 }],
+ * }, 3);
+ * console.log(p.batchSize, p.layers[0].backwardSeconds, p.layers[0].outputBytes); // 12 6 48
+ * ```
+ */
+export function accumulatedProfile(profile: Profile, microBatches: number): Profile {
+  checkProfile(profile);
+  if (!Number.isInteger(microBatches) || microBatches < 1) {
+    throw new ValueError(
+      "accumulatedProfile",
+      `microBatches must be a positive integer, got ${microBatches}`,
+    );
+  }
+  if (microBatches === 1) return profile;
+  return {
+    ...profile,
+    batchSize: profile.batchSize * microBatches,
+    layers: profile.layers.map((l) => ({
+      ...l,
+      forwardSeconds: l.forwardSeconds * microBatches,
+      backwardSeconds: l.backwardSeconds * microBatches,
+      ...(l.outputBytes === undefined ? {} : { outputBytes: l.outputBytes * microBatches }),
+    })),
+  };
+}
