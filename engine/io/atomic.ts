@@ -26,17 +26,18 @@ export interface OutputTarget {
 /** Symbolic links followed before giving up (Linux's own limit). */
 const MAX_LINKS = 40;
 
-const windows = Deno.build.os === "windows";
+/** Read when a path is split, not at import: the engine also loads in browsers, which have no `Deno`. */
+const isWindows = () => globalThis.Deno?.build.os === "windows";
 
 /** Splits `path` into its directory (`"."` when none) and file name. */
 function splitPath(path: string): [string, string] {
-  const cut = Math.max(path.lastIndexOf("/"), windows ? path.lastIndexOf("\\") : -1);
+  const cut = Math.max(path.lastIndexOf("/"), isWindows() ? path.lastIndexOf("\\") : -1);
   if (cut < 0) return [".", path];
   return [cut === 0 ? path.slice(0, 1) : path.slice(0, cut), path.slice(cut + 1)];
 }
 
 function isAbsolute(path: string): boolean {
-  return path.startsWith("/") || (windows && /^([a-zA-Z]:)?[\\/]/.test(path));
+  return path.startsWith("/") || (isWindows() && /^([a-zA-Z]:)?[\\/]/.test(path));
 }
 
 /** A file-system failure as a one-line {@link OutputPathError} about `path`. */
