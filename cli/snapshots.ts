@@ -19,6 +19,21 @@ function parts(path: string): { directory: string; stem: string; extension: stri
 }
 
 /**
+ * Where a diverged run keeps its last finite state: beside `--checkpoint`, never over it
+ * (`run.safetensors` → `run.before-divergence.safetensors`).
+ *
+ * @example
+ * ```ts
+ * import { divergedCheckpointPath } from "./snapshots.ts";
+ * divergedCheckpointPath("out/run.safetensors"); // "out/run.before-divergence.safetensors"
+ * ```
+ */
+export function divergedCheckpointPath(checkpoint: string): string {
+  const { directory, stem, extension } = parts(checkpoint);
+  return join(directory, `${stem}.before-divergence${extension}`);
+}
+
+/**
  * The numbered snapshot of `checkpoint` at `step`, in the same directory as the path given (not
  * that of a symbolic link's target).
  *

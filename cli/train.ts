@@ -11,23 +11,15 @@
  */
 
 import {
-  accumulatedProfile,
-  autoSchedule,
   BackendDevice,
-  builtinSchedule,
   createWebGpuBackend,
   DataLoader,
   DataParallelTrainer,
-  DEFAULT_LINK,
   detectMpiLaunch,
   DivergenceError,
   evaluate,
   formatSummary,
-  layoutOf,
-  type LinkSpec,
   loadCheckpoint,
-  loadSchedule,
-  measureProfile,
   medianFigures,
   type ModelSpec,
   MpiTransport,
@@ -47,37 +39,20 @@ import {
   validatePlan,
   writeFileAtomic,
 } from "../mod.ts";
-import { checkDeviceCount, DEFAULTS, helpText, parseTrainArgs, type TrainArgs } from "./args.ts";
+import { checkDeviceCount, DEFAULTS, helpText, parseTrainArgs } from "./args.ts";
 import { fitToModel, type LoadedImages, loadImages } from "./data.ts";
-import { CliError, closest, describeError, EXIT_FAILURE, EXIT_USAGE } from "./errors.ts";
+import { CliError, describeError, EXIT_FAILURE, EXIT_USAGE } from "./errors.ts";
 import { buildLocal, chooseModel, NEEDS_INPUT_SHAPE } from "./model.ts";
 import { checkOutputs } from "./outputs.ts";
 import { exitStatus, StopSignals } from "./signals.ts";
-import { Snapshots } from "./snapshots.ts";
+import { divergedCheckpointPath, Snapshots } from "./snapshots.ts";
 import { formatDuration, Progress } from "./progress.ts";
 import { type StepPoint, writeReport } from "./report.ts";
 import { resumeArguments } from "./resume.ts";
+import { choosePlan } from "./plan.ts";
 
 /** Where Ctrl-C or SIGTERM saves when no `--checkpoint` was given. */
 export const INTERRUPTED_CHECKPOINT = "tandem-interrupted.safetensors";
-
-/**
- * Where a diverged run keeps its last finite state: beside `--checkpoint`, never over it
- * (`run.safetensors` → `run.before-divergence.safetensors`).
- *
- * @example
- * ```ts
- * import { divergedCheckpointPath } from "./train.ts";
- * console.log(divergedCheckpointPath("out/run.safetensors")); // out/run.before-divergence.safetensors
- * ```
- */
-export function divergedCheckpointPath(checkpoint: string): string {
-  const slash = checkpoint.lastIndexOf("/");
-  const dot = checkpoint.lastIndexOf(".");
-  return dot > slash + 1
-    ? `${checkpoint.slice(0, dot)}.before-divergence${checkpoint.slice(dot)}`
-    : `${checkpoint}.before-divergence`;
-}
 
 /** Steps of the trace drawn in the report (the last few: past warm-up). */
 const REPORT_TRACE_STEPS = 3;
@@ -106,52 +81,6 @@ export async function parametersSha256(
   }
   const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
   return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
-}
-
-const SCHEDULE_NAMES = ["overlap", "sequential", "bucketed", "hybrid", "auto"];
-
-async function choosePlan(
-  args: TrainArgs,
-  local: Network,
-  spec: ModelSpec,
-  link: LinkSpec | undefined,
-  say: (line: string) => void,
-): Promise<{ plan: Plan; spec: ModelSpec }> {
-  const groups = layoutOf(local.namedParameters()).groups.map((g) => g.name);
-  const name = args.schedule;
-  if (name === "overlap" || name === "sequential" || name === "bucketed" || name === "hybrid") {
-    return { plan: builtinSchedule(name, groups), spec };
-  }
-  if (name === "auto") {
-    // What a device runs at once: a micro-batch when accumulating.
-    const perDevice = args.batch / args.devices / args.accumulate;
-    const micro = measureProfile(local, perDevice, { description: `${local.name}, batch ${perDevice}` });
-    // Priced per step: K micro-batches' compute and activations, the gradients once.
-    const profile = accumulatedProfile(micro, args.accumulate);
-    const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, { allowHybrid: true });
-    say(
-      `auto schedule: ${plan.name} over groups ${plan.groups.join(", ")} (priced at ${
-        link ? link.label : "12 GB/s, 10 µs (PCIe 3 x16, assumed)"
-      })`,
-    );
-    say(`  why: ${plan.judgement.reason}`);
-    return { plan, spec: { ...spec, groups: plan.assignment } };
-  }
-  let isFile = false;
-  try {
-    isFile = (await Deno.stat(name)).isFile;
-  } catch (error) {
-    if (!(error instanceof Deno.errors.NotFound)) throw error;
-  }
-  if (!isFile) {
-    const hint = closest(name, SCHEDULE_NAMES);
-    throw new CliError(
-      `--schedule must be ${SCHEDULE_NAMES.join(", ")} or a schedule file; "${name}" is none of them${
-        hint ? `; did you mean ${hint}?` : ""
-      }`,
-    );
-  }
-  return { plan: await loadSchedule(name, { groups, mode: args.reduce }), spec };
 }
 
 /**

@@ -1,0 +1,72 @@
+/**
+ * Which plan a run executes: a built-in schedule, `auto` (measured on this machine and priced on
+ * the link), or a schedule file in the DSL.
+ *
+ * @module
+ */
+
+import {
+  accumulatedProfile,
+  autoSchedule,
+  builtinSchedule,
+  DEFAULT_LINK,
+  layoutOf,
+  type LinkSpec,
+  loadSchedule,
+  measureProfile,
+  type ModelSpec,
+  type Network,
+  type Plan,
+} from "../mod.ts";
+import type { TrainArgs } from "./args.ts";
+import { CliError, closest } from "./errors.ts";
+
+const SCHEDULE_NAMES = ["overlap", "sequential", "bucketed", "hybrid", "auto"];
+
+/**
+ * The plan `--schedule` names for `local` (the model as built here), with the model spec the devices
+ * build: `auto` may regroup its layers. Prints what `auto` chose and why through `say`.
+ */
+export async function choosePlan(
+  args: TrainArgs,
+  local: Network,
+  spec: ModelSpec,
+  link: LinkSpec | undefined,
+  say: (line: string) => void,
+): Promise<{ plan: Plan; spec: ModelSpec }> {
+  const groups = layoutOf(local.namedParameters()).groups.map((g) => g.name);
+  const name = args.schedule;
+  if (name === "overlap" || name === "sequential" || name === "bucketed" || name === "hybrid") {
+    return { plan: builtinSchedule(name, groups), spec };
+  }
+  if (name === "auto") {
+    // What a device runs at once: a micro-batch when accumulating.
+    const perDevice = args.batch / args.devices / args.accumulate;
+    const micro = measureProfile(local, perDevice, { description: `${local.name}, batch ${perDevice}` });
+    // Priced per step: K micro-batches' compute and activations, the gradients once.
+    const profile = accumulatedProfile(micro, args.accumulate);
+    const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, { allowHybrid: true });
+    say(
+      `auto schedule: ${plan.name} over groups ${plan.groups.join(", ")} (priced at ${
+        link ? link.label : "12 GB/s, 10 µs (PCIe 3 x16, assumed)"
+      })`,
+    );
+    say(`  why: ${plan.judgement.reason}`);
+    return { plan, spec: { ...spec, groups: plan.assignment } };
+  }
+  let isFile = false;
+  try {
+    isFile = (await Deno.stat(name)).isFile;
+  } catch (error) {
+    if (!(error instanceof Deno.errors.NotFound)) throw error;
+  }
+  if (!isFile) {
+    const hint = closest(name, SCHEDULE_NAMES);
+    throw new CliError(
+      `--schedule must be ${SCHEDULE_NAMES.join(", ")} or a schedule file; "${name}" is none of them${
+        hint ? `; did you mean ${hint}?` : ""
+      }`,
+    );
+  }
+  return { plan: await loadSchedule(name, { groups, mode: args.reduce }), spec };
+}
