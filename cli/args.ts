@@ -95,7 +95,8 @@ export interface TrainArgs {
   warnings: string[];
 }
 
-const STRING_FLAGS = [
+/** The flags that take a value, without `--`. */
+export const STRING_FLAGS = [
   "model",
   "data",
   "backend",
@@ -118,7 +119,8 @@ const STRING_FLAGS = [
   "trace",
   "report",
 ] as const;
-const BOOLEAN_FLAGS = ["error-feedback", "json", "help"] as const;
+/** The flags that take none. */
+export const BOOLEAN_FLAGS = ["error-feedback", "json", "help"] as const;
 
 /** Every flag as typed, for "did you mean" hints. */
 export const FLAG_NAMES: readonly string[] = [...STRING_FLAGS, ...BOOLEAN_FLAGS].map((f) => `--${f}`);

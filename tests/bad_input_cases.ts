@@ -5,6 +5,7 @@
  */
 
 import { decodeSafetensors, encodeSafetensors, type HostTensor } from "../mod.ts";
+import { BOOLEAN_FLAGS, STRING_FLAGS } from "../cli/args.ts";
 
 /** One bad input: what to run, and what the message must say (its flag, file or line). */
 export interface BadInput {
@@ -305,29 +306,6 @@ const TINY = (
   f: Fixtures,
 ) => ["--model", f.tinyModel, "--data", "synthetic", "--batch", "8", "--devices", "1"];
 
-/** Flags taking a value, as in cli/args.ts's STRING_FLAGS. */
-export const STRING_FLAGS = [
-  "model",
-  "data",
-  "backend",
-  "devices",
-  "transport",
-  "schedule",
-  "reduce",
-  "link",
-  "wire",
-  "epochs",
-  "steps",
-  "batch",
-  "accumulate",
-  "lr",
-  "seed",
-  "checkpoint",
-  "resume",
-  "trace",
-  "report",
-];
-
 /** Every case of the table, naming files of `f`. */
 export function badInputs(f: Fixtures): BadInput[] {
   const cases: BadInput[] = [];
@@ -343,7 +321,8 @@ export function badInputs(f: Fixtures): BadInput[] {
   add("positional argument", ["lenet"], 'unexpected argument "lenet"');
   add("positional after flags", [...FAST, "extra"], 'unexpected argument "extra"');
 
-  // Every flag that takes a value: missing, and empty (--checkpoint "" is an output-path row).
+  // Every flag that takes a value (the CLI's own list, so a new flag gets its rows): missing, and
+  // empty (--checkpoint "" is an output-path row).
   for (const flag of STRING_FLAGS) {
     add(`--${flag} without a value`, [`--${flag}`], `--${flag}`, "argument missing");
   }
@@ -351,7 +330,7 @@ export function badInputs(f: Fixtures): BadInput[] {
     add(`--${flag} ""`, [`--${flag}`, ""], `--${flag} needs a value`);
   }
   // Boolean flags take none.
-  for (const flag of ["json", "help", "error-feedback"]) add(`--${flag}=yes`, [`--${flag}=yes`], `--${flag}`);
+  for (const flag of BOOLEAN_FLAGS) add(`--${flag}=yes`, [`--${flag}=yes`], `--${flag}`);
 
   // Integer flags.
   const minimum: Record<string, number> = {

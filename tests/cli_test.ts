@@ -4,6 +4,7 @@
  */
 
 import assert from "node:assert/strict";
+import { signalOnceTraining } from "./fixtures/process.ts";
 
 const FAST = ["--data", "synthetic", "--model", "lenet", "--batch", "8", "--devices", "2", "--seed", "3"];
 
@@ -215,24 +216,8 @@ Deno.test("cli: Ctrl-C finishes the step, saves a checkpoint that resumes, and e
     stderr: "piped",
     stdin: "null",
   }).spawn();
-  // Interrupt once training is under way: progress lines go to stderr when it is not a terminal.
-  const decoder = new TextDecoder();
-  let progress = "";
-  const reader = child.stderr.getReader();
-  while (!/step \d+\//.test(progress)) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    progress += decoder.decode(value);
-  }
-  child.kill("SIGINT");
-  const drain = (async () => {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      progress += decoder.decode(value);
-    }
-  })();
-  const [status, stdout] = await Promise.all([child.status, new Response(child.stdout).text(), drain]);
+  // Interrupted once training is under way: progress lines go to stderr when it is not a terminal.
+  const { status, stdout, progress } = await signalOnceTraining(child, "SIGINT");
   assert.equal(status.code, 130, `${stdout}\n${progress}`);
   assert.match(stdout, /interrupted at step (\d+); checkpoint saved to .*interrupted\.safetensors/);
   const step = Number(/interrupted at step (\d+)/.exec(stdout)![1]);

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { loadSafetensors, syntheticDataset } from "../mod.ts";
 import { fitToModel } from "../cli/data.ts";
 import { CliError } from "../cli/errors.ts";
+import { signalOnceTraining } from "./fixtures/process.ts";
 
 const FAST = ["--data", "synthetic", "--model", "lenet", "--batch", "8", "--devices", "2", "--seed", "3"];
 
@@ -150,23 +151,8 @@ Deno.test("train: SIGTERM finishes the step, saves through a symlinked --checkpo
   await Deno.symlink("real/term.safetensors", link);
   const child = command([...FAST, "--json", "--lr", "0.001", "--steps", "100000", "--checkpoint", link])
     .spawn();
-  const decoder = new TextDecoder();
-  let progress = "";
-  const reader = child.stderr.getReader();
-  while (!/step \d+\//.test(progress)) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    progress += decoder.decode(value);
-  }
-  child.kill("SIGTERM");
-  const drain = (async () => {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      progress += decoder.decode(value);
-    }
-  })();
-  const [status, stdout] = await Promise.all([child.status, new Response(child.stdout).text(), drain]);
+  // Interrupted once training is under way: progress lines go to stderr when it is not a terminal.
+  const { status, stdout, progress } = await signalOnceTraining(child, "SIGTERM");
   assert.equal(status.signal, null, `killed by ${status.signal}:\n${progress}`);
   assert.equal(status.code, 143, `${stdout}\n${progress}`);
   assert.match(progress, /terminated \(SIGTERM\): finishing the current step/);
