@@ -5,7 +5,7 @@
  * @module
  */
 
-import { editDistance, TandemError } from "../mod.ts";
+import { CheckpointError, editDistance, TandemError } from "../mod.ts";
 
 /** Exit status of a bad command line (as getopt-style tools use). */
 export const EXIT_USAGE = 2;
@@ -49,6 +49,12 @@ export class CliError extends Error {
  */
 export function describeError(error: unknown): { message: string; exitCode: number } | undefined {
   if (error instanceof CliError) return { message: error.message, exitCode: error.exitCode };
+  if (error instanceof CheckpointError) {
+    // One line, however many tensors differ (a checkpoint of another model lists every one).
+    const listed = error.problems.slice(0, 3).join("; ");
+    const more = error.problems.length > 3 ? `; … ${error.problems.length} problems in all` : "";
+    return { message: `${error.path}: checkpoint does not fit: ${listed}${more}`, exitCode: EXIT_FAILURE };
+  }
   if (error instanceof TandemError) return { message: error.message, exitCode: EXIT_FAILURE };
   // File-system errors already name the operation and path, which is all a user needs.
   if (
