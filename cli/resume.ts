@@ -8,7 +8,7 @@
  * @module
  */
 
-import { loadSafetensors, type MpiTransport } from "../mod.ts";
+import { loadSafetensors, type MpiTransport, type SafetensorsFile } from "../mod.ts";
 import { parseTrainArgs, type TrainArgs } from "./args.ts";
 import { CliError } from "./errors.ts";
 
@@ -29,9 +29,8 @@ export interface CheckpointSettings {
 /** The flags whose value a resumed run takes from its checkpoint unless given. */
 const CARRIED = ["data", "batch", "lr", "epochs", "steps"] as const;
 
-/** What a checkpoint says of its run, read from its metadata (missing fields stay undefined). */
-export async function readCheckpointSettings(path: string): Promise<CheckpointSettings> {
-  const { metadata } = await loadSafetensors(path);
+/** What a checkpoint says of its run, from its metadata (missing fields stay undefined). */
+export function checkpointSettings(metadata: Record<string, string>): CheckpointSettings {
   const json = (text: string | undefined) => {
     try {
       return text === undefined ? undefined : JSON.parse(text);
@@ -55,22 +54,24 @@ export async function readCheckpointSettings(path: string): Promise<CheckpointSe
  * The arguments a run resumed from a checkpoint with `settings` uses: `argv` plus every carried
  * setting the command line does not give (epochs and steps only when it gives neither), validated
  * as one command line; and a line for each explicit flag that changes what the checkpoint's run
- * did. Under MPI rank 0 reads the file and every rank gets its settings.
+ * did; and the file as read, on rank 0, to check and load without reading it again. Under MPI rank 0
+ * reads the file and every rank gets its settings.
  */
 export async function resumeArguments(
   argv: readonly string[],
   args: TrainArgs,
   transport: MpiTransport | undefined,
-): Promise<{ args: TrainArgs; settings: CheckpointSettings; notes: string[] }> {
+): Promise<{ args: TrainArgs; settings: CheckpointSettings; notes: string[]; file?: SafetensorsFile }> {
   const path = args.resume!;
+  const file = !transport || transport.rank === 0 ? await loadSafetensors(path) : undefined;
   const settings = transport
     ? await transport.broadcastJson(
-      transport.rank === 0 ? await readCheckpointSettings(path) : null,
+      file ? checkpointSettings(file.metadata) : null,
       0,
       { deadline: performance.now() + 600_000 },
       "broadcast the checkpoint's settings",
     ) as CheckpointSettings
-    : await readCheckpointSettings(path);
+    : checkpointSettings(file!.metadata);
   const given = new Set(args.given);
   const lengthGiven = given.has("epochs") || given.has("steps");
   const carried: string[] = [];
@@ -103,5 +104,5 @@ export async function resumeArguments(
   if (changed("epochs")) {
     notes.push(`--epochs ${resumed.epochs} instead of the checkpoint's ${settings.epochs}`);
   }
-  return { args: resumed, settings, notes };
+  return { args: resumed, settings, notes, file };
 }

@@ -150,9 +150,9 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
   if (parsed.resume !== undefined && root) await checkReadable("resume", parsed.resume);
   const transport = parsed.transport === "mpi" ? MpiTransport.init() : undefined;
   // A resumed run continues with its checkpoint's settings, except the flags given here.
-  const { args, notes: resumeNotes } = parsed.resume
+  const { args, notes: resumeNotes, file: resumeFile } = parsed.resume
     ? await resumeArguments(argv, parsed, transport)
-    : { args: parsed, notes: [] };
+    : { args: parsed, notes: [], file: undefined };
   // Before any expensive work: a bad output path costs a second, not the run. Rank 0 writes them all.
   if (root && args.steps !== 0) await checkOutputs(args);
   // With --json, stdout carries exactly one JSON object; everything for people goes to stderr.
@@ -229,6 +229,28 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
   const trace = args.trace || args.report ? new TraceRecorder() : undefined;
   // Halved every epoch, as examples/mnist.ts.
   const lr = { policy: "step" as const, baseLr: args.lr, gamma: 0.5, stepSize: perEpoch };
+  // Momentum and weight decay as Caffe's reference solvers.
+  const optimizerFor = (parameters: ParameterEntry[]) =>
+    new SGD(parameters, { lr, momentum: 0.9, weightDecay: 5e-4 });
+  if (resumeFile) {
+    // The checkpoint is checked against the model here, before any device starts, so a wrong one
+    // costs seconds; it is loaded into the trainer from the same bytes below.
+    const probe = optimizerFor(local.namedParameters());
+    try {
+      await loadCheckpoint(args.resume!, {
+        parameters: local.namedParameters(),
+        optimizer: probe,
+        modelName: local.name,
+        dryRun: true,
+        file: resumeFile,
+      });
+    } catch (error) {
+      local.dispose();
+      throw error;
+    } finally {
+      probe.dispose();
+    }
+  }
 
   const common = {
     model: spec,
@@ -242,13 +264,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       ? (index: number, model: ModelSpec, layout: ParameterLayout) =>
         BackendDevice.start(index, model, layout, (i) => createWebGpuBackend({ name: `webgpu:${i}` }))
       : undefined,
-    optimizer: (parameters: ParameterEntry[]) =>
-      new SGD(parameters, {
-        // Momentum and weight decay as Caffe's reference solvers.
-        lr,
-        momentum: 0.9,
-        weightDecay: 5e-4,
-      }),
+    optimizer: optimizerFor,
   };
   const deviceKind = args.backend === "cpu" ? "CPU" : "WebGPU";
   // What connects the devices, for every output: emulation is always labelled as such.
@@ -273,6 +289,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
           parameters: trainer.parameterEntries,
           optimizer: trainer.optimizer,
           modelName: local.name,
+          file: resumeFile,
         })
         : undefined;
       // The checkpoint restored its own lr policy; the run's (the same unless --lr or --batch was

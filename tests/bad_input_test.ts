@@ -12,7 +12,7 @@
 import assert from "node:assert/strict";
 import { describeError } from "../cli/errors.ts";
 import { runTrain } from "../cli/train.ts";
-import { loadMnistDigitsSplit } from "../mod.ts";
+import { DataParallelTrainer, loadMnistDigitsSplit } from "../mod.ts";
 import { type BadInput, badInputs, type Fixtures, writeFixtures } from "./bad_input_cases.ts";
 
 const EARLY_BUDGET_SECONDS = 5;
@@ -58,8 +58,15 @@ async function inputBytes(argv: readonly string[], dir: string): Promise<Map<str
 /** Runs `argv` in-process; returns what `deno task train` would print on stderr and its exit status. */
 async function refuse(
   c: BadInput,
-): Promise<{ message: string; exitCode: number; stderr: string[]; seconds: number }> {
+): Promise<{ message: string; exitCode: number; stderr: string[]; seconds: number; devices: number }> {
   const stderr: string[] = [];
+  // Counts trainers created (which start the devices): an early check refuses before any exists.
+  let devices = 0;
+  const create = DataParallelTrainer.create;
+  DataParallelTrainer.create = (options) => {
+    devices++;
+    return create.call(DataParallelTrainer, options);
+  };
   const { error: consoleError } = console;
   console.error = (...parts: unknown[]) => void stderr.push(parts.map(String).join(" "));
   const saved = Object.fromEntries(Object.keys(c.env ?? {}).map((k) => [k, Deno.env.get(k)]));
@@ -72,6 +79,7 @@ async function refuse(
   } catch (error) {
     thrown = error;
   } finally {
+    DataParallelTrainer.create = create;
     console.error = consoleError;
     for (const [k, v] of Object.entries(saved)) v === undefined ? Deno.env.delete(k) : Deno.env.set(k, v);
   }
@@ -81,7 +89,7 @@ async function refuse(
     known,
     `not a user error (the CLI would print a stack trace): ${(thrown as Error)?.stack ?? thrown}`,
   );
-  return { ...known, stderr, seconds };
+  return { ...known, stderr, seconds, devices };
 }
 
 /** The assertions every case makes; see the module comment. */
@@ -89,8 +97,11 @@ async function check(c: BadInput, f: Fixtures): Promise<void> {
   const before = await listing(f.dir);
   const cwd = await listing(Deno.cwd(), false);
   const inputs = await inputBytes(c.argv, f.dir);
-  const { message, exitCode, stderr, seconds } = await refuse(c);
+  const { message, exitCode, stderr, seconds, devices } = await refuse(c);
   assert.notEqual(exitCode, 0);
+  // Mutation: dropping the checkpoint's dry run before DataParallelTrainer.create in cli/train.ts
+  // (the ckpt-* rows then create the trainer, and its devices, before the refusal).
+  assert.equal(devices, 0, "the devices started before the refusal");
   assert.deepEqual(stderr, [], "nothing but the message may reach stderr");
   const [first, ...rest] = message.split("\n");
   for (const word of c.says) {

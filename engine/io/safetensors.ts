@@ -642,6 +642,13 @@ export interface LoadCheckpointOptions {
   optimizer?: Optimizer;
   /** Expected model name; a different stored name is a mismatch. */
   modelName?: string;
+  /**
+   * Check everything and change nothing: how a program refuses a bad checkpoint before it starts
+   * expensive work (devices), with the tensors it will load into later.
+   */
+  dryRun?: boolean;
+  /** The file's contents already read by `loadSafetensors(path)`, so a big file is read once. */
+  file?: SafetensorsFile;
 }
 
 /**
@@ -737,7 +744,7 @@ export async function loadCheckpoint(
   path: string,
   options: LoadCheckpointOptions,
 ): Promise<LoadedCheckpoint> {
-  const { tensors, metadata } = await loadSafetensors(path);
+  const { tensors, metadata } = options.file ?? await loadSafetensors(path);
   const { parameters, optimizer, modelName } = options;
   const problems: string[] = [];
 
@@ -831,6 +838,7 @@ export async function loadCheckpoint(
     problems.push(`unexpected: "${key}" ${describe(host)} is in the checkpoint but not in the model`);
   }
   if (problems.length > 0) throw new CheckpointError(path, problems);
+  if (options.dryRun) return { step, modelName: metadata.model_name, rng, extra, metadata, extraTensors };
 
   for (const p of parameters) assignHost(p.tensor, tensors.get(p.name)!);
   if (optimizer && optimizerInfo) {
