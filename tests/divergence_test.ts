@@ -25,9 +25,10 @@ import { createWebGpuBackend } from "../backends/webgpu/backend.ts";
 import { overlap, sequential } from "../schedule/plan/builtins.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
 import { checkUpdatedGroup, DivergenceError } from "../schedule/runtime/finite.ts";
-import { DataParallelTrainer } from "../schedule/runtime/trainer.ts";
+import { type DataParallelOptions, DataParallelTrainer } from "../schedule/runtime/trainer.ts";
 import {
   bits,
+  startGpuDevice,
   tinyBatch as batch,
   tinyGroups as groups,
   tinyModel as model,
@@ -92,12 +93,14 @@ Deno.test("an update that overflows is named with its finite gradient; a NaN gra
   );
 });
 
-/** The master's parameters and momentum, to compare bit for bit. */
-function stateOf(trainer: DataParallelTrainer): Uint32Array[] {
-  const history = [...trainer.optimizer.state().perParameter.values()].map((s) =>
-    s.history.dataSync() as Float32Array
-  );
-  return [bits(trainer.masterParameters()), ...history.map((h) => bits(h.slice()))];
+/** The master's parameters and momentum, to compare bit for bit (read back from a GPU too). */
+async function stateOf(trainer: DataParallelTrainer): Promise<Uint32Array[]> {
+  await trainer.syncParameters();
+  const history: Uint32Array[] = [];
+  for (const s of trainer.optimizer.state().perParameter.values()) {
+    history.push(bits((await s.history.data() as Float32Array).slice()));
+  }
+  return [bits(trainer.masterParameters().slice()), ...history];
 }
 
 /** Steps with `lr` until a step fails; returns the error and the state before the failing step. */
@@ -105,6 +108,7 @@ async function trainUntilDivergence(
   plan: Plan,
   mode: ReductionMode,
   lr: number,
+  startDevice?: DataParallelOptions["startDevice"],
 ): Promise<{ error: unknown; before: Uint32Array[]; after: Uint32Array[]; iteration: number }> {
   const trainer = await DataParallelTrainer.create({
     model,
@@ -113,14 +117,15 @@ async function trainUntilDivergence(
     mode,
     optimizer: (p) => new SGD(p, { lr, momentum: 0.9 }),
     seed: 4,
+    startDevice,
   });
   try {
     for (let step = 0; step < 8; step++) {
-      const before = stateOf(trainer);
+      const before = await stateOf(trainer);
       try {
         await trainer.step(batch(step));
       } catch (error) {
-        return { error, before, after: stateOf(trainer), iteration: trainer.iteration };
+        return { error, before, after: await stateOf(trainer), iteration: trainer.iteration };
       }
     }
     throw new Error(`lr ${lr} did not diverge in 8 steps`);
@@ -166,6 +171,27 @@ for (const lr of [1e300, 1e30]) {
     });
   }
 }
+
+// GPU-resident replicas: the check is the WGSL reduction on device 0's GPU, and the undo copies
+// are GPU copies. Mutation: the resident exchange's optimizers skipped by the check (`checked`
+// empty) lets the step pass with infinite weights.
+Deno.test({
+  name: "webgpu: GPU-resident devices stop at the step that breaks the weights, rolled back bit for bit",
+  ignore: !gpu,
+  fn: async () => {
+    const { error, before, after } = await trainUntilDivergence(
+      overlap(groups),
+      "master",
+      1e300,
+      startGpuDevice,
+    );
+    assert.ok(error instanceof DivergenceError, `not a DivergenceError: ${error}`);
+    assert.equal(error.step, 1);
+    assert.equal(error.quantity, "parameter");
+    assert.ok(error.rolledBack);
+    assert.deepEqual(after, before);
+  },
+});
 
 /** One parameter `w` holding `values`. */
 function entriesOf(values: number[]): ParameterEntry[] {
