@@ -420,9 +420,14 @@ export class CpuBackend implements Backend {
     sgdUpdateKernel(f32(param), f32(grad), f32(history), step);
   }
 
-  /** {@link Backend.firstNonFinite}: a scan that stops at the first NaN or ±∞. */
+  /**
+   * {@link Backend.firstNonFinite}: the WebAssembly scan (over the kernel threads for an array in
+   * kernel memory, such as the parameters the runtime checks after every update, staged piece by
+   * piece for any other); without the kernels, a TypeScript scan that stops at the first NaN or ±∞.
+   */
   firstNonFinite(x: Storage): number {
-    return firstNonFiniteIndex(f32(x));
+    const data = f32(x);
+    return this.wasm?.firstNonFinite(data) ?? firstNonFiniteIndex(data);
   }
 
   adamUpdate(param: Storage, grad: Storage, m: Storage, v: Storage, step: AdamStep): void {
