@@ -1,10 +1,10 @@
 /**
  * The CPU backend: storages are typed arrays on the host. Where the engine supports SIMD128, GEMM,
- * convolution, pooling, LRN, ReLU and its gradient, the bias add, row sums, the device-order average
- * and the SGD and Adam updates run as WebAssembly kernels generated at run time (`wasm/`), the heavy
- * ones multi-threaded over shared memory, and storages are allocated inside the kernels' memory so
- * those kernels use them in place; everything else, and everything on engines without SIMD128,
- * runs as plain TypeScript loops. `new CpuBackend({ kernels: "ts" })` keeps to
+ * convolution, pooling, LRN, ReLU and its gradient, the bias add, row sums, the device-order average,
+ * the SGD and Adam updates and the non-finite check run as WebAssembly kernels generated at run time
+ * (`wasm/`), the heavy ones multi-threaded over shared memory, and storages are allocated inside the
+ * kernels' memory so those kernels use them in place; everything else, and everything on engines
+ * without SIMD128, runs as plain TypeScript loops. `new CpuBackend({ kernels: "ts" })` keeps to
  * TypeScript throughout: that is the reference the WebAssembly kernels (and every other backend)
  * are tested against.
  *

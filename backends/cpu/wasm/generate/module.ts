@@ -1,7 +1,8 @@
 /**
  * Assembles the CPU backend's kernel module (GEMM, convolution helpers, max and average pooling,
- * ReLU) for the features the engine has, and instantiates it over a memory that can grow and,
- * where the engine allows, be shared with pool threads.
+ * the elementwise, optimizer and LRN kernels, the non-finite scan) for the features the engine has,
+ * and instantiates it over a memory that can grow and, where the engine allows, be shared with pool
+ * threads.
  *
  * @module
  */
