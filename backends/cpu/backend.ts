@@ -1,10 +1,10 @@
 /**
  * The CPU backend: storages are typed arrays on the host. Where the engine supports SIMD128, GEMM,
- * convolution, pooling, LRN, ReLU and its gradient, the bias add, row sums, the device-order average
- * and the SGD and Adam updates run as WebAssembly kernels generated at run time (`wasm/`), the heavy
- * ones multi-threaded over shared memory, and storages are allocated inside the kernels' memory so
- * those kernels use them in place; everything else, and everything on engines without SIMD128,
- * runs as plain TypeScript loops. `new CpuBackend({ kernels: "ts" })` keeps to
+ * convolution, pooling, LRN, ReLU and its gradient, the bias add, row sums, the device-order average,
+ * the SGD and Adam updates and the non-finite check run as WebAssembly kernels generated at run time
+ * (`wasm/`), the heavy ones multi-threaded over shared memory, and storages are allocated inside the
+ * kernels' memory so those kernels use them in place; everything else, and everything on engines
+ * without SIMD128, runs as plain TypeScript loops. `new CpuBackend({ kernels: "ts" })` keeps to
  * TypeScript throughout: that is the reference the WebAssembly kernels (and every other backend)
  * are tested against.
  *
@@ -420,9 +420,14 @@ export class CpuBackend implements Backend {
     sgdUpdateKernel(f32(param), f32(grad), f32(history), step);
   }
 
-  /** {@link Backend.firstNonFinite}: a scan that stops at the first NaN or ±∞. */
+  /**
+   * {@link Backend.firstNonFinite}: the WebAssembly scan (over the kernel threads for an array in
+   * kernel memory, such as the parameters the runtime checks after every update, staged piece by
+   * piece for any other); without the kernels, a TypeScript scan that stops at the first NaN or ±∞.
+   */
   firstNonFinite(x: Storage): number {
-    return firstNonFiniteIndex(f32(x));
+    const data = f32(x);
+    return this.wasm?.firstNonFinite(data) ?? firstNonFiniteIndex(data);
   }
 
   adamUpdate(param: Storage, grad: Storage, m: Storage, v: Storage, step: AdamStep): void {

@@ -57,6 +57,7 @@ export const ElementwiseOp = {
   sumRows: 4,
   addScale: 5,
   mul: 6,
+  firstNonFinite: 7,
 } as const;
 
 /**
@@ -64,6 +65,7 @@ export const ElementwiseOp = {
  * blocks for `addChannels`) from byte addresses `a` and `b` into `out`; `extra` is the row size
  * (`sumRows`), the channels (`addChannels`) or the scale's float32 bits (`addScale`), `extra2` the
  * inner size (`addChannels`). Threads take whole elements, rows or blocks, so no bit depends on them.
+ * `firstNonFinite` scans `a` and writes int32 slot t at `out` for thread t (see `finite.ts`).
  */
 export interface ElementwiseTask {
   op: number;
@@ -359,6 +361,11 @@ function runElementwise(x: KernelExports, args: Int32Array, t: number, threads: 
   }
   // Whole cache lines (16 floats) per thread.
   const [e0, e1] = share(length, t, threads, 16);
+  if (op === ElementwiseOp.firstNonFinite) {
+    // Every thread answers in its own slot, an empty share too (−1), so no slot is left stale.
+    x.first_non_finite(a + 4 * e0, e1 - e0, e0, out + 4 * t);
+    return;
+  }
   if (e1 <= e0) return;
   const at = 4 * e0;
   if (op === ElementwiseOp.relu) x.relu(a + at, out + at, e1 - e0);

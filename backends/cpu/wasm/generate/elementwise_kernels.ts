@@ -48,7 +48,16 @@ export const ELEMENTWISE_EXPORTS = {
   addScale: "add_scale",
   /** `(a, b, out, n)`: `out = a · b` over n floats (one float32 rounding, as the TypeScript `mul`). */
   mul: "mul",
+  /**
+   * `(x, n, first, slot)`: writes to the int32 at `slot` `first + i` for the first of the n floats
+   * at `x` whose exponent bits are all ones (NaN with any payload, ±∞), or −1 when all are finite
+   * (emitted by {@link emitFiniteKernel}).
+   */
+  firstNonFinite: "first_non_finite",
 } as const;
+
+/** The float32 exponent field: all ones exactly for NaN and ±∞. */
+const EXPONENT = 0x7f800000;
 
 /**
  * `for i in [0, n)`: four floats at a time, then the tail one at a time in lane 0 (the same
@@ -193,5 +202,54 @@ export function emitElementwiseKernels(builder: ModuleBuilder): void {
       load(f, b, offset, single);
       f.f32x4Mul();
     });
+  });
+}
+
+/**
+ * Adds `first_non_finite` (see {@link ELEMENTWISE_EXPORTS}). It is emitted last in the module, so
+ * every other function keeps its index and its bytes. Sixteen floats a step: the four vectors'
+ * exponent tests are or-ed, so one branch per 64 bytes leaves the loop at a cache line holding a
+ * bad value; the scalar loop then finds the exact element, in index order, from the start of that
+ * line (and scans the < 16 floats of the tail). Testing bits, not arithmetic, keeps subnormals,
+ * ±0 and ±FLT_MAX finite and cannot trap or depend on float modes.
+ *
+ * @example
+ * ```ts
+ * import { ModuleBuilder } from "./encoder.ts";
+ * import { emitFiniteKernel } from "./elementwise_kernels.ts";
+ * const builder = new ModuleBuilder().importMemory({
+ *   module: "env", name: "memory", initialPages: 1, maximumPages: 16, shared: false,
+ * });
+ * emitFiniteKernel(builder);
+ * console.log(WebAssembly.validate(builder.build())); // true
+ * ```
+ */
+export function emitFiniteKernel(builder: ModuleBuilder): void {
+  builder.addFunction(ELEMENTWISE_EXPORTS.firstNonFinite, [i32, i32, i32, i32], [], (f) => {
+    const [x, n, first, slot] = [0, 1, 2, 3];
+    const offset = f.local(i32), end = f.local(i32), at = f.local(i32), exponent = f.local(v128);
+    f.v128ConstI32([EXPONENT, EXPONENT, EXPONENT, EXPONENT]).localSet(exponent);
+    f.localGet(n).i32Const(2).i32Shl().localSet(end);
+    f.i32Const(0).localSet(offset);
+    f.block().loop();
+    f.localGet(offset).i32Const(64).i32Add().localGet(end).i32GtS().brIf(1);
+    f.localGet(x).localGet(offset).i32Add().localSet(at);
+    for (let k = 0; k < 4; k++) {
+      f.localGet(at).v128Load(16 * k).localGet(exponent).v128And().localGet(exponent).i32x4Eq();
+      if (k > 0) f.v128Or();
+    }
+    f.v128AnyTrue().brIf(1);
+    f.localGet(offset).i32Const(64).i32Add().localSet(offset);
+    f.br(0).end().end();
+    f.block().loop();
+    f.localGet(offset).localGet(end).i32GeS().brIf(1);
+    f.localGet(x).localGet(offset).i32Add().i32Load().i32Const(EXPONENT).i32And().i32Const(EXPONENT).i32Eq();
+    f.if();
+    f.localGet(slot).localGet(first).localGet(offset).i32Const(2).i32ShrS().i32Add().i32Store();
+    f.return();
+    f.end();
+    f.localGet(offset).i32Const(4).i32Add().localSet(offset);
+    f.br(0).end().end();
+    f.localGet(slot).i32Const(-1).i32Store();
   });
 }

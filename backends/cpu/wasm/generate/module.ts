@@ -1,14 +1,15 @@
 /**
  * Assembles the CPU backend's kernel module (GEMM, convolution helpers, max and average pooling,
- * ReLU) for the features the engine has, and instantiates it over a memory that can grow and,
- * where the engine allows, be shared with pool threads.
+ * the elementwise, optimizer and LRN kernels, the non-finite scan) for the features the engine has,
+ * and instantiates it over a memory that can grow and, where the engine allows, be shared with pool
+ * threads.
  *
  * @module
  */
 
 import { ModuleBuilder } from "./encoder.ts";
 import { CONV_EXPORTS, emitConvKernels } from "./conv_kernels.ts";
-import { emitElementwiseKernels } from "./elementwise_kernels.ts";
+import { emitElementwiseKernels, emitFiniteKernel } from "./elementwise_kernels.ts";
 import { emitLrnKernels } from "./lrn_kernels.ts";
 import { emitGemmKernels } from "./gemm_kernels.ts";
 import { emitMaxPoolKernels } from "./max_pool_kernels.ts";
@@ -117,6 +118,8 @@ export interface KernelExports extends GemmExports {
   add_scale(a: number, b: number, out: number, n: number, scale: number): void;
   /** See `ELEMENTWISE_EXPORTS.mul`. */
   mul(a: number, b: number, out: number, n: number): void;
+  /** See `ELEMENTWISE_EXPORTS.firstNonFinite`. */
+  first_non_finite(x: number, n: number, first: number, slot: number): void;
 }
 
 /**
@@ -144,6 +147,8 @@ export function kernelModuleBytes(options: KernelModuleOptions): Uint8Array<Arra
   emitOptimizerKernels(builder);
   emitElementwiseKernels(builder);
   emitLrnKernels(builder);
+  // Last, so the functions above keep their indices (and the module its bytes up to here).
+  emitFiniteKernel(builder);
   return builder.build();
 }
 
