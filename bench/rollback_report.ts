@@ -98,12 +98,13 @@ function batch(step: number) {
   return { images, labels, shape };
 }
 
-async function steps(plan: typeof sequential): Promise<StepFigures[]> {
+async function steps(plan: typeof sequential, checkFinite: boolean): Promise<StepFigures[]> {
   const trainer = await DataParallelTrainer.create({
     model: spec,
     devices: 2,
     plan: plan(["fc", "conv"]),
     optimizer: (p) => new SGD(p, { lr: 1e-4, momentum: 0.9, weightDecay: 5e-4 }),
+    checkFinite,
   });
   const figures: StepFigures[] = [];
   try {
@@ -117,18 +118,32 @@ async function steps(plan: typeof sequential): Promise<StepFigures[]> {
   return figures;
 }
 
+// (4) The finite checks (the default): every update undoable, and each updated group's new
+// parameters scanned for NaN and ±∞ (the CPU backend's WebAssembly reduction), against none.
+const cpu = getBackend() as CpuBackend;
+const checkOf = (group: string) => {
+  // In kernel memory, where the CPU runtime keeps the master's parameters (allocateShared).
+  const values = cpu.allocateShared(groupSize(group));
+  values.set(parameters.subarray(0, values.length));
+  const storage = cpu.wrap(values);
+  return timeCalls(() => cpu.firstNonFinite(storage));
+};
+const fcCheck = checkOf("fc"), convCheck = checkOf("conv");
+
 const rows: string[] = [];
 for (const plan of [sequential, overlap]) {
-  const figures = await steps(plan);
-  const total = summary(figures.map((f) => f.total));
-  const update = summary(figures.map((f) => f.update));
-  const hidden = summary(figures.map((f) => f.hiddenUpdate));
-  rows.push(
-    `| ${plan.name} | ${ms(total)} | ${ms(update)} | ${hidden.median.toFixed(1)} ms | ${
-      (100 * oldSnapshot.median / total.median).toFixed(1)
-    }% |`,
-  );
-  console.log(rows.at(-1));
+  for (const checkFinite of [false, true]) {
+    const figures = await steps(plan, checkFinite);
+    const total = summary(figures.map((f) => f.total));
+    const update = summary(figures.map((f) => f.update));
+    const hidden = summary(figures.map((f) => f.hiddenUpdate));
+    rows.push(
+      `| ${plan.name} | ${checkFinite ? "on (default)" : "off"} | ${ms(total)} | ${ms(update)} | ${
+        hidden.median.toFixed(1)
+      } ms | ${(100 * oldSnapshot.median / total.median).toFixed(1)}% |`,
+    );
+    console.log(rows.at(-1));
+  }
 }
 
 const mb = (n: number) => `${(n * 4 * 2 / 1e6).toFixed(0)} MB`;
@@ -159,14 +174,24 @@ it overwrites them, and only where a failure can still follow (\`Optimizer.step(
   (undoableConv.median - plainConv.median).toFixed(1)
 } ms (median; ${ms(undoableConv)} vs ${ms(plainConv)}) |
 
+## The finite checks
+
+With finite checks (\`checkFinite\`, the default) every update is undoable, so a step whose new parameters
+hold a NaN or ±∞ is rolled back: \`sequential\` then copies both groups too. Each updated group's parameters
+are scanned once (the CPU backend's \`firstNonFinite\`, a threaded WebAssembly SIMD reduction):
+FC group ${ms(fcCheck)}, conv group ${
+  ms(convCheck)
+} (best / median of ${TIMED} calls, on the master's buffers).
+
 ## Whole steps, 2 CPU devices, global batch ${GLOBAL_BATCH} (227×227), master reduction
 
 "Update" is the time of the plan's update steps (including any undo copy); "hidden" the part of it
 that overlapped some device's compute. The last column is what the old snapshot would add to the
-median step, on the critical path.
+median step, on the critical path. "Finite checks" off is \`checkFinite: false\`: no undo copy where
+no failure can follow, no scan.
 
-| schedule | step (best / median) | update (best / median) | update hidden (median) | old snapshot / step |
-| --- | --- | --- | --- | --- |
+| schedule | finite checks | step (best / median) | update (best / median) | update hidden (median) | old snapshot / step |
+| --- | --- | --- | --- | --- | --- |
 ${rows.join("\n")}
 `;
 await writeFileAtomic(new URL("./ROLLBACK.md", import.meta.url).pathname, [new TextEncoder().encode(report)]);
