@@ -20,7 +20,9 @@ import {
   WIRE_FORMATS,
   type WireFormat,
 } from "../mod.ts";
+import { resolveDataPaths, syntheticShape } from "./data.ts";
 import { CliError, closest } from "./errors.ts";
+import { resolveUserPath, userDirectory } from "./paths.ts";
 
 /** The default recipe: the AlexNet-like net on the embedded MNIST digits, measured to clear 97%. */
 export const DEFAULTS = {
@@ -36,11 +38,26 @@ export const DEFAULTS = {
   seed: 1,
 } as const;
 
+/** The built-in schedules of `--schedule`, each with the few words `--help` says of it. */
+export const BUILTIN_SCHEDULES = {
+  overlap: "each group's gradients travel as soon as its backward ends, behind the next group's backward",
+  sequential: "backward of the whole net first, then every exchange: the baseline, nothing hidden",
+  bucketed: "overlap's per-group buckets (as PyTorch DDP's), under their own name",
+  hybrid: "the FC layers split over the devices (activations travel), the rest data-parallel",
+  auto: "measures the model here, prices each plan on the link and runs the fastest",
+} as const;
+
+/** The names of {@link BUILTIN_SCHEDULES}. */
+export const SCHEDULE_NAMES: readonly string[] = Object.keys(BUILTIN_SCHEDULES);
+
 /** Everything a training run was asked to do, validated. */
 export interface TrainArgs {
   /** A built-in model name or a path to a Caffe `.prototxt`. */
   model: string;
-  /** `mnist`, `fashion-mnist`, `cifar10:<dir>`, `mnist-idx:<dir>` or `synthetic`. */
+  /**
+   * `mnist`, `fashion-mnist`, `cifar10:<dir>`, `mnist-idx:<dir>`, `synthetic` or `synthetic:CxHxW`;
+   * a directory resolved as every path flag (see `cli/paths.ts`).
+   */
   data: string;
   /** Device kind: CPU Workers, or one WebGPU device (GPUDevice) per handle. */
   backend: "cpu" | "webgpu";
@@ -51,7 +68,7 @@ export interface TrainArgs {
    * started by mpirun (the default there).
    */
   transport: "local" | "mpi";
-  /** `overlap`, `sequential`, `auto` or a schedule file. */
+  /** A name of {@link BUILTIN_SCHEDULES} or a schedule file. */
   schedule: string;
   /** Reduction mode. */
   reduce: "master" | "allreduce";
@@ -247,6 +264,9 @@ function oneOf<T extends string>(
  * environment by default): a launch makes `mpi` the default transport, and under it the device count
  * is the number of ranks; stale MPI variables are a warning, or refused with `--transport mpi`.
  * `machine` bounds `--devices` by threads (the memory bound needs the model: {@link checkDeviceCount}).
+ * Every path (the `--model` and `--schedule` files, `--data` directories, `--checkpoint`,
+ * `--resume`, `--trace`, `--report`) is resolved here, once, against `base`: the directory the user
+ * ran the command in (`INIT_CWD` under `deno task`; see `cli/paths.ts`).
  *
  * @example
  * ```ts
@@ -259,6 +279,7 @@ export function parseTrainArgs(
   argv: readonly string[],
   mpi: MpiLaunch | MpiDetection | undefined = inspectMpiLaunch(),
   machine: MachineSize = machineSize(),
+  base: string = userDirectory(),
 ): TrainArgs {
   const detection: MpiDetection = mpi === undefined ? {} : "rank" in mpi ? { launch: mpi } : mpi;
   const launch = detection.launch;
@@ -396,17 +417,24 @@ export function parseTrainArgs(
   if (checkpointEvery !== undefined && s("checkpoint") === undefined) {
     throw new CliError(`--checkpoint-every ${checkpointEvery} needs --checkpoint PATH to say where to save`);
   }
+  const data = s("data") ?? DEFAULTS.data;
+  // Refused here, before anything loads, with the grammar (cli/data.ts owns it).
+  syntheticShape(data);
+  const path = (flag: string) => s(flag) === undefined ? undefined : resolveUserPath(s(flag)!, base);
+  // A built-in name is a name, not a file of the user's directory.
+  const nameOrPath = (flag: string, names: readonly string[], fallback: string) =>
+    s(flag) === undefined ? fallback : names.includes(s(flag)!) ? s(flag)! : path(flag)!;
   const keep = integer("keep", s("keep"), 1);
   if (keep !== undefined && checkpointEvery === undefined) {
     throw new CliError(`--keep ${keep} keeps periodic snapshots: it needs --checkpoint-every N`);
   }
   return {
-    model: s("model") ?? DEFAULTS.model,
-    data: s("data") ?? DEFAULTS.data,
+    model: nameOrPath("model", Object.keys(builtinModels), DEFAULTS.model),
+    data: resolveDataPaths(data, (dir) => resolveUserPath(dir, base)),
     backend: oneOf("backend", s("backend"), ["cpu", "webgpu"] as const) ?? DEFAULTS.backend,
     devices,
     transport,
-    schedule: s("schedule") ?? DEFAULTS.schedule,
+    schedule: nameOrPath("schedule", SCHEDULE_NAMES, DEFAULTS.schedule),
     reduce: oneOf("reduce", s("reduce"), ["master", "allreduce"] as const) ?? DEFAULTS.reduce,
     link: s("link"),
     wire,
@@ -417,12 +445,12 @@ export function parseTrainArgs(
     accumulate,
     lr: positive("lr", s("lr")) ?? DEFAULTS.lr,
     seed: integer("seed", s("seed"), 0) ?? DEFAULTS.seed,
-    checkpoint: s("checkpoint"),
+    checkpoint: path("checkpoint"),
     checkpointEvery,
     keep,
-    resume: s("resume"),
-    trace: s("trace"),
-    report: s("report"),
+    resume: path("resume"),
+    trace: path("trace"),
+    report: path("report"),
     json: values.json === true,
     help: values.help === true,
     given: Object.keys(values).filter((k) => values[k] !== undefined),

@@ -5,6 +5,7 @@
  * @module
  */
 
+import { basename } from "node:path";
 import {
   accumulatedProfile,
   autoSchedule,
@@ -18,10 +19,8 @@ import {
   type Network,
   type Plan,
 } from "../mod.ts";
-import type { TrainArgs } from "./args.ts";
+import { SCHEDULE_NAMES, type TrainArgs } from "./args.ts";
 import { CliError, closest } from "./errors.ts";
-
-const SCHEDULE_NAMES = ["overlap", "sequential", "bucketed", "hybrid", "auto"];
 
 /**
  * The plan `--schedule` names for `local` (the model as built here), with the model spec the devices
@@ -61,7 +60,8 @@ export async function choosePlan(
     if (!(error instanceof Deno.errors.NotFound)) throw error;
   }
   if (!isFile) {
-    const hint = closest(name, SCHEDULE_NAMES);
+    // The last component: a typo of a built-in name arrives resolved to a path (cli/paths.ts).
+    const hint = closest(basename(name), SCHEDULE_NAMES);
     throw new CliError(
       `--schedule must be ${SCHEDULE_NAMES.join(", ")} or a schedule file; "${name}" is none of them${
         hint ? `; did you mean ${hint}?` : ""
