@@ -23,6 +23,35 @@ import { SCHEDULE_NAMES, type TrainArgs } from "./args.ts";
 import { CliError, closest } from "./errors.ts";
 
 /**
+ * The groups of `plan` in its order (output side first), each with the layers that hold parameters
+ * in it (forward order), from the plan's own assignment, and the layer a two-group plan splits
+ * before: `head (conv2..fc8), body (conv1); split before conv2`. Read from the plan that runs, so
+ * the line cannot disagree with it.
+ *
+ * @example
+ * ```ts ignore
+ * import { describeGroups } from "./plan.ts";
+ * console.log(describeGroups(plan, network)); // fc (ip1..ip2), conv (conv1..conv2); split before ip1
+ * ```
+ */
+export function describeGroups(
+  plan: { groups: readonly string[]; assignment: Readonly<Record<string, string>> },
+  network: Network,
+): string {
+  const withParameters = new Set(
+    network.namedParameters().map((p) => p.name.slice(0, p.name.lastIndexOf("."))),
+  );
+  const members = (group: string) =>
+    Object.keys(plan.assignment).filter((layer) =>
+      plan.assignment[layer] === group && withParameters.has(layer)
+    );
+  const range = (names: string[]) => names.length <= 1 ? names.join("") : `${names[0]}..${names.at(-1)}`;
+  const groups = plan.groups.map((g) => `${g} (${range(members(g))})`).join(", ");
+  const head = members(plan.groups[0])[0];
+  return plan.groups.length === 2 && head ? `${groups}; split before ${head}` : groups;
+}
+
+/**
  * The plan `--schedule` names for `local` (the model as built here), with the model spec the devices
  * build: `auto` may regroup its layers. Prints what `auto` chose and why through `say`.
  */
@@ -46,7 +75,7 @@ export async function choosePlan(
     const profile = accumulatedProfile(micro, args.accumulate);
     const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, { allowHybrid: true });
     say(
-      `auto schedule: ${plan.name} over groups ${plan.groups.join(", ")} (priced at ${
+      `auto schedule: ${plan.name} over groups ${describeGroups(plan, local)} (priced at ${
         link ? link.label : "12 GB/s, 10 µs (PCIe 3 x16, assumed)"
       })`,
     );
