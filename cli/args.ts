@@ -20,9 +20,9 @@ import {
   WIRE_FORMATS,
   type WireFormat,
 } from "../mod.ts";
-import { resolveDataPaths, syntheticShape } from "./data.ts";
+import { MAX_SYNTHETIC_ELEMENTS, resolveDataPaths, syntheticShape } from "./data.ts";
 import { CliError, closest } from "./errors.ts";
-import { resolveUserPath, userDirectory } from "./paths.ts";
+import { DEFAULT_OUTPUT_FOLDER, resolveUserPath, userDirectory } from "./paths.ts";
 
 /** The default recipe: the AlexNet-like net on the embedded MNIST digits, measured to clear 97%. */
 export const DEFAULTS = {
@@ -40,11 +40,11 @@ export const DEFAULTS = {
 
 /** The built-in schedules of `--schedule`, each with the few words `--help` says of it. */
 export const BUILTIN_SCHEDULES = {
-  overlap: "each group's gradients travel as soon as its backward ends, behind the next group's backward",
-  sequential: "backward of the whole net first, then every exchange: the baseline, nothing hidden",
+  overlap: "each group's exchange starts when its backward ends, hidden behind the next",
+  sequential: "all of backward first, then every exchange: the baseline, nothing hidden",
   bucketed: "overlap's per-group buckets (as PyTorch DDP's), under their own name",
-  hybrid: "the FC layers split over the devices (activations travel), the rest data-parallel",
-  auto: "measures the model here, prices each plan on the link and runs the fastest",
+  hybrid: "FC layers split over the devices (activations travel), the rest data-parallel",
+  auto: "measures the model here, prices each plan on the link, runs the fastest",
 } as const;
 
 /** The names of {@link BUILTIN_SCHEDULES}. */
@@ -155,7 +155,11 @@ export function helpText(): string {
   const models = Object.entries(builtinModels).map(([name, m]) =>
     `      ${name.padEnd(13)} ${m.description}`
   );
-  return `Usage: deno task train [options]
+  const schedules = Object.entries(BUILTIN_SCHEDULES).map(([name, words]) =>
+    `      ${name.padEnd(11)} ${words}`
+  );
+  return `Usage: npx deno task train [options]
+       mpirun -np 2 ./node_modules/.bin/deno run -A cli/train.ts --transport mpi [options]
 
 Trains a network data-parallel on several CPU device handles (Workers), overlapping the gradient
 exchange with backward under a schedule, then reports held-out accuracy. Without options: the
@@ -166,8 +170,11 @@ Under mpirun (--transport mpi) every process hosts one device and only rank 0 pr
 Model and data
   --model NAME|FILE     a built-in model or a Caffe .prototxt (default ${DEFAULTS.model}):
 ${models.join("\n")}
-  --data SOURCE         mnist | fashion-mnist | cifar10:<dir> | mnist-idx:<dir> | synthetic
-                        (default ${DEFAULTS.data}; synthetic is shaped for the model's input)
+  --data SOURCE         mnist | fashion-mnist | cifar10:<dir> | mnist-idx:<dir> | synthetic |
+                        synthetic:CxHxW (default ${DEFAULTS.data}); synthetic is shaped for the model's
+                        input, synthetic:3x32x32 gives channels x height x width (at most ${MAX_SYNTHETIC_ELEMENTS}
+                        values), as a Caffe net whose Data layer reads a database needs; such a layer's
+                        transform_param scale, mean_value, crop_size and mirror are applied
 
 Parallelism
   --backend cpu|webgpu  device kind (default cpu: Workers; webgpu: one GPUDevice per device handle)
@@ -175,11 +182,11 @@ Parallelism
                         at most what this machine's memory and cores hold for the model (said if exceeded)
   --transport T         local | mpi (default local, or mpi when started by mpirun): mpi runs one device
                         per MPI rank, across processes and hosts, e.g.
-                        mpirun -np 2 deno run -A cli/train.ts --transport mpi
+                        mpirun -np 2 ./node_modules/.bin/deno run -A cli/train.ts --transport mpi
                         (OMPI_* variables without mpirun's PMIx ones are stale: a warning, or refused
                         with --transport mpi)
-  --schedule S          overlap | sequential | bucketed | hybrid | auto | <schedule file>
-                        (default ${DEFAULTS.schedule}); hybrid splits the FC layers over the devices
+  --schedule S          a built-in schedule or a schedule file (default ${DEFAULTS.schedule}):
+${schedules.join("\n")}
   --reduce MODE         master | allreduce (default ${DEFAULTS.reduce})
   --link BANDWIDTH      emulate a slower link (labelled emulated): NUMBER[k|M|G|T] then B/s (bytes) or
                         b/s, bit/s (bits), optionally ,LATENCY in s|ms|us|ns: 1.2GB/s, 10Gb/s,
@@ -215,9 +222,11 @@ Files
   --json                print one JSON object on stdout (progress goes to stderr)
   --help                show this help
 
-No flag takes an empty value, and flags that would be ignored together are refused.
+No flag takes an empty value, and flags that would be ignored together are refused. Relative paths
+are relative to the directory the command was typed in (INIT_CWD under deno task, else the cwd).
 Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint (--checkpoint, else
-tandem-interrupted.safetensors) and exits with status 130 (SIGTERM: 143). Output paths are checked
+${DEFAULT_OUTPUT_FOLDER}/tandem-interrupted.safetensors there, the folder made if needed) and exits with status 130
+(SIGTERM: 143). Output paths are checked
 before training starts; a symbolic link is followed (its target is replaced), a device such as
 /dev/null is written in place. A run whose parameters or loss turn NaN or infinite stops naming the
 step and tensor, rolled back; it never writes over --checkpoint (its last finite state goes beside it).`;
@@ -336,7 +345,7 @@ export function parseTrainArgs(
     if (!launch) {
       throw new CliError(
         "--transport mpi runs one process per device: start it with mpirun, e.g. " +
-          `mpirun -np 2 deno run -A cli/train.ts --transport mpi (${
+          `mpirun -np 2 ./node_modules/.bin/deno run -A cli/train.ts --transport mpi (${
             detection.ignored ?? "OMPI_COMM_WORLD_SIZE is not set"
           })`,
       );

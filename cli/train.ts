@@ -46,7 +46,7 @@ import { buildLocal, chooseModelForData } from "./model.ts";
 import { checkOutputs } from "./outputs.ts";
 import { exitStatus, StopSignals } from "./signals.ts";
 import { divergedCheckpointPath, Snapshots } from "./snapshots.ts";
-import { formatDuration, Progress } from "./progress.ts";
+import { formatDuration, Progress, stderrStyle } from "./progress.ts";
 import { type StepPoint, writeReport } from "./report.ts";
 import { resumeArguments } from "./resume.ts";
 import { choosePlan } from "./plan.ts";
@@ -323,7 +323,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     if (first >= target) say(`already at step ${first}, which reaches the target of ${target} steps`);
 
     const progress = root
-      ? new Progress({ first, target, epochs: Math.ceil(target / perEpoch), live: Deno.stderr.isTerminal() })
+      ? new Progress({ first, target, epochs: Math.ceil(target / perEpoch), ...stderrStyle() })
       : undefined;
     const stops = new StopSignals((line) => progress?.log(line));
     // Under mpirun, Ctrl-C is mpirun's: it stops every rank (each says what it was doing).
