@@ -20,7 +20,9 @@ import {
   WIRE_FORMATS,
   type WireFormat,
 } from "../mod.ts";
+import { MAX_SYNTHETIC_ELEMENTS, resolveDataPaths, syntheticShape } from "./data.ts";
 import { CliError, closest } from "./errors.ts";
+import { DEFAULT_OUTPUT_FOLDER, resolveUserPath, userDirectory } from "./paths.ts";
 
 /** The default recipe: the AlexNet-like net on the embedded MNIST digits, measured to clear 97%. */
 export const DEFAULTS = {
@@ -36,11 +38,26 @@ export const DEFAULTS = {
   seed: 1,
 } as const;
 
+/** The built-in schedules of `--schedule`, each with the few words `--help` says of it. */
+export const BUILTIN_SCHEDULES = {
+  overlap: "each group's exchange starts when its backward ends, hidden behind the next",
+  sequential: "all of backward first, then every exchange: the baseline, nothing hidden",
+  bucketed: "overlap's per-group buckets (as PyTorch DDP's), under their own name",
+  hybrid: "FC layers split over the devices (activations travel), the rest data-parallel",
+  auto: "measures the model here, prices each plan on the link, runs the fastest",
+} as const;
+
+/** The names of {@link BUILTIN_SCHEDULES}. */
+export const SCHEDULE_NAMES: readonly string[] = Object.keys(BUILTIN_SCHEDULES);
+
 /** Everything a training run was asked to do, validated. */
 export interface TrainArgs {
   /** A built-in model name or a path to a Caffe `.prototxt`. */
   model: string;
-  /** `mnist`, `fashion-mnist`, `cifar10:<dir>`, `mnist-idx:<dir>` or `synthetic`. */
+  /**
+   * `mnist`, `fashion-mnist`, `cifar10:<dir>`, `mnist-idx:<dir>`, `synthetic` or `synthetic:CxHxW`;
+   * a directory resolved as every path flag (see `cli/paths.ts`).
+   */
   data: string;
   /** Device kind: CPU Workers, or one WebGPU device (GPUDevice) per handle. */
   backend: "cpu" | "webgpu";
@@ -51,7 +68,7 @@ export interface TrainArgs {
    * started by mpirun (the default there).
    */
   transport: "local" | "mpi";
-  /** `overlap`, `sequential`, `auto` or a schedule file. */
+  /** A name of {@link BUILTIN_SCHEDULES} or a schedule file. */
   schedule: string;
   /** Reduction mode. */
   reduce: "master" | "allreduce";
@@ -138,7 +155,11 @@ export function helpText(): string {
   const models = Object.entries(builtinModels).map(([name, m]) =>
     `      ${name.padEnd(13)} ${m.description}`
   );
-  return `Usage: deno task train [options]
+  const schedules = Object.entries(BUILTIN_SCHEDULES).map(([name, words]) =>
+    `      ${name.padEnd(11)} ${words}`
+  );
+  return `Usage: npx deno task train [options]
+       mpirun -np 2 ./node_modules/.bin/deno run -A cli/train.ts --transport mpi [options]
 
 Trains a network data-parallel on several CPU device handles (Workers), overlapping the gradient
 exchange with backward under a schedule, then reports held-out accuracy. Without options: the
@@ -149,8 +170,11 @@ Under mpirun (--transport mpi) every process hosts one device and only rank 0 pr
 Model and data
   --model NAME|FILE     a built-in model or a Caffe .prototxt (default ${DEFAULTS.model}):
 ${models.join("\n")}
-  --data SOURCE         mnist | fashion-mnist | cifar10:<dir> | mnist-idx:<dir> | synthetic
-                        (default ${DEFAULTS.data}; synthetic is shaped for the model's input)
+  --data SOURCE         mnist | fashion-mnist | cifar10:<dir> | mnist-idx:<dir> | synthetic |
+                        synthetic:CxHxW (default ${DEFAULTS.data}); synthetic is shaped for the model's
+                        input, synthetic:3x32x32 gives channels x height x width (at most ${MAX_SYNTHETIC_ELEMENTS}
+                        values), as a Caffe net whose Data layer reads a database needs; such a layer's
+                        transform_param scale, mean_value, crop_size and mirror are applied
 
 Parallelism
   --backend cpu|webgpu  device kind (default cpu: Workers; webgpu: one GPUDevice per device handle)
@@ -158,11 +182,11 @@ Parallelism
                         at most what this machine's memory and cores hold for the model (said if exceeded)
   --transport T         local | mpi (default local, or mpi when started by mpirun): mpi runs one device
                         per MPI rank, across processes and hosts, e.g.
-                        mpirun -np 2 deno run -A cli/train.ts --transport mpi
+                        mpirun -np 2 ./node_modules/.bin/deno run -A cli/train.ts --transport mpi
                         (OMPI_* variables without mpirun's PMIx ones are stale: a warning, or refused
                         with --transport mpi)
-  --schedule S          overlap | sequential | bucketed | hybrid | auto | <schedule file>
-                        (default ${DEFAULTS.schedule}); hybrid splits the FC layers over the devices
+  --schedule S          a built-in schedule or a schedule file (default ${DEFAULTS.schedule}):
+${schedules.join("\n")}
   --reduce MODE         master | allreduce (default ${DEFAULTS.reduce})
   --link BANDWIDTH      emulate a slower link (labelled emulated): NUMBER[k|M|G|T] then B/s (bytes) or
                         b/s, bit/s (bits), optionally ,LATENCY in s|ms|us|ns: 1.2GB/s, 10Gb/s,
@@ -198,9 +222,11 @@ Files
   --json                print one JSON object on stdout (progress goes to stderr)
   --help                show this help
 
-No flag takes an empty value, and flags that would be ignored together are refused.
+No flag takes an empty value, and flags that would be ignored together are refused. Relative paths
+are relative to the directory the command was typed in (INIT_CWD under deno task, else the cwd).
 Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint (--checkpoint, else
-tandem-interrupted.safetensors) and exits with status 130 (SIGTERM: 143). Output paths are checked
+${DEFAULT_OUTPUT_FOLDER}/tandem-interrupted.safetensors there, the folder made if needed) and exits with status 130
+(SIGTERM: 143). Output paths are checked
 before training starts; a symbolic link is followed (its target is replaced), a device such as
 /dev/null is written in place. A run whose parameters or loss turn NaN or infinite stops naming the
 step and tensor, rolled back; it never writes over --checkpoint (its last finite state goes beside it).`;
@@ -247,6 +273,9 @@ function oneOf<T extends string>(
  * environment by default): a launch makes `mpi` the default transport, and under it the device count
  * is the number of ranks; stale MPI variables are a warning, or refused with `--transport mpi`.
  * `machine` bounds `--devices` by threads (the memory bound needs the model: {@link checkDeviceCount}).
+ * Every path (the `--model` and `--schedule` files, `--data` directories, `--checkpoint`,
+ * `--resume`, `--trace`, `--report`) is resolved here, once, against `base`: the directory the user
+ * ran the command in (`INIT_CWD` under `deno task`; see `cli/paths.ts`).
  *
  * @example
  * ```ts
@@ -259,6 +288,7 @@ export function parseTrainArgs(
   argv: readonly string[],
   mpi: MpiLaunch | MpiDetection | undefined = inspectMpiLaunch(),
   machine: MachineSize = machineSize(),
+  base: string = userDirectory(),
 ): TrainArgs {
   const detection: MpiDetection = mpi === undefined ? {} : "rank" in mpi ? { launch: mpi } : mpi;
   const launch = detection.launch;
@@ -315,7 +345,7 @@ export function parseTrainArgs(
     if (!launch) {
       throw new CliError(
         "--transport mpi runs one process per device: start it with mpirun, e.g. " +
-          `mpirun -np 2 deno run -A cli/train.ts --transport mpi (${
+          `mpirun -np 2 ./node_modules/.bin/deno run -A cli/train.ts --transport mpi (${
             detection.ignored ?? "OMPI_COMM_WORLD_SIZE is not set"
           })`,
       );
@@ -396,17 +426,24 @@ export function parseTrainArgs(
   if (checkpointEvery !== undefined && s("checkpoint") === undefined) {
     throw new CliError(`--checkpoint-every ${checkpointEvery} needs --checkpoint PATH to say where to save`);
   }
+  const data = s("data") ?? DEFAULTS.data;
+  // Refused here, before anything loads, with the grammar (cli/data.ts owns it).
+  syntheticShape(data);
+  const path = (flag: string) => s(flag) === undefined ? undefined : resolveUserPath(s(flag)!, base);
+  // A built-in name is a name, not a file of the user's directory.
+  const nameOrPath = (flag: string, names: readonly string[], fallback: string) =>
+    s(flag) === undefined ? fallback : names.includes(s(flag)!) ? s(flag)! : path(flag)!;
   const keep = integer("keep", s("keep"), 1);
   if (keep !== undefined && checkpointEvery === undefined) {
     throw new CliError(`--keep ${keep} keeps periodic snapshots: it needs --checkpoint-every N`);
   }
   return {
-    model: s("model") ?? DEFAULTS.model,
-    data: s("data") ?? DEFAULTS.data,
+    model: nameOrPath("model", Object.keys(builtinModels), DEFAULTS.model),
+    data: resolveDataPaths(data, (dir) => resolveUserPath(dir, base)),
     backend: oneOf("backend", s("backend"), ["cpu", "webgpu"] as const) ?? DEFAULTS.backend,
     devices,
     transport,
-    schedule: s("schedule") ?? DEFAULTS.schedule,
+    schedule: nameOrPath("schedule", SCHEDULE_NAMES, DEFAULTS.schedule),
     reduce: oneOf("reduce", s("reduce"), ["master", "allreduce"] as const) ?? DEFAULTS.reduce,
     link: s("link"),
     wire,
@@ -417,12 +454,12 @@ export function parseTrainArgs(
     accumulate,
     lr: positive("lr", s("lr")) ?? DEFAULTS.lr,
     seed: integer("seed", s("seed"), 0) ?? DEFAULTS.seed,
-    checkpoint: s("checkpoint"),
+    checkpoint: path("checkpoint"),
     checkpointEvery,
     keep,
-    resume: s("resume"),
-    trace: s("trace"),
-    report: s("report"),
+    resume: path("resume"),
+    trace: path("trace"),
+    report: path("report"),
     json: values.json === true,
     help: values.help === true,
     given: Object.keys(values).filter((k) => values[k] !== undefined),

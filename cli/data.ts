@@ -5,6 +5,7 @@
  */
 
 import {
+  type CaffeTransform,
   channelMean,
   FASHION_MNIST_CLASSES,
   type ImageDataset,
@@ -29,6 +30,8 @@ export interface RunData {
   meanValue?: number[];
   /** Caffe `crop_size` when the images are larger than the model's input. */
   cropSize?: number;
+  /** Caffe `mirror`: flip training samples at random. */
+  mirror?: boolean;
   /** One line for the summary, e.g. `mnist digits (8000 train / 2000 held out)`. */
   description: string;
 }
@@ -39,13 +42,68 @@ export interface ModelInput {
   inputShape: readonly number[];
   /** Output classes. */
   classes: number;
+  /** A Caffe data layer's `transform_param`, applied to the images (see {@link fitToModel}). */
+  transform?: CaffeTransform;
 }
 
-const SOURCES = ["mnist", "fashion-mnist", "cifar10:<dir>", "mnist-idx:<dir>", "synthetic"];
+const SOURCES = ["mnist", "fashion-mnist", "cifar10:<dir>", "mnist-idx:<dir>", "synthetic[:CxHxW]"];
+
+/** The most values one synthetic image may hold (4×1024×1024): beyond it a typo, not a wish. */
+export const MAX_SYNTHETIC_ELEMENTS = 4 * 1024 * 1024;
 
 /** Synthetic images per run: enough to learn from, few enough to generate at once for big inputs. */
 function syntheticCount(sampleSize: number): number {
-  return sampleSize <= 4 * 32 * 32 ? 2000 : 250;
+  // At most about 256 MiB of float32 pixels in all.
+  return sampleSize <= 4 * 32 * 32 ? 2000 : Math.max(16, Math.min(250, Math.floor(2 ** 26 / sampleSize)));
+}
+
+/**
+ * The shape `--data synthetic:CxHxW` gives (channels × height × width, `x` or `×` between positive
+ * integers, at most {@link MAX_SYNTHETIC_ELEMENTS} values), or `undefined` for any other source
+ * (plain `synthetic` takes the model's input shape). Throws a {@link CliError} naming `--data`, the
+ * text and the grammar for a malformed one.
+ *
+ * @example
+ * ```ts
+ * import { syntheticShape } from "./data.ts";
+ * console.log(syntheticShape("synthetic:3x32x32")); // [3, 32, 32]
+ * console.log(syntheticShape("synthetic")); // undefined
+ * ```
+ */
+export function syntheticShape(source: string): [number, number, number] | undefined {
+  if (!source.startsWith("synthetic:")) return undefined;
+  const text = source.slice("synthetic:".length);
+  const dims = text.split(/[x×]/).map((d) => /^\d+$/.test(d) ? Number(d) : NaN);
+  const elements = dims.reduce((a, b) => a * b, 1);
+  if (dims.length !== 3 || !dims.every((d) => Number.isSafeInteger(d) && d > 0)) {
+    throw new CliError(
+      `--data ${source}: expected synthetic:CxHxW, three positive integers (channels x height x width), e.g. synthetic:3x32x32; got "${text}"`,
+    );
+  }
+  if (elements > MAX_SYNTHETIC_ELEMENTS) {
+    throw new CliError(
+      `--data ${source}: ${
+        dims.join("×")
+      } is ${elements} values per image; expected synthetic:CxHxW of at most ${MAX_SYNTHETIC_ELEMENTS} (e.g. 4x1024x1024)`,
+    );
+  }
+  return dims as [number, number, number];
+}
+
+/**
+ * `source` with the directory of `cifar10:<dir>` or `mnist-idx:<dir>` passed through `resolve`
+ * (every other source names no file).
+ *
+ * @example
+ * ```ts
+ * import { resolveDataPaths } from "./data.ts";
+ * console.log(resolveDataPaths("cifar10:data", (d) => `/home/me/${d}`)); // cifar10:/home/me/data
+ * ```
+ */
+export function resolveDataPaths(source: string, resolve: (dir: string) => string): string {
+  const [kind, ...rest] = source.split(":");
+  const dir = rest.join(":");
+  return (kind === "cifar10" || kind === "mnist-idx") && dir !== "" ? `${kind}:${resolve(dir)}` : source;
 }
 
 /** The images of `source`, before preprocessing is chosen. */
@@ -102,20 +160,24 @@ export async function loadImages(source: string, model: ModelInput | undefined, 
       return { train, test, description: `MNIST IDX files from ${dir} (${train.count} / ${test.count})` };
     }
     case "synthetic": {
+      // Reached without a model only for a net that declares no input shape and no shape given
+      // (chooseModelForData builds the model from synthetic:CxHxW first).
       if (!model) {
         throw new CliError(
-          "--data synthetic is shaped for the model's input, but the model does not declare one; use real data",
+          "--data synthetic is shaped for the model's input, but the model does not declare one " +
+            "(its data layer reads a database); give the shape as --data synthetic:CxHxW, e.g. synthetic:3x32x32",
         );
       }
-      const [channels, height, width] = model.inputShape;
+      const [channels, height, width] = syntheticShape(source) ?? model.inputShape;
+      const classes = model.classes;
       const count = syntheticCount(channels * height * width);
-      const all = syntheticDataset({ count, classes: model.classes, channels, height, width, seed });
+      const all = syntheticDataset({ count, classes, channels, height, width, seed });
       const { train, test } = splitDataset(all, { testFraction: 0.2, seed: 0 });
       return {
         train,
         test,
         description:
-          `synthetic ${channels}×${height}×${width}, ${model.classes} classes (${train.count} / ${test.count})`,
+          `synthetic ${channels}×${height}×${width}, ${classes} classes (${train.count} / ${test.count})`,
       };
     }
     default: {
@@ -134,7 +196,9 @@ const shape = (s: readonly number[]) => s.join("×");
 /**
  * Loads `source` for a model and chooses the preprocessing: pixels scaled by 1/256 for grey digits
  * (Caffe's MNIST recipe), per-channel mean subtraction for colour images, a centre/random crop when
- * the images are larger than the model's input. Throws a {@link CliError} naming both shapes when
+ * the images are larger than the model's input. A Caffe data layer's `transform_param` (the model's
+ * `transform`) wins where it speaks: its `scale`, `mean_value`s, `crop_size` and `mirror`; a
+ * `mean_file` is not read (the training images' per-channel means stand in for it). Throws a {@link CliError} naming both shapes when
  * the images cannot feed the model, when held-out and training images differ in size, or when the
  * data has more classes than the model predicts.
  *
@@ -171,8 +235,13 @@ export function fitToModel(images: LoadedImages, source: string, model: ModelInp
       }; expected one size for both splits`,
     );
   }
+  const transform = model.transform ?? {};
   let cropSize: number | undefined;
-  if (train.height !== h || train.width !== w) {
+  if (transform.cropSize !== undefined) {
+    // The importer made the crop the model's input; images smaller than it cannot be cropped.
+    const crop = transform.cropSize;
+    cropSize = crop === h && crop === w && train.height >= crop && train.width >= crop ? crop : -1;
+  } else if (train.height !== h || train.width !== w) {
     // Caffe feeds larger images to a smaller net by cropping (crop_size); it needs a square input.
     if (train.height >= h && train.width >= w && h === w) cropSize = h;
     else cropSize = -1;
@@ -189,15 +258,22 @@ export function fitToModel(images: LoadedImages, source: string, model: ModelInp
       `--data ${source} has ${train.classes} classes but the model predicts only ${model.classes}`,
     );
   }
+  const meanValue = transform.meanValue;
+  if (meanValue && meanValue.length !== 1 && meanValue.length !== train.channels) {
+    throw new CliError(
+      `--data ${source}: the model's data layer (transform_param) gives ${meanValue.length} mean_value entries for these ${train.channels}-channel images; expected 1 or ${train.channels}`,
+    );
+  }
   const colour = train.channels === 3;
   return {
     train,
     test,
     // Mean-subtracted colour pixels scaled to about unit range, so one default learning rate suits
     // every built-in model (Caffe's cifar10 solvers use scale 1 with a 20× smaller rate instead).
-    scale: colour ? 1 / 64 : 1 / 256,
-    meanValue: colour ? channelMean(train) : undefined,
-    cropSize,
+    scale: transform.scale ?? (colour ? 1 / 64 : 1 / 256),
+    meanValue: meanValue ?? (colour ? channelMean(train) : undefined),
+    cropSize: cropSize === train.height && cropSize === train.width ? undefined : cropSize,
+    mirror: transform.mirror,
     description,
   };
 }

@@ -6,6 +6,7 @@
  */
 
 import { CheckpointError, editDistance, TandemError } from "../mod.ts";
+import { showUserPaths } from "./paths.ts";
 
 /** Exit status of a bad command line (as getopt-style tools use). */
 export const EXIT_USAGE = 2;
@@ -39,7 +40,8 @@ export class CliError extends Error {
 
 /**
  * The message and exit status for an error the user caused, or `undefined` for a bug (whose stack
- * is worth printing).
+ * is worth printing). Paths the CLI resolved against the user's directory are shown relative to it
+ * again, as typed (see `showUserPaths`).
  *
  * @example
  * ```ts
@@ -48,6 +50,11 @@ export class CliError extends Error {
  * ```
  */
 export function describeError(error: unknown): { message: string; exitCode: number } | undefined {
+  const known = knownError(error);
+  return known && { message: showUserPaths(known.message), exitCode: known.exitCode };
+}
+
+function knownError(error: unknown): { message: string; exitCode: number } | undefined {
   if (error instanceof CliError) return { message: error.message, exitCode: error.exitCode };
   if (error instanceof CheckpointError) {
     // One line, however many tensors differ (a checkpoint of another model lists every one).

@@ -5,14 +5,19 @@
  * @module
  */
 
+import { basename } from "node:path";
 import {
   buildModel,
   type BuiltinModelName,
   builtinModels,
+  type CaffeImport,
+  type CaffeTransform,
+  importCaffeNet,
   type ModelSpec,
   type Network,
   TandemError,
 } from "../mod.ts";
+import { type LoadedImages, loadImages, syntheticShape } from "./data.ts";
 import { CliError, closest } from "./errors.ts";
 
 /** Returned by {@link chooseModel} for a Caffe net whose input shape only its data can tell. */
@@ -28,6 +33,8 @@ export interface ModelChoice {
   classes: number;
   /** Name for messages and checkpoints. */
   name: string;
+  /** A Caffe net's data-layer preprocessing (`transform_param`), for the data pipeline. */
+  transform?: CaffeTransform;
 }
 
 /**
@@ -68,17 +75,19 @@ export async function chooseModel(
   if (prototxt === undefined) {
     const names = Object.keys(builtinModels);
     if (text.endsWith(".prototxt")) throw new CliError(`--model ${text}: no such file`);
-    const hint = closest(text, names);
+    // The last component: a typo of a built-in name arrives resolved to a path (cli/paths.ts).
+    const hint = closest(basename(text), names);
     throw new CliError(
       `--model: unknown model "${text}"${hint ? `; did you mean ${hint}?` : ""} ` +
         `(built-ins: ${names.join(", ")}; or give a path to a Caffe .prototxt)`,
     );
   }
   const spec: ModelSpec = { kind: "caffe", text: prototxt, options: { seed, fileName: text, inputShape } };
-  // Built once here to learn the input and class count the prototxt declares.
-  let network: Network;
+  // Imported once here to learn the input, class count and preprocessing the prototxt declares (as
+  // buildModel imports it on every device: the TRAIN phase).
+  let imported: CaffeImport;
   try {
-    network = await buildModel(spec);
+    imported = importCaffeNet(prototxt, { ...spec.options, phase: "TRAIN" });
   } catch (error) {
     // A Data layer reading a database leaves the shape to the database: the images will tell.
     if (!inputShape && error instanceof TandemError && /cannot tell the input shape/.test(error.message)) {
@@ -86,9 +95,35 @@ export async function chooseModel(
     }
     throw error;
   }
-  const built = { inputShape: network.inputShape, classes: network.classes, name: network.name };
+  const { network, transform } = imported;
+  const built = { inputShape: network.inputShape, classes: network.classes, name: network.name, transform };
   network.dispose();
   return { spec: () => spec, ...built };
+}
+
+/**
+ * The model of `--model` for the data of `--data`: {@link chooseModel}, and for a Caffe net whose
+ * data layer leaves the input shape to its database, the shape `--data synthetic:CxHxW` gives, or
+ * else the loaded images' (returned too, so they are read once).
+ *
+ * @example
+ * ```ts ignore
+ * import { chooseModelForData } from "./model.ts";
+ * const { choice } = await chooseModelForData({ model: "cifar10_quick_train_test.prototxt", data: "synthetic:3x32x32", seed: 1 });
+ * ```
+ */
+export async function chooseModelForData(
+  args: { model: string; data: string; seed: number },
+): Promise<{ choice: ModelChoice; images?: LoadedImages }> {
+  const chosen = await chooseModel(args.model, args.seed);
+  if (chosen !== NEEDS_INPUT_SHAPE) return { choice: chosen };
+  const given = syntheticShape(args.data);
+  // Plain `synthetic` refuses here, asking for synthetic:CxHxW.
+  const images = given ? undefined : await loadImages(args.data, undefined, args.seed);
+  const shape = given ?? [images!.train.channels, images!.train.height, images!.train.width];
+  const choice = await chooseModel(args.model, args.seed, shape);
+  if (choice === NEEDS_INPUT_SHAPE) throw new Error("input shape still unknown");
+  return { choice, images };
 }
 
 /** Builds the network of `spec` on this thread (for summaries, profiles and evaluation). */

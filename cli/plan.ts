@@ -5,6 +5,7 @@
  * @module
  */
 
+import { basename } from "node:path";
 import {
   accumulatedProfile,
   autoSchedule,
@@ -18,10 +19,37 @@ import {
   type Network,
   type Plan,
 } from "../mod.ts";
-import type { TrainArgs } from "./args.ts";
+import { SCHEDULE_NAMES, type TrainArgs } from "./args.ts";
 import { CliError, closest } from "./errors.ts";
 
-const SCHEDULE_NAMES = ["overlap", "sequential", "bucketed", "hybrid", "auto"];
+/**
+ * The groups of `plan` in its order (output side first), each with the layers that hold parameters
+ * in it (forward order), from the plan's own assignment, and the layer a two-group plan splits
+ * before: `head (conv2..fc8), body (conv1); split before conv2`. Read from the plan that runs, so
+ * the line cannot disagree with it.
+ *
+ * @example
+ * ```ts ignore
+ * import { describeGroups } from "./plan.ts";
+ * console.log(describeGroups(plan, network)); // fc (ip1..ip2), conv (conv1..conv2); split before ip1
+ * ```
+ */
+export function describeGroups(
+  plan: { groups: readonly string[]; assignment: Readonly<Record<string, string>> },
+  network: Network,
+): string {
+  const withParameters = new Set(
+    network.namedParameters().map((p) => p.name.slice(0, p.name.lastIndexOf("."))),
+  );
+  const members = (group: string) =>
+    Object.keys(plan.assignment).filter((layer) =>
+      plan.assignment[layer] === group && withParameters.has(layer)
+    );
+  const range = (names: string[]) => names.length <= 1 ? names.join("") : `${names[0]}..${names.at(-1)}`;
+  const groups = plan.groups.map((g) => `${g} (${range(members(g))})`).join(", ");
+  const head = members(plan.groups[0])[0];
+  return plan.groups.length === 2 && head ? `${groups}; split before ${head}` : groups;
+}
 
 /**
  * The plan `--schedule` names for `local` (the model as built here), with the model spec the devices
@@ -47,7 +75,7 @@ export async function choosePlan(
     const profile = accumulatedProfile(micro, args.accumulate);
     const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, { allowHybrid: true });
     say(
-      `auto schedule: ${plan.name} over groups ${plan.groups.join(", ")} (priced at ${
+      `auto schedule: ${plan.name} over groups ${describeGroups(plan, local)} (priced at ${
         link ? link.label : "12 GB/s, 10 µs (PCIe 3 x16, assumed)"
       })`,
     );
@@ -61,7 +89,8 @@ export async function choosePlan(
     if (!(error instanceof Deno.errors.NotFound)) throw error;
   }
   if (!isFile) {
-    const hint = closest(name, SCHEDULE_NAMES);
+    // The last component: a typo of a built-in name arrives resolved to a path (cli/paths.ts).
+    const hint = closest(basename(name), SCHEDULE_NAMES);
     throw new CliError(
       `--schedule must be ${SCHEDULE_NAMES.join(", ")} or a schedule file; "${name}" is none of them${
         hint ? `; did you mean ${hint}?` : ""

@@ -27,6 +27,23 @@ export function formatDuration(seconds: number): string {
 }
 
 /**
+ * How progress may draw on stderr: redrawn in place only on a terminal (a pipe or file gets plain
+ * lines, so logs stay readable), and erased with an ANSI code only when `NO_COLOR` is unset too
+ * (otherwise a carriage return and spaces do it). No escape code ever reaches a pipe or file.
+ *
+ * @example
+ * ```ts
+ * import { Progress, stderrStyle } from "./progress.ts";
+ * const progress = new Progress({ first: 0, target: 10, epochs: 1, ...stderrStyle() });
+ * progress.done();
+ * ```
+ */
+export function stderrStyle(): { live: boolean; ansi: boolean } {
+  const live = Deno.stderr.isTerminal();
+  return { live, ansi: live && !Deno.noColor };
+}
+
+/**
  * Shows progress towards `target` steps.
  *
  * @example
@@ -42,19 +59,23 @@ export class Progress {
   readonly #target: number;
   readonly #epochs: number;
   readonly #live: boolean;
+  readonly #ansi: boolean;
   readonly #every: number;
+  #width = 0;
   readonly #started = performance.now();
   #drawn = false;
 
   /**
    * `first`: the step the run starts at (after a resume); `live`: redraw one line in place (a
-   * terminal) rather than printing lines.
+   * terminal) rather than printing lines; `ansi` (default `live`): erase that line with an escape
+   * code rather than spaces (see {@link stderrStyle}).
    */
-  constructor(options: { first: number; target: number; epochs: number; live: boolean }) {
+  constructor(options: { first: number; target: number; epochs: number; live: boolean; ansi?: boolean }) {
     this.#first = options.first;
     this.#target = options.target;
     this.#epochs = options.epochs;
     this.#live = options.live;
+    this.#ansi = options.live && (options.ansi ?? true);
     this.#every = Math.max(1, Math.round((this.#target - this.#first) / 20));
   }
 
@@ -68,7 +89,10 @@ export class Progress {
     if (this.#live) {
       const width = 24, filled = Math.round(width * Math.min(1, total > 0 ? done / total : 1));
       const bar = "█".repeat(filled) + "░".repeat(width - filled);
-      this.#write(`\r\x1b[2K${bar} ${figures}`);
+      const line = `${bar} ${figures}`;
+      // Without ANSI, spaces wipe what a longer previous line left.
+      this.#write(this.#ansi ? `\r\x1b[2K${line}` : `\r${line.padEnd(this.#width)}`);
+      this.#width = line.length;
       this.#drawn = true;
     } else if (done % this.#every === 0 || u.step === this.#target || done === 1) {
       this.#write(`${figures}\n`);

@@ -40,18 +40,22 @@ import {
   writeFileAtomic,
 } from "../mod.ts";
 import { checkDeviceCount, DEFAULTS, helpText, parseTrainArgs } from "./args.ts";
-import { fitToModel, type LoadedImages, loadImages } from "./data.ts";
+import { fitToModel, loadImages } from "./data.ts";
 import { CliError, describeError, EXIT_FAILURE, EXIT_USAGE } from "./errors.ts";
-import { buildLocal, chooseModel, NEEDS_INPUT_SHAPE } from "./model.ts";
+import { buildLocal, chooseModelForData } from "./model.ts";
 import { checkOutputs } from "./outputs.ts";
 import { exitStatus, StopSignals } from "./signals.ts";
 import { divergedCheckpointPath, Snapshots } from "./snapshots.ts";
-import { formatDuration, Progress } from "./progress.ts";
+import { formatDuration, Progress, stderrStyle } from "./progress.ts";
 import { type StepPoint, writeReport } from "./report.ts";
 import { resumeArguments } from "./resume.ts";
 import { choosePlan } from "./plan.ts";
+import { defaultOutputPath, showUserPaths } from "./paths.ts";
 
-/** Where Ctrl-C or SIGTERM saves when no `--checkpoint` was given. */
+/**
+ * The file Ctrl-C or SIGTERM saves to when no `--checkpoint` was given, in the git-ignored
+ * `runs/` folder of the user's directory (see `defaultOutputPath`).
+ */
 export const INTERRUPTED_CHECKPOINT = "tandem-interrupted.safetensors";
 
 /** Steps of the trace drawn in the report (the last few: past warm-up). */
@@ -159,18 +163,10 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
   const say = !root
     ? () => {}
     : args.json
-    ? (line: string) => console.error(line)
-    : (line: string) => console.log(line);
+    ? (line: string) => console.error(showUserPaths(line))
+    : (line: string) => console.log(showUserPaths(line));
   const link = args.link ? parseLink(args.link) : undefined;
-  let chosen = await chooseModel(args.model, args.seed);
-  let images: LoadedImages | undefined;
-  if (chosen === NEEDS_INPUT_SHAPE) {
-    images = await loadImages(args.data, undefined, args.seed);
-    const { channels, height, width } = images.train;
-    chosen = await chooseModel(args.model, args.seed, [channels, height, width]);
-    if (chosen === NEEDS_INPUT_SHAPE) throw new Error("input shape still unknown");
-  }
-  const choice = chosen;
+  const { choice, images } = await chooseModelForData(args);
 
   if (args.steps === 0) {
     const network = await buildLocal(choice.spec());
@@ -210,7 +206,12 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     : await choosePlan(args, local, baseSpec, link, say);
   validatePlan(plan, { mode: args.reduce });
 
-  const preprocess = { scale: data.scale, meanValue: data.meanValue, cropSize: data.cropSize };
+  const preprocess = {
+    scale: data.scale,
+    meanValue: data.meanValue,
+    cropSize: data.cropSize,
+    mirror: data.mirror,
+  };
   const trainLoader = new DataLoader(data.train, {
     ...preprocess,
     batchSize: args.batch,
@@ -322,7 +323,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     if (first >= target) say(`already at step ${first}, which reaches the target of ${target} steps`);
 
     const progress = root
-      ? new Progress({ first, target, epochs: Math.ceil(target / perEpoch), live: Deno.stderr.isTerminal() })
+      ? new Progress({ first, target, epochs: Math.ceil(target / perEpoch), ...stderrStyle() })
       : undefined;
     const stops = new StopSignals((line) => progress?.log(line));
     // Under mpirun, Ctrl-C is mpirun's: it stops every rank (each says what it was doing).
@@ -442,7 +443,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       );
     }
     if (stops.requested) {
-      const path = args.checkpoint ?? INTERRUPTED_CHECKPOINT;
+      const path = args.checkpoint ?? await defaultOutputPath(INTERRUPTED_CHECKPOINT);
       await (snapshots ? snapshots.save(step) : save(path, step));
       if (args.trace && trace) {
         await writeTrace(args.trace, trace, link ? link.label : "shared memory (no emulation)");

@@ -159,6 +159,7 @@ export {
   CaffeImportError,
   type CaffeImportOptions,
   type CaffePhase,
+  type CaffeTransform,
   importCaffeNet,
   loadCaffeNet,
   MAX_PROTOTXT_DEPTH,

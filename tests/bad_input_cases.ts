@@ -300,6 +300,19 @@ export async function writeFixtures(
     f[`prototxt-${name}`] = `${dir}/${name}.prototxt`;
     await Deno.writeTextFile(f[`prototxt-${name}`], text);
   }
+  // A Data layer reading a database declares no input shape; one whose mean_value count fits no image.
+  const ip =
+    'layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 10 } }\n';
+  f.dbNet = `${dir}/db_net.prototxt`;
+  await Deno.writeTextFile(
+    f.dbNet,
+    `layer { name: "d" type: "Data" top: "data" top: "label" data_param { source: "train_lmdb" backend: LMDB batch_size: 8 } }\n${ip}`,
+  );
+  f.meanNet = `${dir}/mean_net.prototxt`;
+  await Deno.writeTextFile(
+    f.meanNet,
+    `layer { name: "d" type: "Data" top: "data" top: "label" transform_param { crop_size: 8 force_gray: true mean_value: 1 mean_value: 2 } }\n${ip}`,
+  );
   for (const [name, [text]] of Object.entries(SCHEDULES)) {
     f[`sched-${name}`] = `${dir}/${name}.sched`;
     await Deno.writeTextFile(f[`sched-${name}`], text);
@@ -451,6 +464,42 @@ export function badInputs(f: Fixtures): BadInput[] {
     ["--model", "cifar-quick", "--data", `cifar10:${f.emptyDir}`],
     f.emptyDir,
     "missing",
+  );
+  for (const bad of ["3x32", "0x28x28", "3x28x28x1", "1.5x28x28", "", "3x28xx28"]) {
+    add(
+      `--data synthetic:${bad}`,
+      [...FAST, "--data", `synthetic:${bad}`],
+      `--data synthetic:${bad}:`,
+      "expected synthetic:CxHxW",
+      `got "${bad}"`,
+    );
+  }
+  add(
+    "--data synthetic too large",
+    [...FAST, "--data", "synthetic:4096x4096x4096"],
+    "--data synthetic:4096x4096x4096",
+    "expected synthetic:CxHxW of at most",
+  );
+  add(
+    "--data synthetic for a net without an input shape",
+    ["--model", f.dbNet, "--data", "synthetic", "--steps", "1"],
+    "--data synthetic",
+    "does not declare one",
+    "synthetic:CxHxW",
+  );
+  add(
+    "--data synthetic:CxHxW wrong for the net's crop",
+    ["--model", f.meanNet, "--data", "synthetic:1x4x4", "--steps", "1"],
+    "--data synthetic:1x4x4",
+    "1×4×4",
+    "1×8×8",
+  );
+  add(
+    "transform_param mean_value count",
+    ["--model", f.meanNet, "--data", "synthetic", "--steps", "1"],
+    "--data synthetic",
+    "2 mean_value entries",
+    "expected 1 or 1",
   );
   add("model and data disagree", ["--model", "cifar-quick", "--data", "mnist"], "1×28×28", "3×32×32");
   add(

@@ -391,7 +391,7 @@ Deno.test("judgeNetwork: AlexNet is AlexNet-like; the split hides the most commu
   assert.equal(split.assignment.conv4, "head");
   assert.equal(split.assignment.fc8, "head");
   assert.ok(split.overlapSeconds < split.sequentialSeconds);
-  assert.ok(verdict.reason.includes(`Split before conv4 into head and body`));
+  assert.ok(verdict.reason.includes(`Split before conv4 into head (conv4..fc8) and body (conv1..conv3)`));
 
   // Over 10 GbE the FC traffic dwarfs the conv backward; the best cut leaves fc6 with the input side.
   const slow = judgeNetwork(profile, { link: STANDARD_LINKS.find((l) => l.name === "10 GbE")!, devices: 2 });

@@ -92,6 +92,36 @@ export interface CaffeImportOptions {
 }
 
 /**
+ * The preprocessing a Caffe data layer's `transform_param` asks for, for a data pipeline to apply
+ * (the network itself never sees it): Caffe computes `(pixel − mean) · scale` on a `crop_size`
+ * square crop (random while training, centred when testing), mirrored at random with `mirror`.
+ * Only the fields the layer gives are present.
+ *
+ * @example
+ * ```ts
+ * import { importCaffeNet } from "./import.ts";
+ * const { transform } = importCaffeNet(`
+ *   layer { name: "d" type: "Data" top: "data" top: "label"
+ *           transform_param { crop_size: 4 mean_value: 104 mean_value: 117 mean_value: 123 } }
+ *   layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip" inner_product_param { num_output: 2 } }
+ * `);
+ * console.log(transform); // { cropSize: 4, meanValue: [104, 117, 123] }
+ * ```
+ */
+export interface CaffeTransform {
+  /** `scale`: multiplier after mean subtraction. */
+  scale?: number;
+  /** `mean_value`s: one for every channel, or one per channel. */
+  meanValue?: number[];
+  /** `crop_size`: side of the square crop. */
+  cropSize?: number;
+  /** `mirror`: flip training samples horizontally at random. */
+  mirror?: boolean;
+  /** `mean_file`: a binaryproto mean image, named as the file gives it (not read here). */
+  meanFile?: string;
+}
+
+/**
  * What {@link importCaffeNet} produces.
  *
  * @example
@@ -107,6 +137,8 @@ export interface CaffeImport {
   notes: string[];
   /** The loss layer's type (`SoftmaxWithLoss`), or undefined for a net without one (deploy). */
   loss: "SoftmaxWithLoss" | undefined;
+  /** The `transform_param` of the data layer feeding the network, if it has one. */
+  transform?: CaffeTransform;
 }
 
 /** Layer types that become modules of the network. */
@@ -145,6 +177,8 @@ interface DataBlob {
   source: string;
   layer: LayerRef | undefined;
   isLabel: boolean;
+  /** The layer's `transform_param`, for the data pipeline. */
+  transform?: CaffeTransform;
 }
 
 class Reader {
@@ -715,6 +749,7 @@ function dataBlobsOf(reader: Reader, ref: LayerRef, notes: string[]): Map<string
   const where = `layer "${ref.name}"`;
   let shape: number[] | undefined;
   let source = "";
+  let pipelineTransform: CaffeTransform | undefined;
   if (ref.type === "Input") {
     const shapes = paramsOf(reader, ref, "input_param").all("shape").map((f) =>
       blobShape(reader, f, `${where} input_param`, ref.name)
@@ -737,6 +772,7 @@ function dataBlobsOf(reader: Reader, ref: LayerRef, notes: string[]): Map<string
     } else source = "memory_data_param without channels/height/width";
   } else {
     const transformField = reader.single(ref.message, "transform_param", where);
+    // Read for the data pipeline; the network never applies it.
     const transform = transformField ? reader.messageOf(transformField, where, ref.name) : undefined;
     const crop = transform && reader.single(transform, "crop_size", `${where} transform_param`);
     let channels = 3, channelSource = "";
@@ -753,6 +789,7 @@ function dataBlobsOf(reader: Reader, ref: LayerRef, notes: string[]): Map<string
       channelSource = "image_data_param.is_color";
     }
     const cropSize = crop ? reader.integer(crop, `${where} transform_param`, 0, ref.name) : 0;
+    if (transform) pipelineTransform = transformOf(reader, transform, `${where} transform_param`, ref.name);
     if (cropSize > 0) {
       shape = [channels, cropSize, cropSize];
       source = `transform_param.crop_size ${cropSize}` +
@@ -775,15 +812,31 @@ function dataBlobsOf(reader: Reader, ref: LayerRef, notes: string[]): Map<string
     blobs.set(
       top,
       i === 0
-        ? { shape, source, layer: ref, isLabel: false }
+        ? { shape, source, layer: ref, isLabel: false, transform: pipelineTransform }
         : { shape: undefined, source: "labels", layer: ref, isLabel: true },
     );
   });
   const preprocessing = ref.message.has("transform_param")
-    ? "; its preprocessing (transform_param) is up to the data pipeline"
+    ? "; its preprocessing (transform_param) is returned as transform, for the data pipeline"
     : "";
   notes.push(`${ref.name} (${ref.type}): data layer, not part of the network${preprocessing}`);
   return blobs;
+}
+
+/** The fields of a `transform_param` a data pipeline can apply (see {@link CaffeTransform}). */
+function transformOf(reader: Reader, m: PrototxtMessage, where: string, layer: string): CaffeTransform {
+  const out: CaffeTransform = {};
+  const scale = reader.single(m, "scale", where);
+  if (scale) out.scale = reader.number(scale, where, layer);
+  const means = m.all("mean_value").map((f) => reader.number(f, where, layer));
+  if (means.length > 0) out.meanValue = means;
+  const crop = reader.single(m, "crop_size", where);
+  if (crop && reader.integer(crop, where, 0, layer) > 0) out.cropSize = reader.integer(crop, where, 0, layer);
+  const mirror = reader.single(m, "mirror", where);
+  if (mirror) out.mirror = reader.bool(mirror, where, layer);
+  const meanFile = reader.single(m, "mean_file", where);
+  if (meanFile) out.meanFile = reader.string(meanFile, where, layer);
+  return out;
 }
 
 /** A `BlobShape { dim: N dim: C dim: H dim: W }` → `[C, H, W]`. */
@@ -922,6 +975,7 @@ export function importCaffeNet(
   let loss: CaffeImport["loss"];
   let finished: LayerRef | undefined; // the loss or softmax that ended the chain
   let inputShape: number[] | undefined;
+  let transform: CaffeTransform | undefined; // the feeding data layer's preprocessing
   const produced = new Set(dataBlobs.keys());
 
   for (const ref of layers) {
@@ -977,6 +1031,7 @@ export function importCaffeNet(
       }
       if (data.isLabel) reader.fail(ref.field, `${where} reads the label blob "${bottom}"`, ref.name);
       inputShape = resolveInputShape(reader, options, bottom, data, ref, notes);
+      transform = data.transform;
       current = bottom;
       shape = [1, ...inputShape];
     } else if (bottom !== current) {
@@ -1059,7 +1114,7 @@ export function importCaffeNet(
   const nameField = reader.single(root, "name", "net");
   const netName = nameField ? reader.string(nameField, "net") : "caffe-net";
   const network = new Network(netName, inputShape!, classes, modules).initialize(options.seed ?? 0);
-  return { network, notes, loss };
+  return transform ? { network, notes, loss, transform } : { network, notes, loss };
 }
 
 function resolveInputShape(

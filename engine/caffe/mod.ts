@@ -17,6 +17,7 @@ export {
   CaffeImportError,
   type CaffeImportOptions,
   type CaffePhase,
+  type CaffeTransform,
   importCaffeNet,
   loadCaffeNet,
 } from "./import.ts";

@@ -245,7 +245,8 @@ export function judgeNetwork(profile: Profile, options: JudgeOptions = {}): Netw
     timeShare <= thresholds.maxSuffixBackwardFraction;
   let reason: string;
   if (alexnetLike) {
-    const [head, body] = split.groups;
+    // Each group with the layers it holds: the split rarely falls where the suffix test stopped.
+    const [head, body] = split.groups.map((g) => `${g} (${range(layersOf(layers, split.assignment, g))})`);
     reason =
       `AlexNet-like: ${suffixText}, within the thresholds (≥ ${
         pct(thresholds.minSuffixParameterFraction)
@@ -270,6 +271,15 @@ export function judgeNetwork(profile: Profile, options: JudgeOptions = {}): Netw
     suffixParameterFraction: byteShare,
     suffixBackwardFraction: timeShare,
   };
+}
+
+/** The layers with parameters that `assignment` puts in `group`, forward order. */
+function layersOf(
+  layers: readonly LayerProfile[],
+  assignment: Readonly<Record<string, string>>,
+  group: string,
+): string[] {
+  return layers.filter((l) => l.parameterBytes > 0 && assignment[l.name] === group).map((l) => l.name);
 }
 
 function bestSplit(profile: Profile, costs: CostOptions): NetworkSplit | undefined {
