@@ -13,18 +13,27 @@
 
 import { isAbsolute, join, resolve, sep } from "node:path";
 
+/** The directory of deno.json: where `deno task` runs its commands. */
+const PROJECT_ROOT = resolve(new URL("..", import.meta.url).pathname);
+
 /**
- * The directory relative paths resolve from: `INIT_CWD` when set and non-empty, else the working
- * directory.
+ * The directory relative paths resolve from: `INIT_CWD` when set and non-empty and the process runs
+ * where `deno task` puts it (the project's root), else the working directory. A process started
+ * elsewhere (a test's child with its own `cwd`, a script) inherits a stale `INIT_CWD` from the task
+ * that launched its parent; its own working directory is what the user meant then.
  *
  * @example
  * ```ts
  * import { userDirectory } from "./paths.ts";
- * console.log(userDirectory("/home/me/project/sub")); // /home/me/project/sub
+ * console.log(userDirectory("/home/me/project/sub")); // /home/me/project/sub, under deno task
  * ```
  */
-export function userDirectory(initCwd: string | undefined = Deno.env.get("INIT_CWD")): string {
-  return initCwd !== undefined && initCwd.trim() !== "" ? resolve(initCwd) : Deno.cwd();
+export function userDirectory(
+  initCwd: string | undefined = Deno.env.get("INIT_CWD"),
+  cwd: string = Deno.cwd(),
+): string {
+  const set = initCwd !== undefined && initCwd.trim() !== "";
+  return set && resolve(cwd) === PROJECT_ROOT ? resolve(initCwd) : cwd;
 }
 
 /**

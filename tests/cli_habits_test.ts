@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { helpText, parseTrainArgs, SCHEDULE_NAMES, type TrainArgs } from "../cli/args.ts";
 import { choosePlan } from "../cli/plan.ts";
+import { userDirectory } from "../cli/paths.ts";
 import { buildModel, type ModelSpec } from "../mod.ts";
 import { signalOnceTraining } from "./fixtures/process.ts";
 
@@ -79,6 +80,18 @@ Deno.test("cli habits: every path flag resolves against INIT_CWD, and messages s
   } finally {
     await Deno.remove(user, { recursive: true });
   }
+});
+
+// `deno task test` exports INIT_CWD to every child: a train command a test starts in its own
+// directory must not write into the task's. Mutation: userDirectory taking INIT_CWD whatever the
+// working directory (the divergence, resume and output tests then write their files into the
+// repository's root under `npx deno task test`).
+Deno.test("cli habits: INIT_CWD counts only where deno task runs commands (the project's root)", () => {
+  const root = new URL("..", import.meta.url).pathname.replace(/\/$/, "");
+  assert.equal(userDirectory("/home/me/sub", root), "/home/me/sub");
+  assert.equal(userDirectory("/home/me/sub", "/tmp/elsewhere"), "/tmp/elsewhere");
+  assert.equal(userDirectory(undefined, root), root);
+  assert.equal(userDirectory("  ", root), root);
 });
 
 Deno.test("cli habits: parseTrainArgs resolves each path flag once, and built-in names stay names", () => {
