@@ -6,7 +6,15 @@
 
 import assert from "node:assert/strict";
 import type { WebGpuBackend } from "../backends/webgpu/backend.ts";
-import { loadCheckpoint, type Optimizer, saveCheckpoint, type Storage } from "../mod.ts";
+import {
+  DivergenceError,
+  loadCheckpoint,
+  type Optimizer,
+  type ParameterEntry,
+  saveCheckpoint,
+  SGD,
+  type Storage,
+} from "../mod.ts";
 import type { BackendDevice } from "../schedule/devices/backend_device.ts";
 import { type Device, DeviceError } from "../schedule/devices/device.ts";
 import { layoutOf } from "../schedule/devices/layout.ts";
@@ -387,8 +395,12 @@ gpuTest(
  * Asserts that `a` and `b` hold the same bits, saying how many elements differ (a plain deepEqual
  * of thousands of elements spends minutes on its diff).
  */
-function sameBits(a: Float32Array | Uint8Array, b: Float32Array | Uint8Array, what: string): void {
-  const x = a instanceof Uint8Array ? a : bits(a), y = b instanceof Uint8Array ? b : bits(b);
+function sameBits(
+  a: Float32Array | Uint8Array | Uint32Array,
+  b: Float32Array | Uint8Array | Uint32Array,
+  what: string,
+): void {
+  const x = a instanceof Float32Array ? bits(a) : a, y = b instanceof Float32Array ? bits(b) : b;
   assert.equal(x.length, y.length, `${what}: lengths`);
   let differ = 0, first = -1;
   for (let i = 0; i < x.length; i++) {
@@ -402,20 +414,21 @@ function sameBits(a: Float32Array | Uint8Array, b: Float32Array | Uint8Array, wh
 
 /** A hybrid trainer on WebGPU devices (resident unless `start` says otherwise), recording its optimizers. */
 async function gpuHybrid(
-  options:
-    & { devices?: number; mode?: ReductionMode; start?: DataParallelOptions["startDevice"] }
-    & Partial<
-      DataParallelOptions
-    > = {},
+  options: {
+    devices?: number;
+    mode?: ReductionMode;
+    start?: DataParallelOptions["startDevice"];
+    make?: (p: ParameterEntry[]) => Optimizer;
+  } & Partial<DataParallelOptions> = {},
 ): Promise<{ trainer: DataParallelTrainer; optimizers: Optimizer[] }> {
   const optimizers: Optimizer[] = [];
-  const { devices = 2, start = startGpuDevice, ...rest } = options;
+  const { devices = 2, start = startGpuDevice, make = tinyOptimizers.sgd, ...rest } = options;
   const trainer = await DataParallelTrainer.create({
     model,
     devices,
     plan: hybrid(groups),
     optimizer: (p) => {
-      const optimizer = tinyOptimizers.sgd(p);
+      const optimizer = make(p);
       optimizers.push(optimizer);
       return optimizer;
     },
@@ -424,6 +437,18 @@ async function gpuHybrid(
     ...rest,
   });
   return { trainer, optimizers };
+}
+
+/** The bits of every parameter and state slot of `optimizers`, read off their devices. */
+async function optimizerBits(optimizers: readonly Optimizer[]): Promise<Uint32Array[]> {
+  const values: Float32Array[] = [];
+  for (const optimizer of optimizers) {
+    for (const p of optimizer.parameters) values.push((await p.tensor.data()) as Float32Array);
+    for (const slots of optimizer.state().perParameter.values()) {
+      for (const t of Object.values(slots)) values.push((await t.data()) as Float32Array);
+    }
+  }
+  return values.map(bits);
 }
 
 /** `steps` hybrid steps from `from`; the exchange's name and the master's parameters after them. */
@@ -622,16 +647,7 @@ gpuTest(
         return device;
       },
     });
-    const read = async () => {
-      const values: Float32Array[] = [];
-      for (const optimizer of optimizers) {
-        for (const p of optimizer.parameters) values.push((await p.tensor.data()) as Float32Array);
-        for (const slots of optimizer.state().perParameter.values()) {
-          for (const t of Object.values(slots)) values.push((await t.data()) as Float32Array);
-        }
-      }
-      return values.map(bits);
-    };
+    const read = () => optimizerBits(optimizers);
     try {
       assert.equal(trainer.exchange, "GPU-resident");
       await trainer.step(batch(0, 12));
@@ -645,6 +661,37 @@ gpuTest(
       assert.equal(trainer.iteration, 1);
       assert.deepEqual(await read(), before, "rollback");
       await assert.rejects(trainer.step(batch(2, 12)), /a device failed earlier: device 1/);
+    } finally {
+      await trainer.close();
+    }
+  },
+);
+
+// The trainer checks every updated group for NaN/∞ after its update: the slices through their own
+// optimizers, on the GPU (`firstNonFinite`). A rate past float32's range (1e300 rounds to ∞) breaks
+// the FC slices in step 1's first update, which the plan checks first; the step is rolled back on
+// the GPUs. Mutation: the slices' check dropped (`checkLater(hybrid!.optimizers, group)` in
+// `DataParallelTrainer.step`) lets the conv check report it instead, naming a conv tensor.
+gpuTest(
+  "a resident hybrid update that overflows fails naming an FC slice's tensor, rolled back on the GPUs",
+  async () => {
+    const { trainer, optimizers } = await gpuHybrid({
+      make: (p) => new SGD(p, { lr: 1e300, momentum: 0.9 }),
+    });
+    try {
+      assert.equal(trainer.exchange, "GPU-resident");
+      const before = await optimizerBits(optimizers);
+      const error = await trainer.step(batch(0, 12)).then(() => undefined, (e: unknown) => e);
+      assert.ok(error instanceof DivergenceError, `not a DivergenceError: ${error}`);
+      assert.equal(error.step, 1);
+      assert.equal(error.quantity, "parameter");
+      assert.match(error.tensor!, /^fc\d\./);
+      assert.match(error.message, /gradient was finite: the update overflowed/);
+      assert.ok(error.rolledBack);
+      assert.equal(trainer.iteration, 0);
+      const after = await optimizerBits(optimizers);
+      assert.equal(after.length, before.length);
+      after.forEach((part, i) => sameBits(part, before[i], `parameter or state ${i}`));
     } finally {
       await trainer.close();
     }
