@@ -581,8 +581,13 @@ gpuTest("a resident hybrid step keeps every FC slice and its optimizer state on 
 // of the body's own state: WebGPU refuses one buffer bound for reading and writing in a dispatch).
 gpuTest("resident hybrid checkpoints hold whole tensors and resume bit for bit", async () => {
   const dir = await Deno.makeTempDir();
-  const run = async (start: DataParallelOptions["startDevice"], from: string | undefined, save?: string) => {
-    const { trainer } = await gpuHybrid({ start, verifyReplicas: true });
+  const run = async (
+    start: DataParallelOptions["startDevice"],
+    from: string | undefined,
+    save?: string,
+    mode: ReductionMode = "master",
+  ) => {
+    const { trainer } = await gpuHybrid({ start, verifyReplicas: true, mode });
     try {
       let step = 0;
       if (from) {
@@ -615,6 +620,8 @@ gpuTest("resident hybrid checkpoints hold whole tensors and resume bit for bit",
     sameBits(await Deno.readFile(resident), await Deno.readFile(host), "the checkpoint files");
     const straight = await run(startGpuDevice, undefined);
     sameBits(await run(startGpuDevice, resident), straight, "resident → resident");
+    // Allreduce: every device's whole-layout optimizer takes the master's state on its GPU too.
+    sameBits(await run(startGpuDevice, resident, undefined, "allreduce"), straight, "allreduce resume");
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
