@@ -253,7 +253,9 @@ export class Tensor {
         `source is ${source.dtype} on ${source.backend.name}, expected ${this.dtype} on ${this.backend.name}`,
       );
     }
-    if (this.size === 0) return;
+    // From itself (a state loaded partly from the optimizer's own tensors) nothing changes, and a
+    // GPU may not bind one buffer for reading and writing in one dispatch.
+    if (this.size === 0 || source.storage === this.storage) return;
     const dense = { offset: 0, strides: [1] };
     this.backend.copyStrided(source.storage, dense, this.storage, dense, [this.size]);
   }

@@ -15,7 +15,9 @@
  * peers. Each move stages the group's storages to host memory the source backend lends (recorded as
  * soon as the group's backward is queued, so later kernels cannot hold it back) and writes them on
  * the destination. Averaging in device order and the SGD/Adam updates run as the backend's kernels on
- * the device that owns the parameters; nothing goes through the host's optimizer.
+ * the device that owns the parameters; nothing goes through the host's optimizer. Under a hybrid plan
+ * the body is that replica, and the device's slice of the head lives on it too (`residentSlice`,
+ * `head_slices.ts`); only the head's activations cross the host.
  *
  * Otherwise (a backend without those capabilities, or a run mixed with CPU Workers) the device takes
  * the host path: group gradients are read back into `gradients` as soon as they are final, and
@@ -47,7 +49,15 @@ import {
   type ResidentRole,
   type ShardedReplica,
 } from "./device.ts";
-import { type HeadPhase, type HeadPhaseResult, type HeadSetup, HeadShard } from "./sharded_head.ts";
+import {
+  type HeadLayout,
+  type HeadPhase,
+  type HeadPhaseResult,
+  type HeadSetup,
+  HeadShard,
+  sliceSlots,
+} from "./sharded_head.ts";
+import { DeviceSlices, hostSlices } from "./head_slices.ts";
 import { groupRange, type ParameterLayout, type ParameterSlot } from "./layout.ts";
 import { buildModel, type ModelSpec } from "./model_spec.ts";
 import type { ComputeSpan } from "./protocol.ts";
@@ -120,6 +130,8 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
   #busy = false;
   /** The model-parallel head shard of a hybrid schedule, once set up. */
   #head: HeadShard | undefined;
+  /** A resident replica's slice of the head, on the device (see `residentSlice`). */
+  #slices: DeviceSlices | undefined;
 
   private constructor(
     readonly index: number,
@@ -196,17 +208,16 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
   }
 
   /**
-   * Runs hybrid schedules on the host path: the body's parameters are written from `parameters`
+   * Runs hybrid schedules. On the host path the body's parameters are written from `parameters`
    * before each forward, the head's slices read from it, and gradients read back into `gradients`.
+   * A resident replica keeps the body as for data-parallel plans (its gradients staged to peers as
+   * `compute` stages them) and its head slice on the device (`residentSlice`).
    */
   readonly sharded: ShardedReplica = {
     setupHead: (layout: ParameterLayout, setup: HeadSetup) => {
-      if (this.#state) {
+      if (this.#state && !this.#slices) {
         return Promise.reject(
-          new DeviceError(
-            this.index,
-            "a GPU-resident replica cannot run a hybrid schedule; it runs on the host path",
-          ),
+          new DeviceError(this.index, "a resident replica runs a hybrid head only once given its slice"),
         );
       }
       this.#head?.reset();
@@ -217,13 +228,30 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
     },
     runHead: (_iteration: number, phase: HeadPhase, onGradients?: (group: string) => void) =>
       this.#exclusive(() => this.#runHead(phase, onGradients)),
+    residentSlice: (layout: ParameterLayout, head: HeadLayout) => {
+      this.#active("residentSlice");
+      if (this.#slices) throw new DeviceError(this.index, "the head slice is already resident");
+      const byName = new Map(this.#slots.map((s) => [s.layout.name, s]));
+      this.#slices = this.#guard(() =>
+        new DeviceSlices(sliceSlots(layout, head, this.index), (name) => {
+          const { entry, layout: slot } = byName.get(name)!;
+          return { tensor: entry.tensor, slot };
+        })
+      );
+      return this.#slices.entries;
+    },
   };
 
   async #runHead(phase: HeadPhase, onGradients?: (group: string) => void): Promise<HeadPhaseResult> {
     const head = this.#head;
     if (!head) throw new DeviceError(this.index, "a hybrid phase arrived before the head was set up");
-    // Later micro-batches of a step run on the same parameters.
-    if (phase.kind === "forward-body" && !phase.microBatch) {
+    const state = this.#state;
+    if (state?.staged.size && phase.kind === "forward-body" && !phase.microBatch) {
+      await this.#dropStaged(state);
+    }
+    // Host path: later micro-batches of a step run on the same parameters. Resident: the body's
+    // tensors are the ones its optimizer updates and the broadcast writes.
+    if (!state && phase.kind === "forward-body" && !phase.microBatch) {
       const body = new Set(head.bodyEntries);
       for (const { entry, layout } of this.#slots) {
         if (!body.has(entry)) continue;
@@ -233,17 +261,10 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
         );
       }
     }
-    const offsets = new Map(this.#slots.map((s) => [s.entry, s.layout]));
+    const slices = this.#slices ?? hostSlices(this.parameters, this.gradients);
     try {
-      return await head.run(phase, this.parameters, this.gradients, async (group, members) => {
-        for (const entry of members) {
-          const { offset, size } = offsets.get(entry)!;
-          const grad = entry.tensor.grad;
-          if (grad) this.gradients.set((await grad.data()) as Float32Array, offset);
-          else this.gradients.fill(0, offset, offset + size);
-          grad?.dispose();
-          entry.tensor.grad = null;
-        }
+      return await head.run(phase, slices, async (group, members) => {
+        await this.#takeGradients(group, members);
         onGradients?.(group);
       });
     } catch (error) {
@@ -288,7 +309,6 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
     const labels = new Tensor(backend, backend.upload(command.labels), [command.labels.length], {
       hostInts: command.labels,
     });
-    const slotOf = new Map(this.#slots.map((slot, i) => [slot.entry, i]));
     try {
       const metrics = await replicaStep(
         this.#model,
@@ -305,30 +325,7 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
             start = performance.now();
           },
           onGroup: async (group, members) => {
-            const own: Tensor[] = [];
-            for (const entry of members) {
-              const i = slotOf.get(entry)!;
-              const { layout } = this.#slots[i];
-              const grad = entry.tensor.grad;
-              if (state) {
-                // Resident: the gradient stays on the device, in the slot peers and the average read.
-                if (grad) state.own[i].assign(grad);
-                else backend.fill(state.own[i].storage, 0);
-                own.push(state.own[i]);
-              } else if (grad) {
-                this.gradients.set((await grad.data()) as Float32Array, layout.offset);
-              } else {
-                this.gradients.fill(0, layout.offset, layout.offset + layout.size);
-              }
-              grad?.dispose();
-              entry.tensor.grad = null;
-            }
-            if (state) {
-              // Start the copy off the device now, ahead of the rest of the backward.
-              if (state.role.sendsGradients) state.staged.set(group, this.#stage(state, own));
-              // The span ends, and the runtime hears of the group, when the device has finished it.
-              await state.backend.synchronize();
-            }
+            await this.#takeGradients(group, members);
             spans.push({ name: `backward ${group}`, group, start, end: performance.now() });
             onGradients(group);
             start = performance.now();
@@ -345,6 +342,37 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
         entry.tensor.grad = null;
       }
     }
+  }
+
+  /**
+   * Takes `group`'s final gradients off its `members` (the replica's own entries): resident, into
+   * the slots peers and the average read, staging them off the device at once where peers receive
+   * them, and returning when the device has finished the group; else into the host `gradients`.
+   */
+  async #takeGradients(group: string, members: readonly ParameterEntry[]): Promise<void> {
+    const state = this.#state;
+    const own: Tensor[] = [];
+    for (const entry of members) {
+      const i = this.#slots.findIndex((s) => s.entry === entry);
+      const { layout } = this.#slots[i];
+      const grad = entry.tensor.grad;
+      if (state) {
+        if (grad) state.own[i].assign(grad);
+        else state.backend.fill(state.own[i].storage, 0);
+        own.push(state.own[i]);
+      } else if (grad) {
+        this.gradients.set((await grad.data()) as Float32Array, layout.offset);
+      } else {
+        this.gradients.fill(0, layout.offset, layout.offset + layout.size);
+      }
+      grad?.dispose();
+      entry.tensor.grad = null;
+    }
+    if (!state) return;
+    // Start the copy off the device now, ahead of the rest of the backward.
+    if (state.role.sendsGradients) state.staged.set(group, this.#stage(state, own));
+    // The span ends, and the runtime hears of the group, when the device has finished it.
+    await state.backend.synchronize();
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -443,6 +471,7 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
 
   /** Frees the replica's storages and, where the backend can, what it holds (WebGPU: the `GPUDevice`). */
   close(): Promise<void> {
+    this.#slices?.dispose();
     this.#model.dispose();
     this.#backend.dispose?.();
     return Promise.resolve();

@@ -35,6 +35,7 @@ import type {
   WorkerReply,
 } from "./protocol.ts";
 import { HeadShard } from "./sharded_head.ts";
+import { hostSlices, type SliceStore } from "./head_slices.ts";
 
 registerBackend(new CpuBackend());
 
@@ -62,6 +63,8 @@ let slots = new Map<ParameterEntry, SharedSlot>();
 let sharedParameters: Float32Array;
 /** The model-parallel head shard of a hybrid schedule, once set up. */
 let head: HeadShard | undefined;
+/** The head slice's home: the shared flat buffers the runtime's slice optimizer updates. */
+let slices: SliceStore;
 /** Where each step's images are (see `InputMessage`). */
 let input: Float32Array = new Float32Array(0);
 
@@ -140,6 +143,7 @@ function signal(group: string, iteration: number): void {
 
 function setupHead(message: HeadSetupMessage): void {
   head?.reset();
+  slices = hostSlices(sharedParameters, gradients);
   const sharded = new Set(message.setup.head.sharded);
   head = new HeadShard(model, message.layout, message.setup, entries.filter((e) => !sharded.has(e.group)));
   reply({ type: "done", device, iteration: -1, loss: 0, correct: 0, count: 0, spans: [] });
@@ -153,7 +157,7 @@ async function runHead(message: HeadPhaseMessage): Promise<void> {
   // Later micro-batches of a step run on the same parameters (and must keep the gradients).
   if (phase.kind === "forward-body" && !phase.microBatch) loadParameters(head.bodyEntries);
   // Spans travel on the shared clock (timeOrigin + now), as `step`'s do.
-  const result = await head.run(phase, sharedParameters, gradients, (group, members) => {
+  const result = await head.run(phase, slices, (group, members) => {
     publish(members);
     signal(group, message.iteration);
   }).catch((error) => {

@@ -15,7 +15,7 @@
 import { type ParameterEntry, TandemError } from "../../engine/mod.ts";
 import type { ParameterLayout } from "./layout.ts";
 import type { ComputeSpan } from "./protocol.ts";
-import type { HeadPhase, HeadPhaseResult, HeadSetup } from "./sharded_head.ts";
+import type { HeadLayout, HeadPhase, HeadPhaseResult, HeadSetup } from "./sharded_head.ts";
 
 /**
  * A device failed: its worker threw, died or stopped answering. Names the device.
@@ -155,6 +155,14 @@ export interface ResidentReplica {
 export interface ShardedReplica {
   /** Prepares the head shard: the split, this device's buffers and the batch size. */
   setupHead(layout: ParameterLayout, setup: HeadSetup): Promise<void>;
+  /**
+   * Optional, once the device's {@link ResidentReplica} is active: keeps this device's slice of
+   * `head` on the device (tensors on its backend, copied there from the replica's whole head
+   * layers) and returns them, in `sliceSlots` order, for the runtime's slice optimizer, so the
+   * slice's updates run where it lives. Each `.grad` is the slice's gradient of the last step. From
+   * then on the head's phases read and write these, never `parameters` or `gradients`.
+   */
+  residentSlice?(layout: ParameterLayout, head: HeadLayout): readonly ParameterEntry[];
   /**
    * Runs one phase of `iteration`. For `backward-body`, `onGradients(group)` is called as each body
    * group's gradients land in `gradients`, as `compute` does.

@@ -46,6 +46,7 @@ import type { Dropout, Linear } from "../../engine/nn/layers.ts";
 import type { ParameterLayout, ParameterSlot } from "./layout.ts";
 import type { ComputeSpan } from "./protocol.ts";
 import { gatheredSamples, type MicroBatch, SliceGradientSum, WHOLE_SHARD } from "./head_micro_batches.ts";
+import type { SliceStore } from "./head_slices.ts";
 
 /** One model-parallel layer and the parameter-free layers after it. */
 export interface HeadStage {
@@ -323,14 +324,13 @@ export class HeadShard {
   }
 
   /**
-   * Runs a phase. `parameters` and `gradients` are the device's full flat buffers: stage forwards
-   * read the slice's parameters from them, stage backwards write the slice's gradients into them.
+   * Runs a phase. Stage forwards read the slice's parameters from `slices`, stage backwards hand it
+   * the slice's gradients (`head_slices.ts`: the device's host buffers, or tensors on its backend).
    * `onGroup` sees each body group's parameters as their gradients become final (`backward-body`).
    */
   async run(
     phase: HeadPhase,
-    parameters: Float32Array,
-    gradients: Float32Array,
+    slices: SliceStore,
     onGroup?: (group: string, members: readonly ParameterEntry[]) => void | Promise<void>,
   ): Promise<HeadPhaseResult> {
     const start = performance.now();
@@ -342,10 +342,10 @@ export class HeadShard {
         await this.#forwardBody(phase);
         return { spans: span("forward") };
       case "forward-stage":
-        await this.#forwardStage(phase.stage, parameters);
+        await this.#forwardStage(phase.stage, slices);
         return { spans: span(`forward ${this.#setup.head.stages[phase.stage].linear}`) };
       case "backward-stage": {
-        const metrics = await this.#backwardStage(phase.stage, phase.labels, gradients);
+        const metrics = await this.#backwardStage(phase.stage, phase.labels, slices);
         const stage = this.#setup.head.stages[phase.stage];
         return {
           spans: span(`backward ${stage.linear}`, phase.stage === 0 ? stage.group : undefined),
@@ -412,22 +412,14 @@ export class HeadShard {
     this.#setup.inputs[0].set(rows, this.#shard.start * features);
   }
 
-  async #forwardStage(index: number, parameters: Float32Array): Promise<void> {
+  async #forwardStage(index: number, slices: SliceStore): Promise<void> {
     const stage = this.#setup.head.stages[index];
     const slice = this.#slices[index];
     const batch = this.#setup.batch;
     const backend = this.#backend;
     const input = fromStorage(backend, backend.upload(this.#setup.inputs[index]), [batch, stage.inFeatures]);
     input.requiresGrad = true;
-    const tensors = slice.slots.map((slot) => {
-      const t = fromStorage(
-        backend,
-        backend.upload(parameters.subarray(slot.offset, slot.offset + slot.size)),
-        slot.shape,
-      );
-      t.requiresGrad = true;
-      return t;
-    });
+    const tensors = slice.slots.map((slot) => slices.parameter(slot, backend));
     const output = tidy(() => {
       let h = ops.linear(input, tensors[0], tensors[1]);
       for (const name of stage.after) {
@@ -463,7 +455,7 @@ export class HeadShard {
   async #backwardStage(
     index: number,
     labels: Int32Array | undefined,
-    gradients: Float32Array,
+    slices: SliceStore,
   ): Promise<{ loss?: number; correct?: number }> {
     const stages = this.#setup.head.stages;
     const stage = stages[index], slice = this.#slices[index], batch = this.#setup.batch;
@@ -495,10 +487,11 @@ export class HeadShard {
       // Accumulating: summed over the micro-batches, whole only after the last one.
       const total = this.#sums.add(`${index}.${i}`, scaled, this.#micro);
       if (total === undefined) continue;
-      const target = gradients.subarray(slot.offset, slot.offset + slot.size);
-      if (!total) target.fill(0);
-      else target.set((await total.data()) as Float32Array);
-      total?.dispose();
+      try {
+        await slices.gradient(slot, total);
+      } finally {
+        total?.dispose();
+      }
     }
     const inputGrad = held.input.grad;
     if (inputGrad) this.#setup.partials[index].set((await inputGrad.data()) as Float32Array);

@@ -8,12 +8,16 @@
  * In one process the devices share every activation buffer, so a gather is just the end of a phase
  * on every device (an emulated link adds the time the bytes would take). The head's gradients never
  * travel; each device's slice is updated by that device's own optimizer, on the communication lane,
- * while the devices run the body's backward.
+ * while the devices run the body's backward. Where the devices keep their replicas resident (WebGPU,
+ * `ResidentExchange`), each slice, its gradients and its optimizer state live on the device's own
+ * backend too (`devices/head_slices.ts`), so the slice updates run there as the backend's kernels;
+ * only activations cross the host (one process has no device-to-device path).
  *
  * Checkpoints hold whole tensors in the data-parallel layout: {@link HybridHead.gather} copies every
  * device's slices of the head (parameters and optimizer state) into the master's, and
  * {@link HybridHead.scatter} hands a loaded master's back out, so a hybrid checkpoint resumes under
- * data-parallel schedules and the other way round.
+ * data-parallel schedules and the other way round. Both read the slices asynchronously (`data()`),
+ * so they work wherever the slices live.
  *
  * Gradient accumulation (`accumulate: K`) runs those phases once per micro-batch, over the
  * micro-batches of every device, and resolves the groups only after the last one: see
@@ -27,7 +31,13 @@
  * @module
  */
 
-import { type Optimizer, type ParameterEntry, TandemError, type Tensor, tensor } from "../../engine/mod.ts";
+import {
+  fromStorage,
+  type Optimizer,
+  type ParameterEntry,
+  TandemError,
+  type Tensor,
+} from "../../engine/mod.ts";
 import type { ComputeResult, Device } from "../devices/device.ts";
 import type { GroupRange, ParameterLayout, ParameterSlot } from "../devices/layout.ts";
 import type { ComputeSpan } from "../devices/protocol.ts";
@@ -119,12 +129,15 @@ export class HybridHead {
   readonly #devices: readonly Device[];
   readonly #layout: ParameterLayout;
   readonly #route: ActivationRoute;
+  /** Whether the slices live on the devices (see the module notes). */
+  readonly #resident: boolean;
   #batch = 0;
 
   /**
    * Slices the head of `layout` for the `devices` of this process (all of them in one process, this
    * rank's under MPI), moving activations along `route`, and gives each device an optimizer over its
-   * slice from `optimizer`.
+   * slice from `optimizer`: over the device's host buffers, or with `resident` (the devices'
+   * resident replicas are active) over the slice each device keeps on its backend.
    */
   constructor(
     head: HeadLayout,
@@ -132,6 +145,7 @@ export class HybridHead {
     layout: ParameterLayout,
     optimizer: (parameters: ParameterEntry[]) => Optimizer,
     route: ActivationRoute,
+    { resident = false }: { resident?: boolean } = {},
   ) {
     const unable = devices.find((d) => !d.sharded);
     if (unable) {
@@ -144,6 +158,12 @@ export class HybridHead {
         `hybrid schedule: the head is split ${head.devices} ways for ${route.size} devices`,
       );
     }
+    const hostOnly = resident ? devices.find((d) => !d.sharded!.residentSlice) : undefined;
+    if (hostOnly) {
+      throw new TandemError(
+        `hybrid schedule: device ${hostOnly.index} (${hostOnly.kind}) keeps its replica resident but cannot keep its slice of the head there`,
+      );
+    }
     const narrow = head.stages.find((s) => s.units < head.devices);
     if (narrow) {
       throw new TandemError(
@@ -154,9 +174,10 @@ export class HybridHead {
     this.#devices = devices;
     this.#layout = layout;
     this.#route = route;
+    this.#resident = resident;
     this.optimizers = devices.map((device) =>
       optimizer(
-        hostParameterEntries(
+        resident ? [...device.sharded!.residentSlice!(layout, head)] : hostParameterEntries(
           sliceLayout(sliceSlots(layout, head, device.index)),
           device.parameters,
           device.gradients,
@@ -296,21 +317,23 @@ export class HybridHead {
   /**
    * Collective: copies every device's slices of the head into `master` (device 0's flat parameters)
    * and, when given, their optimizer state into `masterOptimizer` (over the whole layout), so both
-   * hold whole tensors. Only the master's arguments matter.
+   * hold whole tensors; resident, the master's own tensors of the head take them too (what a
+   * checkpoint reads). Only the master's arguments matter.
    */
   async gather(master: Float32Array | undefined, masterOptimizer: Optimizer | undefined): Promise<void> {
-    // Each device's slice laid end to end: parameters, then each state slot, slot by slot.
-    const own = this.#devices.map((device, i) => {
-      const state = this.optimizers[i].state();
+    // Each device's slice laid end to end: parameters, then each state slot, slot by slot (the
+    // optimizer's entries are in `sliceSlots` order).
+    const own = await Promise.all(this.optimizers.map(async (optimizer) => {
+      const state = optimizer.state();
       const parts: Float32Array[] = [];
-      for (const slot of sliceSlots(this.#layout, this.head, device.index)) {
-        parts.push(device.parameters.subarray(slot.offset, slot.offset + slot.size));
-        for (const t of Object.values(state.perParameter.get(slot.name)!)) {
-          parts.push(t.dataSync() as Float32Array);
+      for (const entry of optimizer.parameters) {
+        parts.push((await entry.tensor.data()) as Float32Array);
+        for (const t of Object.values(state.perParameter.get(entry.name)!)) {
+          parts.push((await t.data()) as Float32Array);
         }
       }
       return concatenate(parts);
-    });
+    }));
     const all = await this.#route.collect(own);
     if (!all || !master) return;
     const wholeState = new Map<string, Record<string, Float32Array>>();
@@ -331,13 +354,22 @@ export class HybridHead {
         }
       }
     }
+    if (this.#resident) {
+      for (const group of this.head.sharded) {
+        const range = this.#layout.groups.find((g) => g.name === group)!;
+        this.#devices[0].resident!.receiveParameters(
+          group,
+          master.subarray(range.offset, range.offset + range.size),
+        );
+      }
+    }
     if (!masterOptimizer || !state) return;
     const perParameter = new Map(state.perParameter);
     const made: Tensor[] = [];
     for (const [name, slots] of wholeState) {
-      const shape = this.#slotOf(name).shape;
+      const like = masterOptimizer.parameters.find((p) => p.name === name)!.tensor;
       const tensors = Object.fromEntries(
-        Object.entries(slots).map(([slot, values]) => [slot, tensor(values, { shape })]),
+        Object.entries(slots).map(([slot, values]) => [slot, upload(values, like)]),
       );
       made.push(...Object.values(tensors));
       perParameter.set(name, tensors);
@@ -351,9 +383,10 @@ export class HybridHead {
   }
 
   /**
-   * Collective: hands the master's head state out to every device's slice optimizer (after a
-   * checkpoint was loaded into `masterOptimizer`, which only the master passes); the parameters
-   * reach the devices with the exchange's broadcast of the whole layout.
+   * Collective: hands the master's head out to every device's slice optimizer — its slice's
+   * parameters and optimizer state — after a checkpoint was loaded into `masterOptimizer` (which
+   * only the master passes) and its parameters broadcast. The host path's slices already hold the
+   * broadcast values; resident slices live apart from the whole layers and take them here.
    */
   async scatter(masterOptimizer: Optimizer | undefined): Promise<void> {
     const sharded = this.#layout.slots.filter((s) => this.head.sharded.includes(s.group));
@@ -361,12 +394,17 @@ export class HybridHead {
     let packed: Float32Array | undefined;
     let counts: Float32Array | undefined;
     if (masterOptimizer) {
+      // Per slot: the parameter, then each state slot.
       const state = masterOptimizer.state();
-      packed = concatenate(
-        sharded.flatMap((slot) =>
-          slotNames.map((name) => state.perParameter.get(slot.name)![name].dataSync() as Float32Array)
-        ),
-      );
+      const parts: Float32Array[] = [];
+      for (const slot of sharded) {
+        const parameter = masterOptimizer.parameters.find((p) => p.name === slot.name)!.tensor;
+        parts.push((await parameter.data()) as Float32Array);
+        for (const name of slotNames) {
+          parts.push((await state.perParameter.get(slot.name)![name].data()) as Float32Array);
+        }
+      }
+      packed = concatenate(parts);
       counts = Float32Array.from([state.iteration, ...sharded.map((slot) => state.updates[slot.name])]);
     }
     const whole = await this.#route.share(packed);
@@ -380,10 +418,18 @@ export class HybridHead {
       for (const [k, slot] of sharded.entries()) {
         const row = slot.size / slot.shape[0];
         const { start, end } = unitRange(slot.shape[0], this.head.devices, d);
+        const rows = () => whole.slice(at + start * row, at + end * row);
+        const parameter = optimizer.parameters.find((p) => p.name === slot.name)!.tensor;
+        const values = upload(rows(), parameter);
+        try {
+          parameter.assign(values);
+        } finally {
+          values.dispose();
+        }
+        at += slot.size;
         const slots: Record<string, Tensor> = {};
         for (const name of slotNames) {
-          const values = whole.slice(at + start * row, at + end * row);
-          slots[name] = tensor(values, { shape: own.perParameter.get(slot.name)![name].shape });
+          slots[name] = upload(rows(), own.perParameter.get(slot.name)![name]);
           at += slot.size;
         }
         perParameter.set(slot.name, slots);
@@ -405,6 +451,11 @@ export class HybridHead {
   #slotOf(name: string): ParameterSlot {
     return this.#layout.slots.find((s) => s.name === name)!;
   }
+}
+
+/** `values` as a new tensor shaped and placed (backend) like `like`. */
+function upload(values: Float32Array, like: Tensor): Tensor {
+  return fromStorage(like.backend, like.backend.upload(values), like.shape);
 }
 
 /** `parts` end to end in one array. */

@@ -88,9 +88,9 @@ export async function startInProcess(
       );
     }
     for (const device of devices) device.parameters.set(initial);
-    // A hybrid plan's head slices are updated on the host, so its devices take the host path.
-    const hybrid = (options.plan.sharded ?? []).length > 0;
-    return devices.every((device) => device.resident) && !hybrid
+    // A hybrid plan's body is exchanged like any plan's; its head slices stay on resident devices
+    // too (`HybridHead` over each device's `residentSlice`).
+    return devices.every((device) => device.resident)
       ? new ResidentExchange(devices, layout, mode, options.link, options.optimizer, options)
       : new SharedMemoryExchange(devices, layout, mode, options.link, options.optimizer, options);
   } catch (error) {

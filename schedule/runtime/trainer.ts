@@ -49,6 +49,7 @@ import type { Exchange, ExchangeContext } from "./exchange.ts";
 import { type LaneSpan, type StepFigures, stepFigures } from "./figures.ts";
 import type { LinkSpec } from "./link.ts";
 import { HybridHead, SharedActivations } from "./hybrid.ts";
+import { ResidentExchange } from "./resident_exchange.ts";
 import { referenceOf, startInProcess } from "./start.ts";
 import type { TraceRecorder } from "./trace.ts";
 import { checkWireOptions, type WireFormat } from "./wire.ts";
@@ -238,7 +239,9 @@ export class DataParallelTrainer {
         const route = exchange instanceof MpiExchange
           ? new MpiActivations(exchange.transport, head, options.timeoutSeconds ?? 120)
           : new SharedActivations(exchange.size, head, options.link);
-        hybrid = new HybridHead(head, exchange.local, reference.layout, options.optimizer, route);
+        hybrid = new HybridHead(head, exchange.local, reference.layout, options.optimizer, route, {
+          resident: exchange instanceof ResidentExchange,
+        });
       } catch (error) {
         await exchange.close();
         throw error;
