@@ -108,8 +108,10 @@ export interface DataParallelOptions {
   /**
    * After every update, check the group's new parameters for NaN and ±∞ (one backend reduction,
    * started on the communication lane right after the update, so an update behind compute is
-   * checked behind it too, and awaited at the end of the step), and check the loss: a non-finite one fails the step with a {@link DivergenceError} naming the step and
-   * tensor, and the step is rolled back. Every update is then kept undoable (default true).
+   * checked behind it too, and awaited at the end of the step), and check the loss. A non-finite
+   * one fails the step with a {@link DivergenceError} naming the step and tensor, and the step is
+   * rolled back, so every update is then kept undoable (default true; `sequential` pays copies it
+   * would otherwise skip, see `bench/ROLLBACK.md`).
    */
   checkFinite?: boolean;
   /** Receives every lane event. */
