@@ -98,6 +98,8 @@ export interface TrainArgs {
   keep?: number;
   /** Checkpoint to continue from. */
   resume?: string;
+  /** Caffe `.caffemodel` whose weights a `--model` prototxt net starts from (fine-tuning). */
+  weights?: string;
   /** Where to write a Chrome trace. */
   trace?: string;
   /** Where to write the HTML report. */
@@ -133,6 +135,7 @@ export const STRING_FLAGS = [
   "checkpoint-every",
   "keep",
   "resume",
+  "weights",
   "trace",
   "report",
 ] as const;
@@ -216,6 +219,8 @@ Files
                         run-000200.safetensors); older numbered ones are deleted, PATH is the latest
   --resume PATH         continue from a checkpoint (must exist; checked first) with its data, batch,
                         lr and length, except the flags given here, which take effect from its step
+  --weights PATH        fine-tune: start a --model .prototxt net from a Caffe .caffemodel's weights,
+                        matched by layer name and checked before any device starts (not with --resume)
   --trace PATH          write a Chrome trace (chrome://tracing, Perfetto) of every lane
   --report PATH         write an HTML report: loss/accuracy curves and a few steps' lanes
                         (--trace and --report name different files, neither an input's)
@@ -414,7 +419,7 @@ export function parseTrainArgs(
   const steps = integer("steps", s("steps"), 0);
   if (steps === 0) {
     // --steps 0 only prints the model's summary: a flag about training would be silently dropped.
-    for (const flag of ["resume", "trace", "report"]) {
+    for (const flag of ["resume", "weights", "trace", "report"]) {
       if (s(flag) !== undefined) {
         throw new CliError(
           `--${flag} does nothing with --steps 0, which prints the model summary and trains nothing`,
@@ -433,6 +438,16 @@ export function parseTrainArgs(
   // A built-in name is a name, not a file of the user's directory.
   const nameOrPath = (flag: string, names: readonly string[], fallback: string) =>
     s(flag) === undefined ? fallback : names.includes(s(flag)!) ? s(flag)! : path(flag)!;
+  if (s("weights") !== undefined && s("resume") !== undefined) {
+    throw new CliError("--weights and --resume cannot be combined: the checkpoint already holds the weights");
+  }
+  if (s("weights") !== undefined && Object.keys(builtinModels).includes(s("model") ?? DEFAULTS.model)) {
+    throw new CliError(
+      `--weights loads a Caffe .caffemodel into a Caffe net: give --model a .prototxt, not the built-in "${
+        s("model") ?? DEFAULTS.model
+      }"`,
+    );
+  }
   const keep = integer("keep", s("keep"), 1);
   if (keep !== undefined && checkpointEvery === undefined) {
     throw new CliError(`--keep ${keep} keeps periodic snapshots: it needs --checkpoint-every N`);
@@ -458,6 +473,7 @@ export function parseTrainArgs(
     checkpointEvery,
     keep,
     resume: path("resume"),
+    weights: path("weights"),
     trace: path("trace"),
     report: path("report"),
     json: values.json === true,

@@ -12,6 +12,7 @@
 
 import {
   BackendDevice,
+  type CaffeLayerWeights,
   createWebGpuBackend,
   DataLoader,
   DataParallelTrainer,
@@ -19,6 +20,7 @@ import {
   DivergenceError,
   evaluate,
   formatSummary,
+  loadCaffeWeights,
   loadCheckpoint,
   medianFigures,
   type ModelSpec,
@@ -26,6 +28,7 @@ import {
   type Network,
   type ParameterEntry,
   type ParameterLayout,
+  parseCaffeModel,
   parseLink,
   type Plan,
   residualTensors,
@@ -152,6 +155,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
   if (root) { for (const warning of parsed.warnings) console.error(`tandem train: warning: ${warning}`); }
   // Only rank 0 reads the checkpoint (other hosts need not have it); a missing one fails before any work.
   if (parsed.resume !== undefined && root) await checkReadable("resume", parsed.resume);
+  if (parsed.weights !== undefined && root) await checkReadable("weights", parsed.weights);
   const transport = parsed.transport === "mpi" ? MpiTransport.init() : undefined;
   // A resumed run continues with its checkpoint's settings, except the flags given here.
   const { args, notes: resumeNotes, file: resumeFile } = parsed.resume
@@ -253,6 +257,19 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     }
   }
 
+  // A .caffemodel is read and checked against the net here, before any device starts (as a
+  // checkpoint is); rank 0 loads the same blobs into the master below and broadcasts them.
+  let caffeWeights: CaffeLayerWeights[] | undefined;
+  if (args.weights !== undefined && root) {
+    try {
+      caffeWeights = parseCaffeModel(await Deno.readFile(args.weights), args.weights);
+      loadCaffeWeights(local.namedParameters(), caffeWeights, { fileName: args.weights, dryRun: true });
+    } catch (error) {
+      local.dispose();
+      throw error;
+    }
+  }
+
   const common = {
     model: spec,
     mode: args.reduce,
@@ -302,6 +319,13 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       // Collective under MPI: every device takes its saved error-feedback residual back.
       const note = await resumeResiduals(trainer, loaded?.extraTensors);
       if (note) say(note);
+    }
+    if (args.weights !== undefined) {
+      if (caffeWeights) {
+        loadCaffeWeights(trainer.parameterEntries, caffeWeights, { fileName: args.weights });
+      }
+      await trainer.broadcastParameters();
+      say(`fine-tuning from ${args.weights}`);
     }
     const first = trainer.iteration;
     const parameterCount = trainer.layout.total;

@@ -6,6 +6,7 @@
 
 import { decodeSafetensors, encodeSafetensors, type HostTensor } from "../mod.ts";
 import { BOOLEAN_FLAGS, STRING_FLAGS } from "../cli/args.ts";
+import protobuf from "protobufjs";
 
 /** One bad input: what to run, and what the message must say (its flag, file or line). */
 export interface BadInput {
@@ -190,6 +191,21 @@ export async function writeFixtures(
   f.emptyDir = `${dir}/empty`;
   await Deno.mkdir(f.emptyDir);
   f.missing = `${dir}/missing`;
+
+  // .caffemodel files for the tiny net, encoded by protobufjs (not by our reader's code): ip's weight
+  // blob as [3] instead of [10, 72], and the same bytes cut short.
+  const pb = protobuf.parse(`syntax = "proto2";
+    message BlobShape { repeated int64 dim = 1 [packed = true]; }
+    message BlobProto { optional BlobShape shape = 7; repeated float data = 5 [packed = true]; }
+    message LayerParameter { optional string name = 1; repeated BlobProto blobs = 7; }
+    message NetParameter { repeated LayerParameter layer = 100; }`).root.lookupType("NetParameter");
+  const wrongShape = pb.encode(pb.fromObject({
+    layer: [{ name: "ip", blobs: [{ shape: { dim: [3] }, data: [1, 2, 3] }] }],
+  })).finish();
+  f.weightsWrongShape = `${dir}/wrong-shape.caffemodel`;
+  await Deno.writeFile(f.weightsWrongShape, wrongShape);
+  f.weightsTruncated = `${dir}/truncated.caffemodel`;
+  await Deno.writeFile(f.weightsTruncated, wrongShape.subarray(0, wrongShape.length - 5));
 
   // MNIST IDX directories, one per defect.
   const mnist: Record<string, Record<string, Uint8Array | null>> = {
@@ -553,6 +569,30 @@ export function badInputs(f: Fixtures): BadInput[] {
     "--resume",
     f.missing,
     "no such file",
+  );
+  // .caffemodel weights: read and checked against the net before any device starts.
+  add("--weights missing", [...TINY(f), "--steps", "2", "--weights", f.missing], "--weights", "no such file");
+  add(
+    "--weights truncated",
+    [...TINY(f), "--steps", "2", "--weights", f.weightsTruncated],
+    "truncated.caffemodel: byte",
+  );
+  add(
+    "--weights wrong shape",
+    [...TINY(f), "--steps", "2", "--weights", f.weightsWrongShape],
+    "wrong-shape.caffemodel: weights do not fit the net",
+    'shape differs: "ip.weight" is [10, 72] in the net, [3] in the file',
+  );
+  add(
+    "--weights with --resume",
+    [...TINY(f), "--steps", "2", "--weights", f.weightsWrongShape, "--resume", f.tinyCheckpoint],
+    "--weights and --resume cannot be combined",
+  );
+  add(
+    "--weights with a built-in model",
+    [...FAST, "--weights", f.weightsWrongShape],
+    "--weights",
+    "built-in",
   );
   add("--resume a directory", [...TINY(f), "--steps", "2", "--resume", f.emptyDir], "--resume", "not a file");
   // [words of the first line, words of the indented problem list]

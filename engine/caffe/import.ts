@@ -850,8 +850,17 @@ function blobShape(reader: Reader, field: PrototxtField, where: string, layer?: 
   return dims.slice(1);
 }
 
-/** A Caffe layer name as a module name: Tandem allows letters, digits, `_` and `-`. */
-function moduleName(name: string): string {
+/**
+ * A Caffe layer name as the network's module name (Tandem allows letters, digits, `_` and `-`), so
+ * `conv/1` names parameters `conv_1.weight` and `conv_1.bias`; `.caffemodel` loading matches by it.
+ *
+ * @example
+ * ```ts
+ * import { caffeModuleName } from "./import.ts";
+ * caffeModuleName("conv/1"); // "conv_1"
+ * ```
+ */
+export function caffeModuleName(name: string): string {
   let out = name.replace(/[^A-Za-z0-9_\-]/g, "_");
   // An integer-like key would jump to the front of the layer record (JS property order).
   if (/^(?:0|[1-9][0-9]*)$/.test(out)) out = `layer_${out}`;
@@ -1096,7 +1105,7 @@ export function importCaffeNet(
       );
     }
     notes.push(...built.notes);
-    const name = moduleName(ref.name);
+    const name = caffeModuleName(ref.name);
     if (name !== ref.name) notes.push(`${ref.name} (${ref.type}): named "${name}" in the network`);
     if (usedNames.has(name)) {
       reader.fail(ref.field, `${where}: module name "${name}" is already taken`, ref.name);

@@ -16,11 +16,23 @@ export {
   type CaffeImport,
   CaffeImportError,
   type CaffeImportOptions,
+  caffeModuleName,
   type CaffePhase,
   type CaffeTransform,
   importCaffeNet,
   loadCaffeNet,
 } from "./import.ts";
+export {
+  type CaffeBlob,
+  type CaffeLayerWeights,
+  CaffeModelError,
+  loadCaffeModel,
+  loadCaffeWeights,
+  type LoadCaffeWeightsOptions,
+  MAX_CAFFEMODEL_BYTES,
+  MAX_CAFFEMODEL_DEPTH,
+  parseCaffeModel,
+} from "./caffemodel.ts";
 export {
   MAX_PROTOTXT_DEPTH,
   parsePrototxt,
