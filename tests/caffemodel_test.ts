@@ -187,3 +187,54 @@ Deno.test("caffemodel: malformed wire data fails at its byte", () => {
   bad([0x0b], /byte 0: field 1 of the NetParameter has wire type 3, which Caffe never writes/);
   bad([], /empty file/);
 });
+
+// The train command's --weights: the file's values must be what training starts from. With an lr
+// of 1e-38 one step moves no weight of magnitude ≥ 1 by even half an ulp, so the checkpoint after it
+// holds exactly the file's float32 values, whatever the seed. Mutation: not loading the weights into
+// the trainer (the seeded init survives: the two seeds' parameters and the values differ).
+Deno.test("caffemodel: --weights fine-tunes from the file's values (train command)", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    await Deno.writeTextFile(`${dir}/net.prototxt`, PROTOTXT);
+    await Deno.writeFile(
+      `${dir}/w.caffemodel`,
+      encode("NetParameter", { name: "lenetish", layer: modernLayers() }),
+    );
+    const run = async (seed: string) => {
+      const output = await new Deno.Command(Deno.execPath(), {
+        args: [
+          "run",
+          "-A",
+          new URL("../cli/train.ts", import.meta.url).pathname,
+          ...["--model", "net.prototxt", "--weights", "w.caffemodel", "--data", "synthetic", "--seed", seed],
+          ...[
+            "--steps",
+            "1",
+            "--batch",
+            "8",
+            "--lr",
+            "1e-38",
+            "--checkpoint",
+            `c${seed}.safetensors`,
+            "--json",
+          ],
+        ],
+        cwd: dir,
+        stdout: "piped",
+        stderr: "piped",
+        stdin: "null",
+      }).output();
+      assert.equal(output.code, 0, new TextDecoder().decode(output.stderr));
+      return JSON.parse(new TextDecoder().decode(output.stdout)).paramsSha256 as string;
+    };
+    const [a, b] = [await run("1"), await run("2")];
+    assert.equal(a, b, "the initial parameters came from the seed, not the file");
+    const { loadSafetensors } = await import("../mod.ts");
+    const { tensors } = await loadSafetensors(`${dir}/c1.safetensors`);
+    for (const [name, want] of Object.entries(W)) {
+      assert.deepEqual([...tensors.get(name)!.data as Float32Array], [...new Float32Array(want.data)], name);
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
