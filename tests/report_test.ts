@@ -201,7 +201,7 @@ Deno.test({
       const decoder = await browser.newPage();
       const { width, data } = await decoder.evaluate(`(async () => {
         const image = new Image();
-        image.src = "data:image/png;base64,${btoa(String.fromCharCode(...screenshot))}";
+        image.src = "data:image/png;base64,${screenshot.toString("base64")}";
         await image.decode();
         const canvas = document.createElement("canvas");
         canvas.width = image.width, canvas.height = image.height;
