@@ -1,6 +1,7 @@
 /**
  * Side-by-side measurement of the data-parallel schedules on this machine, written to
- * `bench/SCHEDULE.md`: step time of `sequential` vs `overlap` on 2 CPU devices for the AlexNet-like
+ * `bench/SCHEDULE.md` (and the lanes of each run's best step, both schedules on one time axis, to
+ * `bench/SCHEDULE.html`): step time of `sequential` vs `overlap` on 2 CPU devices for the AlexNet-like
  * default and cifar10_quick, without link emulation and over emulated links, the hidden
  * communication, the simulator's predictions for the same runs, and 2-device vs 1-device scaling.
  *
@@ -33,9 +34,11 @@ import {
   SGD,
   simulate,
   spanKind,
+  type TraceSpan,
   uniformValues,
   writeFileAtomic,
 } from "../mod.ts";
+import { type RunsReportInput, writeRunsReport } from "../cli/report.ts";
 import { cpuKernelsLabel } from "./backend_label.ts";
 import { buildModel } from "../schedule/devices/model_spec.ts";
 
@@ -89,6 +92,8 @@ interface Run {
   hiddenMs: number;
   /** Median per-device compute time of each compute step (`forward`, `backward fc`, …), seconds. */
   compute: Record<string, number>;
+  /** Every device's spans of the best timed step, for the lanes figure. */
+  spans: TraceSpan[];
 }
 
 async function run(
@@ -102,6 +107,8 @@ async function run(
   const fcSpans: number[] = [];
   const computeTimes: Record<string, number[]> = {};
   let step = -1;
+  const stepSpans: TraceSpan[] = [];
+  let best = { seconds: Infinity, spans: [] as TraceSpan[] };
   const trainer = await DataParallelTrainer.create({
     model: spec,
     devices,
@@ -110,6 +117,7 @@ async function run(
     optimizer: (p) => new SGD(p, { lr: 0.001, momentum: 0.9, weightDecay: 5e-4 }),
     onEvent: (e) => {
       if (e.step !== step) return;
+      stepSpans.push({ ...e });
       if (spanKind(e) === "communication" && e.device === 0 && / fc$/.test(e.name)) {
         fcSpans.push(e.end - e.start);
       }
@@ -123,12 +131,14 @@ async function run(
     for (let i = 0; i < WARMUP + TIMED; i++) {
       step = i;
       fcSpans.length = 0;
+      stepSpans.length = 0;
       const result = await trainer.step(batchFor(input, i, classes));
       if (i >= WARMUP) {
         seconds.push(result.seconds);
         comm.push(result.ms.communication);
         hidden.push(result.ms.hiddenCommunication);
         fc.push(fcSpans.reduce((a, b) => a + b, 0));
+        if (result.seconds < best.seconds) best = { seconds: result.seconds, spans: [...stepSpans] };
       }
     }
   } finally {
@@ -145,6 +155,7 @@ async function run(
     commMs: median(comm),
     hiddenMs: median(hidden),
     compute,
+    spans: best.spans,
   };
 }
 
@@ -162,6 +173,7 @@ function calibrate(bytes: number): { memoryBandwidth: number; updateSecondsPerBy
 }
 
 const lines: string[] = [];
+const figures: RunsReportInput["figures"] = [];
 const say = (line = "") => {
   console.log(line);
   lines.push(line);
@@ -246,6 +258,10 @@ for (const { label, spec } of models) {
   );
   say("|---|---|---|---|---|---|---|---|---|");
   for (const { link, seq, ovl } of runs) {
+    figures.push({
+      heading: `${label}, link ${link?.label ?? "none (shared memory)"}`,
+      runs: [{ label: "sequential", spans: seq.spans }, { label: "overlap", spans: ovl.spans }],
+    });
     const simLink = link ?? { bandwidthBytesPerSecond: costs.memoryBandwidth, latencySeconds: 0 };
     const simOptions = {
       link: simLink,
@@ -280,6 +296,16 @@ for (const { label, spec } of models) {
   );
 }
 
+await writeRunsReport(new URL("./SCHEDULE.html", import.meta.url).pathname, {
+  title: "Data-parallel schedules: lanes of the best step",
+  facts: [
+    ["machine", `${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}`],
+    ["devices", "2 CPU devices (Workers), master reduction"],
+    ["global batch", `${GLOBAL_BATCH}`],
+    ["figures", "bench/SCHEDULE.md"],
+  ],
+  figures,
+});
 await writeFileAtomic(new URL("./SCHEDULE.md", import.meta.url).pathname, [
   new TextEncoder().encode(lines.join("\n") + "\n"),
 ]);
