@@ -6,15 +6,7 @@
 
 import assert from "node:assert/strict";
 import type { WebGpuBackend } from "../backends/webgpu/backend.ts";
-import {
-  DivergenceError,
-  loadCheckpoint,
-  type Optimizer,
-  type ParameterEntry,
-  saveCheckpoint,
-  SGD,
-  type Storage,
-} from "../mod.ts";
+import { DivergenceError, type Optimizer, type ParameterEntry, SGD, type Storage } from "../mod.ts";
 import type { BackendDevice } from "../schedule/devices/backend_device.ts";
 import { type Device, DeviceError } from "../schedule/devices/device.ts";
 import { layoutOf } from "../schedule/devices/layout.ts";
@@ -30,6 +22,8 @@ import {
 import {
   bits,
   probeWebGpu,
+  resumeTiny,
+  saveTiny,
   startGpuDevice,
   startHostPathGpuDevice,
   tinyBatch as batch,
@@ -270,23 +264,10 @@ Deno.test("hybrid checkpoints hold whole tensors and resume under either strateg
     try {
       let step = 0;
       if (from) {
-        step = (await loadCheckpoint(from, {
-          parameters: trainer.parameterEntries,
-          optimizer: trainer.optimizer,
-          modelName: "tiny-alexnet",
-        })).step;
-        await trainer.broadcastParameters();
+        step = (await resumeTiny(trainer, from)).step;
       }
       for (; step < to; step++) await trainer.step(batch(step, 12));
-      if (save) {
-        await trainer.syncParameters();
-        await saveCheckpoint(save, {
-          parameters: trainer.parameterEntries,
-          optimizer: trainer.optimizer,
-          step: trainer.iteration,
-          modelName: "tiny-alexnet",
-        });
-      }
+      if (save) await saveTiny(trainer, save);
       await trainer.syncParameters();
       return trainer.masterParameters();
     } finally {
@@ -591,23 +572,11 @@ gpuTest("resident hybrid checkpoints hold whole tensors and resume bit for bit",
     try {
       let step = 0;
       if (from) {
-        step = (await loadCheckpoint(from, {
-          parameters: trainer.parameterEntries,
-          optimizer: trainer.optimizer,
-          modelName: "tiny-alexnet",
-        })).step;
-        await trainer.broadcastParameters();
+        step = (await resumeTiny(trainer, from)).step;
       }
       for (; step < (save ? 3 : 6); step++) await trainer.step(batch(step, 12));
       await trainer.syncParameters();
-      if (save) {
-        await saveCheckpoint(save, {
-          parameters: trainer.parameterEntries,
-          optimizer: trainer.optimizer,
-          step: trainer.iteration,
-          modelName: "tiny-alexnet",
-        });
-      }
+      if (save) await saveTiny(trainer, save);
       return trainer.masterParameters();
     } finally {
       await trainer.close();

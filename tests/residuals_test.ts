@@ -7,7 +7,6 @@
 import assert from "node:assert/strict";
 import {
   DataParallelTrainer,
-  loadCheckpoint,
   loadSafetensors,
   overlap,
   type Plan,
@@ -16,11 +15,12 @@ import {
   residualsOf,
   residualTensors,
   resumeResiduals,
-  saveCheckpoint,
 } from "../mod.ts";
 import { hybrid } from "../schedule/plan/builtins.ts";
 import {
   bits,
+  resumeTiny,
+  saveTiny,
   tinyBatch,
   tinyGroups as groups,
   tinyModel,
@@ -66,15 +66,7 @@ async function parameters(trainer: DataParallelTrainer): Promise<Float32Array> {
 async function steps(trainer: DataParallelTrainer, from: number, to: number, save?: string): Promise<void> {
   for (let step = from; step < to; step++) await trainer.step(tinyBatch(step));
   if (!save) return;
-  await trainer.syncParameters();
-  const residuals = await trainer.residuals();
-  await saveCheckpoint(save, {
-    parameters: trainer.parameterEntries,
-    optimizer: trainer.optimizer,
-    step: trainer.iteration,
-    modelName: "tiny-alexnet",
-    extraTensors: residualTensors(residuals),
-  });
+  await saveTiny(trainer, save, residualTensors(await trainer.residuals()));
 }
 
 /** A new trainer resumed from `path` (residuals as `resumeResiduals` restores them) and its note. */
@@ -83,12 +75,7 @@ async function resumed(
   run: Run = {},
 ): Promise<{ trainer: DataParallelTrainer; note?: string }> {
   const trainer = await create(run);
-  const loaded = await loadCheckpoint(path, {
-    parameters: trainer.parameterEntries,
-    optimizer: trainer.optimizer,
-    modelName: "tiny-alexnet",
-  });
-  await trainer.broadcastParameters();
+  const loaded = await resumeTiny(trainer, path);
   return { trainer, note: await resumeResiduals(trainer, loaded.extraTensors) };
 }
 
