@@ -20,7 +20,7 @@
  */
 
 import { CpuBackend } from "./backends/cpu/backend.ts";
-import { registerBackend } from "./engine/runtime.ts";
+import { registerBackend } from "./engine/context.ts";
 
 export * from "./engine/mod.ts";
 export * from "./schedule/mod.ts";

@@ -25,12 +25,12 @@ import {
   layoutOf,
   type ModelSpec,
   MpiTransport,
-  overlap,
+  overlapPlan,
   type ParameterEntry,
   type Plan,
   randn,
   type ReductionMode,
-  sequential,
+  sequentialPlan,
   SGD,
   spanKind,
   uniformValues,
@@ -203,7 +203,7 @@ say();
 const stepRows: string[][] = [];
 for (const mode of ["master", "allreduce"] as const) {
   const runs: [string, StepFigures | undefined][] = [];
-  for (const plan of [sequential(["fc", "conv"]), overlap(["fc", "conv"])]) {
+  for (const plan of [sequentialPlan(["fc", "conv"]), overlapPlan(["fc", "conv"])]) {
     runs.push([`MPI, ${RANKS} processes`, await acrossProcesses(mode, plan)]);
     runs.push([`Workers, 1 process`, await inOneProcess(mode, plan)]);
   }

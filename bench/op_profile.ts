@@ -31,7 +31,7 @@
  */
 
 import type { Backend, Conv2dGeometry, MatmulSpec } from "../backends/backend.ts";
-import { getBackend, registerBackend, setBackend } from "../engine/runtime.ts";
+import { getBackend, registerBackend, setBackend } from "../engine/context.ts";
 
 /** The groups a backend call is counted under. */
 export type OpCategory =

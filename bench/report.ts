@@ -41,7 +41,7 @@ import {
   DataParallelTrainer,
   getBackend,
   type ModelSpec,
-  overlap,
+  overlapPlan,
   randn,
   registerBackend,
   SGD,
@@ -200,7 +200,7 @@ async function tandemTwoDevicesMs(net: PeerNet): Promise<number[]> {
   const trainer = await DataParallelTrainer.create({
     model: spec,
     devices: 2,
-    plan: overlap(["fc", "conv"]),
+    plan: overlapPlan(["fc", "conv"]),
     optimizer: (p) => new SGD(p, net.sgd),
   });
   const batch = peerBatch(net);

@@ -25,12 +25,12 @@ import {
   type LinkSpec,
   measureProfile,
   type ModelSpec,
-  overlap,
+  overlapPlan,
   parseLink,
   type Plan,
   type Profile,
   randn,
-  sequential,
+  sequentialPlan,
   SGD,
   simulate,
   spanKind,
@@ -233,8 +233,8 @@ for (const { label, spec } of models) {
   for (const link of links) {
     runs.push({
       link,
-      seq: await run(spec, sequential(groups), 2, link, input, classes),
-      ovl: await run(spec, overlap(groups), 2, link, input, classes),
+      seq: await run(spec, sequentialPlan(groups), 2, link, input, classes),
+      ovl: await run(spec, overlapPlan(groups), 2, link, input, classes),
     });
   }
   // Per-layer times on an idle core are optimistic next to two devices sharing the machine: scale
@@ -271,8 +271,8 @@ for (const { label, spec } of models) {
       memoryBandwidthBytesPerSecond: costs.memoryBandwidth,
       updateSecondsPerByte: costs.updateSecondsPerByte,
     };
-    const simSeq = simulate(sequential(groups), calibrated, simOptions).stepSeconds;
-    const simOvl = simulate(overlap(groups), calibrated, simOptions).stepSeconds;
+    const simSeq = simulate(sequentialPlan(groups), calibrated, simOptions).stepSeconds;
+    const simOvl = simulate(overlapPlan(groups), calibrated, simOptions).stepSeconds;
     const hiddenByTime = (seq.seconds - ovl.seconds) * 1000 / seq.fcCommMs;
     const error = (measured: number, predicted: number) =>
       `${((predicted - measured) / measured * 100).toFixed(1)}%`;
@@ -286,8 +286,8 @@ for (const { label, spec } of models) {
       } ms | ${error(seq.seconds, simSeq)} / ${error(ovl.seconds, simOvl)} |`,
     );
   }
-  const one = await run(spec, sequential(groups), 1, undefined, input, classes);
-  const two = await run(spec, overlap(groups), 2, undefined, input, classes);
+  const one = await run(spec, sequentialPlan(groups), 1, undefined, input, classes);
+  const two = await run(spec, overlapPlan(groups), 2, undefined, input, classes);
   say();
   say(
     `Scaling, no emulation: 1 device ${(GLOBAL_BATCH / one.seconds).toFixed(1)} images/s, 2 devices ${

@@ -14,7 +14,7 @@
 
 import type { Storage } from "../backends/backend.ts";
 import { DisposedError, formatShape, ShapeError } from "./errors.ts";
-import { isGradientRecording, noGrad, tidy, untrackFromScopes } from "./runtime.ts";
+import { isGradientRecording, noGrad, tidy, untrackFromScopes } from "./context.ts";
 import type { Tensor } from "./tensor.ts";
 
 /** Computes the gradients of an op's inputs from the gradient of its output (`null`: no gradient). */

@@ -7,7 +7,7 @@
 import type { Backend, HostArray, Storage } from "../backends/backend.ts";
 import { formatShape, ShapeError, ValueError } from "./errors.ts";
 import { nextGlobalKey, normalValues, type RandomKey, uniformValues } from "./random.ts";
-import { getBackend } from "./runtime.ts";
+import { getBackend } from "./context.ts";
 import { checkShape, sizeOf } from "./shape.ts";
 import { Tensor } from "./tensor.ts";
 

@@ -42,7 +42,7 @@ export {
   type ScopedResource,
   setBackend,
   tidy,
-} from "./runtime.ts";
+} from "./context.ts";
 export {
   DisposedError,
   editDistance,

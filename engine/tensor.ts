@@ -13,7 +13,7 @@ import type { Backend, DType, HostArray, Storage } from "../backends/backend.ts"
 import { type BackwardOptions, backwardPass, type GradNode, releaseNode } from "./autograd.ts";
 import { DisposedError, formatShape, ShapeError, TandemError } from "./errors.ts";
 import { sizeOf } from "./shape.ts";
-import { countBytes, countTensor, trackInScope } from "./runtime.ts";
+import { countBytes, countTensor, trackInScope } from "./context.ts";
 
 /** Storage shared by a tensor and its reshape views, returned to the backend with the last sharer. */
 class SharedStorage {

@@ -53,7 +53,14 @@ export {
   type ValidateOptions,
   validatePlan,
 } from "./plan/validate.ts";
-export { bucketed, type BuiltinName, builtinSchedule, hybrid, overlap, sequential } from "./plan/builtins.ts";
+export {
+  bucketedPlan,
+  type BuiltinName,
+  builtinSchedule,
+  hybridPlan,
+  overlapPlan,
+  sequentialPlan,
+} from "./plan/builtins.ts";
 export { explain, type ExplainOptions } from "./plan/explain.ts";
 export {
   accumulatedProfile,
@@ -172,7 +179,7 @@ export {
   layoutOf,
   type ParameterLayout,
   type ParameterSlot,
-} from "./devices/layout.ts";
+} from "./devices/parameter_layout.ts";
 export { type MeasureOptions, measureProfile } from "./simulator/measure.ts";
 export type { ComputeSpan } from "./devices/protocol.ts";
 export {

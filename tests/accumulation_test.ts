@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { SGD, trainStep } from "../mod.ts";
-import { overlap, sequential } from "../schedule/plan/builtins.ts";
+import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
 import { DataParallelTrainer, type LaneEvent } from "../schedule/runtime/trainer.ts";
 import { probeWebGpu, startGpuDevice, webgpuTests } from "./fixtures/data_parallel.ts";
@@ -40,7 +40,7 @@ async function train(
     devices,
     accumulate,
     mode,
-    plan: plan ?? overlap(groups),
+    plan: plan ?? overlapPlan(groups),
     optimizer: tinyOptimizers.sgd,
     seed: 7,
     verifyReplicas: true,
@@ -71,7 +71,7 @@ Deno.test("1 device accumulating K micro-batches gives the bits of K devices (K 
 });
 
 Deno.test("accumulation stays lossless across schedules and reductions", async () => {
-  const reference = await train({ devices: 2, accumulate: 2, plan: sequential(groups) });
+  const reference = await train({ devices: 2, accumulate: 2, plan: sequentialPlan(groups) });
   assert.deepEqual(bits(await train({ devices: 2, accumulate: 2 })), bits(reference));
   assert.deepEqual(bits(await train({ devices: 2, accumulate: 2, mode: "allreduce" })), bits(reference));
 });
@@ -89,7 +89,7 @@ Deno.test("2 devices × 2 micro-batches match 4 devices within 1e-5", async () =
 // device report `fc` during the first micro-batch, before the second forward has even run.
 Deno.test("the step communicates only after the last micro-batch", async () => {
   const events: LaneEvent[] = [];
-  await train({ devices: 2, accumulate: 3, plan: overlap(groups), events }, 1);
+  await train({ devices: 2, accumulate: 3, plan: overlapPlan(groups), events }, 1);
   const computes = events.filter((e) => e.lane === "compute" && e.device === 1);
   const reduceFc = events.find((e) => e.name === "reduce fc")!;
   const forward = computes.find((e) => e.name === "forward")!;
@@ -130,7 +130,7 @@ Deno.test("trainStep accumulates the same way: 2 micro-batches give the bits of 
 Deno.test("accumulation refuses what does not split, before any work", async () => {
   const base = {
     model,
-    plan: sequential(groups),
+    plan: sequentialPlan(groups),
     optimizer: (p: Parameters<typeof tinyOptimizers.sgd>[0]) => new SGD(p, { lr: 0.01 }),
   };
   await assert.rejects(

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { loadCheckpoint, type ParameterEntry, saveCheckpoint, SGD, tensor, trainStep } from "../mod.ts";
 import { autoSchedule } from "../schedule/simulator/auto.ts";
-import { overlap, sequential } from "../schedule/plan/builtins.ts";
+import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import { measureProfile } from "../schedule/simulator/measure.ts";
 import { tinyAlexNet } from "./fixtures/networks.ts";
 import { CpuDevice } from "../schedule/devices/cpu_device.ts";
@@ -47,28 +47,28 @@ async function train(
 }
 
 Deno.test("overlap and sequential give bit-identical parameters (master and allreduce), replicas stay equal", async () => {
-  const initial = await train(sequential(groups), 2, { steps: 0 });
-  const seq = await train(sequential(groups), 2);
-  const ovl = await train(overlap(groups), 2);
+  const initial = await train(sequentialPlan(groups), 2, { steps: 0 });
+  const seq = await train(sequentialPlan(groups), 2);
+  const ovl = await train(overlapPlan(groups), 2);
   assert.notDeepEqual(bits(seq), bits(initial), "training changed nothing");
   assert.deepEqual(bits(ovl), bits(seq));
-  const seqAll = await train(sequential(groups), 2, { mode: "allreduce" });
-  const ovlAll = await train(overlap(groups), 2, { mode: "allreduce" });
+  const seqAll = await train(sequentialPlan(groups), 2, { mode: "allreduce" });
+  const ovlAll = await train(overlapPlan(groups), 2, { mode: "allreduce" });
   assert.deepEqual(bits(ovlAll), bits(seqAll));
   // Both modes apply the same update to the same averaged gradients.
   assert.deepEqual(bits(seqAll), bits(seq));
 });
 
 Deno.test("an emulated link changes timing, not results", async () => {
-  const plain = await train(overlap(groups), 2, { steps: 2 });
-  const slow = await train(overlap(groups), 2, { steps: 2, link: parseLink("200MB/s,100us") });
+  const plain = await train(overlapPlan(groups), 2, { steps: 2 });
+  const slow = await train(overlapPlan(groups), 2, { steps: 2, link: parseLink("200MB/s,100us") });
   assert.deepEqual(bits(slow), bits(plain));
 });
 
 Deno.test("2 and 3 devices match 1 device on the concatenated batch within 1e-5", async () => {
-  const one = await train(sequential(groups), 1);
-  const two = await train(overlap(groups), 2);
-  const three = await train(overlap(groups), 3);
+  const one = await train(sequentialPlan(groups), 1);
+  const two = await train(overlapPlan(groups), 2);
+  const three = await train(overlapPlan(groups), 3);
   const d2 = relativeDifference(two, one), d3 = relativeDifference(three, one);
   assert.ok(d2 < 1e-5, `2 devices differ from 1 by ${d2}`);
   assert.ok(d3 < 1e-5, `3 devices differ from 1 by ${d3}`);
@@ -83,7 +83,7 @@ Deno.test("CPU devices see each step's images as the batch grows: the bits of on
   const trainer = await DataParallelTrainer.create({
     model,
     devices: 2,
-    plan: overlap(groups),
+    plan: overlapPlan(groups),
     optimizer: tinyOptimizers.sgd,
     seed: 4,
   });
@@ -117,7 +117,7 @@ Deno.test("CPU devices see each step's images as the batch grows: the bits of on
 Deno.test("bad configurations are refused with clear errors", async () => {
   const base = {
     model,
-    plan: sequential(groups),
+    plan: sequentialPlan(groups),
     optimizer: (p: ParameterEntry[]) => new SGD(p, { lr: 0.01 }),
   };
   await assert.rejects(
@@ -125,7 +125,7 @@ Deno.test("bad configurations are refused with clear errors", async () => {
     /devices must be a positive integer, got 0/,
   );
   await assert.rejects(
-    DataParallelTrainer.create({ ...base, plan: sequential(["fc", "head"]) }),
+    DataParallelTrainer.create({ ...base, plan: sequentialPlan(["fc", "head"]) }),
     /names groups \[fc,head\] but the model has \[fc,conv\]/,
   );
   const trainer = await DataParallelTrainer.create({ ...base, devices: 2 });
@@ -159,7 +159,7 @@ Deno.test("an automatic schedule's split reaches every replica and stays lossles
     }
   };
   const automatic = await run(auto);
-  const baseline = await run(sequential(auto.groups));
+  const baseline = await run(sequentialPlan(auto.groups));
   assert.deepEqual(bits(automatic), bits(baseline));
   await assert.rejects(
     DataParallelTrainer.create({
@@ -177,7 +177,7 @@ Deno.test("other device kinds plug in through startDevice and the Device contrac
   const trainer = await DataParallelTrainer.create({
     model,
     devices: 2,
-    plan: overlap(groups),
+    plan: overlapPlan(groups),
     optimizer: (p) => new SGD(p, { lr: 0.01 }),
     startDevice: async (index, spec, layout, timeoutSeconds) => {
       started.push(index);
@@ -214,7 +214,7 @@ Deno.test("data-parallel training resumes from a checkpoint bit for bit", async 
       model,
       devices: 2,
       mode,
-      plan: overlap(groups),
+      plan: overlapPlan(groups),
       optimizer: tinyOptimizers.sgd,
       verifyReplicas: true,
     });

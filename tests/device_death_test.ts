@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { SGD } from "../mod.ts";
 import { DeviceError } from "../schedule/devices/device.ts";
-import { overlap, sequential } from "../schedule/plan/builtins.ts";
+import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import type { Plan } from "../schedule/plan/plan.ts";
 import { type DataParallelOptions, DataParallelTrainer } from "../schedule/runtime/trainer.ts";
 import {
@@ -34,7 +34,7 @@ function create(options: Partial<DataParallelOptions> & { plan?: Plan } = {}) {
   return DataParallelTrainer.create({
     model,
     devices: 2,
-    plan: overlap(groups),
+    plan: overlapPlan(groups),
     optimizer: (p) => new SGD(p, { lr: 0.01, momentum: 0.9 }),
     timeoutSeconds: 30,
     ...options,
@@ -120,12 +120,12 @@ Deno.test("a device that throws in its conv backward fails the step naming it, a
 Deno.test("a model or a replica that cannot be built fails the trainer's creation with the reason", async () => {
   // The trainer builds the model itself first (for the layout): that fails before any device.
   await assert.rejects(
-    create({ model: { ...model, exportName: "brokenNetwork", args: [] }, plan: sequential(groups) }),
+    create({ model: { ...model, exportName: "brokenNetwork", args: [] }, plan: sequentialPlan(groups) }),
     /this model cannot be built/,
   );
   // Only the devices' workers fail to build this one.
   await assert.rejects(
-    create({ model: { ...model, exportName: "brokenReplica" }, plan: sequential(groups) }),
+    create({ model: { ...model, exportName: "brokenReplica" }, plan: sequentialPlan(groups) }),
     (e: unknown) => {
       assert.ok(e instanceof DeviceError, `not a DeviceError: ${e}`);
       assert.match(e.message, /^device \d: failed to build the replica: this replica cannot be built$/);
@@ -143,7 +143,7 @@ Deno.test("a process whose devices ran (kernel threads included) and died exits 
   const script = `
     import { randn } from ${url("../mod.ts")};
     import { CpuDevice } from ${url("../schedule/devices/cpu_device.ts")};
-    import { layoutOf } from ${url("../schedule/devices/layout.ts")};
+    import { layoutOf } from ${url("../schedule/devices/parameter_layout.ts")};
     import { tinyAlexNet } from ${url("./fixtures/networks.ts")};
     const layout = layoutOf(tinyAlexNet(1).namedParameters());
     const spec = ${JSON.stringify(dying("exit", 1))};

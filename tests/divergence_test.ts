@@ -22,7 +22,7 @@ import {
 } from "../mod.ts";
 import { firstNonFiniteIndex } from "../backends/cpu/elementwise.ts";
 import { createWebGpuBackend } from "../backends/webgpu/backend.ts";
-import { overlap, sequential } from "../schedule/plan/builtins.ts";
+import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
 import { checkUpdatedGroup, DivergenceError } from "../schedule/runtime/finite.ts";
 import { type DataParallelOptions, DataParallelTrainer } from "../schedule/runtime/trainer.ts";
@@ -146,9 +146,9 @@ async function trainUntilDivergence(
 for (const lr of [1e300, 1e30]) {
   for (
     const [plan, mode] of [
-      [sequential(groups), "master"],
-      [overlap(groups), "master"],
-      [overlap(groups), "allreduce"],
+      [sequentialPlan(groups), "master"],
+      [overlapPlan(groups), "master"],
+      [overlapPlan(groups), "allreduce"],
     ] as const
   ) {
     Deno.test(`${plan.name}, ${mode}, lr ${lr}: the step that breaks the weights fails naming step and tensor, rolled back bit for bit`, async () => {
@@ -180,7 +180,7 @@ Deno.test({
   ignore: !gpu,
   fn: async () => {
     const { error, before, after } = await trainUntilDivergence(
-      overlap(groups),
+      overlapPlan(groups),
       "master",
       1e300,
       startGpuDevice,

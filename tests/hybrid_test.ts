@@ -9,9 +9,9 @@ import type { WebGpuBackend } from "../backends/webgpu/backend.ts";
 import { DivergenceError, type Optimizer, type ParameterEntry, SGD, type Storage } from "../mod.ts";
 import type { BackendDevice } from "../schedule/devices/backend_device.ts";
 import { type Device, DeviceError } from "../schedule/devices/device.ts";
-import { layoutOf } from "../schedule/devices/layout.ts";
+import { layoutOf } from "../schedule/devices/parameter_layout.ts";
 import { headLayout, sliceSlots, unitRange } from "../schedule/devices/sharded_head.ts";
-import { hybrid, overlap } from "../schedule/plan/builtins.ts";
+import { hybridPlan, overlapPlan } from "../schedule/plan/builtins.ts";
 import { parseSchedule } from "../schedule/plan/dsl.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
 import {
@@ -101,8 +101,8 @@ function worstParameter(a: Float32Array, b: Float32Array): { name: string; diffe
 // gradients N times too small), and the body seed's `offset` at row 0 for every device.
 Deno.test("hybrid matches data-parallel within 1e-5 on every parameter after 20 steps (2 and 3 devices)", async () => {
   for (const devices of [2, 3]) {
-    const parallel = await train({ plan: overlap(groups), devices });
-    const split = await train({ plan: hybrid(groups), devices });
+    const parallel = await train({ plan: overlapPlan(groups), devices });
+    const split = await train({ plan: hybridPlan(groups), devices });
     const { name, difference } = worstParameter(split, parallel);
     assert.ok(difference < 1e-5, `${devices} devices: ${name} differs by ${difference}`);
     assert.ok(difference > 0, `${devices} devices: hybrid gave data-parallel's bits, so it did not split`);
@@ -113,8 +113,8 @@ Deno.test("hybrid matches data-parallel within 1e-5 on every parameter after 20 
 // the same values as data-parallel's. Mutation: the body's seed summed from the wrong partials
 // (`p[1]` for `p[0]` in `HybridHead`) fails here (and in every comparison above).
 Deno.test("hybrid on 1 device gives data-parallel's bits", async () => {
-  const parallel = await train({ plan: overlap(groups), devices: 1, steps: 4 });
-  const split = await train({ plan: hybrid(groups), devices: 1, steps: 4 });
+  const parallel = await train({ plan: overlapPlan(groups), devices: 1, steps: 4 });
+  const split = await train({ plan: hybridPlan(groups), devices: 1, steps: 4 });
   assert.deepEqual(bits(split), bits(parallel));
 });
 
@@ -130,13 +130,13 @@ Deno.test("hybrid on 1 device gives data-parallel's bits", async () => {
 // head's dropout without `rows` (micro-batch 1 draws micro-batch 0's masks), and the body groups
 // reported after every micro-batch (`groups: step.bodyGroups` for each `backward-body`).
 Deno.test("hybrid on 1 device accumulating K micro-batches gives data-parallel 1 × K's bits (K = 2, 3)", async () => {
-  const single = await train({ plan: hybrid(groups), devices: 1, steps: 4 });
+  const single = await train({ plan: hybridPlan(groups), devices: 1, steps: 4 });
   for (const k of [2, 3]) {
-    const split = await train({ plan: hybrid(groups), devices: 1, accumulate: k, steps: 4 });
-    const parallel = await train({ plan: overlap(groups), devices: 1, accumulate: k, steps: 4 });
+    const split = await train({ plan: hybridPlan(groups), devices: 1, accumulate: k, steps: 4 });
+    const parallel = await train({ plan: overlapPlan(groups), devices: 1, accumulate: k, steps: 4 });
     assert.notDeepEqual(bits(split), bits(single), `K = ${k} changed nothing`);
     assert.deepEqual(bits(split), bits(parallel), `K = ${k}`);
-    const wide = await train({ plan: hybrid(groups), devices: k, steps: 4 });
+    const wide = await train({ plan: hybridPlan(groups), devices: k, steps: 4 });
     const { name, difference } = worstParameter(split, wide);
     assert.ok(
       difference < 1e-5,
@@ -152,8 +152,8 @@ Deno.test("hybrid on 1 device accumulating K micro-batches gives data-parallel 1
 // (`gatheredSamples` without `Math.floor(r / m) * shard`), and the sharded groups' readiness
 // resolved after every micro-batch (the FC slices then update between micro-batches).
 Deno.test("hybrid 2 devices × 2 micro-batches match data-parallel 2 × 2 within 1e-5 after 20 steps", async () => {
-  const parallel = await train({ plan: overlap(groups), devices: 2, accumulate: 2 });
-  const split = await train({ plan: hybrid(groups), devices: 2, accumulate: 2 });
+  const parallel = await train({ plan: overlapPlan(groups), devices: 2, accumulate: 2 });
+  const split = await train({ plan: hybridPlan(groups), devices: 2, accumulate: 2 });
   const { name, difference } = worstParameter(split, parallel);
   assert.ok(difference < 1e-5, `${name} differs by ${difference}`);
   assert.ok(difference > 0, "hybrid gave data-parallel's bits, so it did not split");
@@ -168,15 +168,15 @@ Deno.test("hybrid accumulation is lossless among hybrid runs: master, allreduce,
   );
   for (const [devices, accumulate] of [[2, 2], [2, 3], [3, 2]]) {
     const run = (plan: Plan, mode?: ReductionMode) => train({ plan, devices, accumulate, mode, steps: 6 });
-    const reference = await run(hybrid(groups));
-    const parallel = await run(overlap(groups));
+    const reference = await run(hybridPlan(groups));
+    const parallel = await run(overlapPlan(groups));
     const { difference } = worstParameter(reference, parallel);
     assert.ok(
       difference < 1e-5,
       `${devices} × ${accumulate}: hybrid differs from data-parallel by ${difference}`,
     );
     assert.deepEqual(
-      bits(await run(hybrid(groups), "allreduce")),
+      bits(await run(hybridPlan(groups), "allreduce")),
       bits(reference),
       `${devices} × ${accumulate}`,
     );
@@ -190,7 +190,7 @@ Deno.test("hybrid accumulation is lossless among hybrid runs: master, allreduce,
 // second micro-batch (and `reduce conv`, which the plan places after it).
 Deno.test("a hybrid step with accumulation communicates only after the last micro-batch", async () => {
   const events: LaneEvent[] = [];
-  await train({ plan: hybrid(groups), devices: 2, accumulate: 3, steps: 1, events });
+  await train({ plan: hybridPlan(groups), devices: 2, accumulate: 3, steps: 1, events });
   for (const device of [0, 1]) {
     const computes = events.filter((e) => e.lane === "compute" && e.device === device);
     assert.equal(computes.filter((e) => e.name === "forward").length, 3, `device ${device}`);
@@ -211,14 +211,14 @@ Deno.test("a hybrid step with accumulation communicates only after the last micr
 // Mutation: the slice optimizers stepping only device 0's slice (`this.optimizers.slice(0, 1)` in
 // `HybridHead.update`) leaves the other devices' units untrained and fails the first comparison.
 Deno.test("hybrid runs are lossless among themselves: master, allreduce and a sequential hybrid plan", async () => {
-  const reference = await train({ plan: hybrid(groups), devices: 2, steps: 6 });
-  const allreduce = await train({ plan: hybrid(groups), devices: 2, steps: 6, mode: "allreduce" });
+  const reference = await train({ plan: hybridPlan(groups), devices: 2, steps: 6 });
+  const allreduce = await train({ plan: hybridPlan(groups), devices: 2, steps: 6, mode: "allreduce" });
   const sequentialHybrid = parseSchedule(
     "shard fc\nforward\nbackward fc\nbackward conv\nupdate fc\nreduce conv\nupdate conv\nbroadcast conv",
     { groups, name: "hybrid-sequential", mode: "master" },
   );
   const late = await train({ plan: sequentialHybrid, devices: 2, steps: 6 });
-  const parallel = await train({ plan: overlap(groups), devices: 2, steps: 6 });
+  const parallel = await train({ plan: overlapPlan(groups), devices: 2, steps: 6 });
   assert.ok(worstParameter(reference, parallel).difference < 1e-5, "hybrid did not train like data-parallel");
   assert.deepEqual(bits(allreduce), bits(reference));
   assert.deepEqual(bits(late), bits(reference));
@@ -233,7 +233,7 @@ Deno.test("the FC update of a hybrid step runs while the conv backward runs", as
   const trainer = await DataParallelTrainer.create({
     model,
     devices: 2,
-    plan: hybrid(groups),
+    plan: hybridPlan(groups),
     optimizer: tinyOptimizers.sgd,
     startDevice: gated.startDevice,
     onEvent: gated.onEvent,
@@ -276,13 +276,13 @@ Deno.test("hybrid checkpoints hold whole tensors and resume under either strateg
   };
   try {
     const split = `${dir}/hybrid.safetensors`, whole = `${dir}/parallel.safetensors`;
-    const straightHybrid = await run(hybrid(groups), undefined, 6);
-    const straightParallel = await run(overlap(groups), undefined, 6);
-    await run(hybrid(groups), undefined, 3, split);
-    await run(overlap(groups), undefined, 3, whole);
-    assert.deepEqual(bits(await run(hybrid(groups), split, 6)), bits(straightHybrid), "hybrid → hybrid");
-    const parallelFromHybrid = await run(overlap(groups), split, 6);
-    const hybridFromParallel = await run(hybrid(groups), whole, 6);
+    const straightHybrid = await run(hybridPlan(groups), undefined, 6);
+    const straightParallel = await run(overlapPlan(groups), undefined, 6);
+    await run(hybridPlan(groups), undefined, 3, split);
+    await run(overlapPlan(groups), undefined, 3, whole);
+    assert.deepEqual(bits(await run(hybridPlan(groups), split, 6)), bits(straightHybrid), "hybrid → hybrid");
+    const parallelFromHybrid = await run(overlapPlan(groups), split, 6);
+    const hybridFromParallel = await run(hybridPlan(groups), whole, 6);
     for (
       const [name, resumed, straight] of [
         ["hybrid → data-parallel", parallelFromHybrid, straightParallel],
@@ -334,7 +334,7 @@ Deno.test("hybrid refuses what it cannot split, naming the layer, before any ste
     DataParallelTrainer.create({
       model: { ...model, groups: { conv2: "fc" } },
       devices: 2,
-      plan: hybrid(groups),
+      plan: hybridPlan(groups),
       optimizer: tinyOptimizers.sgd,
     }),
     /layer conv2 \(Conv2d\) is in the model-parallel head/,
@@ -350,8 +350,8 @@ Deno.test("hybrid refuses what it cannot split, naming the layer, before any ste
 const gpuTest = webgpuTests(await probeWebGpu("hybrid on WebGPU devices"));
 
 gpuTest("WebGPU devices run hybrid (GPU-resident) and match data-parallel within 1e-5", async () => {
-  const parallel = await train({ plan: overlap(groups), devices: 2, steps: 6, gpu: true });
-  const split = await train({ plan: hybrid(groups), devices: 2, steps: 6, gpu: true });
+  const parallel = await train({ plan: overlapPlan(groups), devices: 2, steps: 6, gpu: true });
+  const split = await train({ plan: hybridPlan(groups), devices: 2, steps: 6, gpu: true });
   const { name, difference } = worstParameter(split, parallel);
   assert.ok(difference < 1e-5, `${name} differs by ${difference}`);
 });
@@ -361,8 +361,14 @@ gpuTest("WebGPU devices run hybrid (GPU-resident) and match data-parallel within
 gpuTest(
   "WebGPU devices accumulate under hybrid: 1 device × 2 micro-batches gives data-parallel 1 × 2's bits",
   async () => {
-    const parallel = await train({ plan: overlap(groups), devices: 1, accumulate: 2, steps: 3, gpu: true });
-    const split = await train({ plan: hybrid(groups), devices: 1, accumulate: 2, steps: 3, gpu: true });
+    const parallel = await train({
+      plan: overlapPlan(groups),
+      devices: 1,
+      accumulate: 2,
+      steps: 3,
+      gpu: true,
+    });
+    const split = await train({ plan: hybridPlan(groups), devices: 1, accumulate: 2, steps: 3, gpu: true });
     assert.deepEqual(bits(split), bits(parallel));
   },
 );
@@ -407,7 +413,7 @@ async function gpuHybrid(
   const trainer = await DataParallelTrainer.create({
     model,
     devices,
-    plan: hybrid(groups),
+    plan: hybridPlan(groups),
     optimizer: (p) => {
       const optimizer = make(p);
       optimizers.push(optimizer);
@@ -467,7 +473,7 @@ gpuTest(
       assert.equal(resident.exchange, "GPU-resident", mode);
       sameBits(resident.parameters, host.parameters, mode);
     }
-    const cpu = await train({ plan: hybrid(groups), devices: 2, steps: 6 });
+    const cpu = await train({ plan: hybridPlan(groups), devices: 2, steps: 6 });
     const { name, difference } = worstParameter(host.parameters, cpu);
     console.log(
       `resident WebGPU hybrid vs CPU hybrid after 6 steps: ${name} by ${difference.toExponential(2)}`,
@@ -497,7 +503,7 @@ gpuTest("resident hybrid with Adam and 2 micro-batches gives the host path's bit
 gpuTest("resident hybrid on 1 WebGPU device gives resident data-parallel's bits", async () => {
   // Without `verifyReplicas`, whose syncs would refresh the host mirrors a wrong read could use.
   const split = await gpuRun({ devices: 1, verifyReplicas: false }, 4);
-  const parallel = await gpuRun({ devices: 1, plan: overlap(groups), verifyReplicas: false }, 4);
+  const parallel = await gpuRun({ devices: 1, plan: overlapPlan(groups), verifyReplicas: false }, 4);
   assert.equal(split.exchange, "GPU-resident");
   assert.equal(parallel.exchange, "GPU-resident");
   sameBits(split.parameters, parallel.parameters, "hybrid vs data-parallel");

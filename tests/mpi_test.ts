@@ -5,7 +5,14 @@
 
 import assert from "node:assert/strict";
 import { parseTrainArgs } from "../cli/args.ts";
-import { DataParallelTrainer, detectMpiLaunch, hybrid, MpiError, MpiLibrary, overlap } from "../mod.ts";
+import {
+  DataParallelTrainer,
+  detectMpiLaunch,
+  hybridPlan,
+  MpiError,
+  MpiLibrary,
+  overlapPlan,
+} from "../mod.ts";
 import {
   type OptimizerName,
   RESUME_STEP,
@@ -45,7 +52,7 @@ async function trainInProcess(mode: "master" | "allreduce", optimizer: Optimizer
     model: tinyModel,
     devices: 2,
     mode,
-    plan: overlap(tinyGroups),
+    plan: overlapPlan(tinyGroups),
     optimizer: tinyOptimizers[optimizer],
     seed: RUN_SEED,
   });
@@ -227,7 +234,7 @@ async function hybridInProcess(mode: "master" | "allreduce", accumulate = 1): Pr
     devices: 2,
     mode,
     accumulate,
-    plan: hybrid(tinyGroups),
+    plan: hybridPlan(tinyGroups),
     optimizer: tinyOptimizers.sgd,
     seed: RUN_SEED,
   });

@@ -9,7 +9,7 @@
 
 import assert from "node:assert/strict";
 import { loadCheckpoint, saveCheckpoint } from "../mod.ts";
-import { overlap, sequential } from "../schedule/plan/builtins.ts";
+import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
 import { DataParallelTrainer } from "../schedule/runtime/trainer.ts";
 import {
@@ -41,7 +41,7 @@ function create(
   exchange: Exchange,
   optimizer: OptimizerName,
   mode: ReductionMode,
-  plan: Plan = overlap(groups),
+  plan: Plan = overlapPlan(groups),
 ): Promise<DataParallelTrainer> {
   return DataParallelTrainer.create({
     model,
@@ -110,10 +110,10 @@ function changed(a: Float32Array, b: Float32Array): number {
 async function checkSchedulesAndModes(exchange: Exchange): Promise<Record<OptimizerName, Float32Array>> {
   const results = {} as Record<OptimizerName, Float32Array>;
   for (const optimizer of OPTIMIZERS) {
-    const seq = await train(exchange, optimizer, "master", sequential(groups));
-    const ovl = await train(exchange, optimizer, "master", overlap(groups));
-    const seqAll = await train(exchange, optimizer, "allreduce", sequential(groups));
-    const ovlAll = await train(exchange, optimizer, "allreduce", overlap(groups));
+    const seq = await train(exchange, optimizer, "master", sequentialPlan(groups));
+    const ovl = await train(exchange, optimizer, "master", overlapPlan(groups));
+    const seqAll = await train(exchange, optimizer, "allreduce", sequentialPlan(groups));
+    const ovlAll = await train(exchange, optimizer, "allreduce", overlapPlan(groups));
     const label = `${exchange}, ${optimizer}`;
     assertSameBits(ovl.final, seq.final, `${label}, master: overlap vs sequential`);
     assertSameBits(ovlAll.final, seqAll.final, `${label}, allreduce: overlap vs sequential`);
@@ -209,7 +209,8 @@ gpuTest(
     const gpu = await checkSchedulesAndModes("GPU-resident");
     for (const optimizer of OPTIMIZERS) {
       // Two CPU devices trained on the same (GPU) batches.
-      const cpu = (await train("shared memory", optimizer, "master", overlap(groups), "GPU-resident")).final;
+      const cpu =
+        (await train("shared memory", optimizer, "master", overlapPlan(groups), "GPU-resident")).final;
       const relative = relativeDifference(gpu[optimizer], cpu);
       console.log(
         `${optimizer}: two WebGPU devices vs two CPU devices, relative L2 ${relative.toExponential(2)}`,

@@ -18,10 +18,10 @@ import {
   DataParallelTrainer,
   DeviceError,
   type HostBatch,
-  overlap,
+  overlapPlan,
   type Plan,
   type ReductionMode,
-  sequential,
+  sequentialPlan,
   TraceRecorder,
 } from "../mod.ts";
 import {
@@ -144,7 +144,7 @@ for (const c of cases) {
     ignore: c.ignore,
     fn: async () => {
       for (const mode of ["master", "allreduce"] as const) {
-        const trainer = await gatedTrainer(c, overlap(groups), mode, 30);
+        const trainer = await gatedTrainer(c, overlapPlan(groups), mode, 30);
         try {
           for (let step = 0; step < 4; step++) {
             const result = await trainer.step(tiny.batch(step));
@@ -163,7 +163,7 @@ for (const c of cases) {
     name: `overlap (${c.exchange}): under sequential the gated conv backward fails fast, naming the cause`,
     ignore: c.ignore,
     fn: async () => {
-      const trainer = await gatedTrainer(c, sequential(groups), "master", 2);
+      const trainer = await gatedTrainer(c, sequentialPlan(groups), "master", 2);
       try {
         // The gate's own message (its 2 s wait), not a step timeout: it failed on the cause.
         await assert.rejects(trainer.step(tiny.batch(0)), (error: Error) => {
@@ -189,8 +189,8 @@ for (const c of cases) {
     ignore: c.ignore,
     fn: async () => {
       const steps = 12;
-      const overlapped = await updateLeads(c, overlap(groups), steps);
-      const serial = await updateLeads(c, sequential(groups), steps);
+      const overlapped = await updateLeads(c, overlapPlan(groups), steps);
+      const serial = await updateLeads(c, sequentialPlan(groups), steps);
       const ms = (values: number[]) => values.map((v) => v.toFixed(1)).join(" ");
       console.log(
         `overlap (${c.exchange}): update fc ends before the last backward conv by (ms) ` +

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import {
   DataParallelTrainer,
   loadSafetensors,
-  overlap,
+  overlapPlan,
   type Plan,
   type ReductionMode,
   RESIDUAL_PREFIX,
@@ -16,7 +16,7 @@ import {
   residualTensors,
   resumeResiduals,
 } from "../mod.ts";
-import { hybrid } from "../schedule/plan/builtins.ts";
+import { hybridPlan } from "../schedule/plan/builtins.ts";
 import {
   bits,
   resumeTiny,
@@ -46,7 +46,7 @@ function create({ mode, plan, errorFeedback = true, startDevice }: Run = {}): Pr
     model: tinyModel,
     devices: 2,
     mode,
-    plan: plan ?? overlap(groups),
+    plan: plan ?? overlapPlan(groups),
     optimizer: tinyOptimizers.sgd,
     seed: 7,
     verifyReplicas: true,
@@ -91,7 +91,7 @@ Deno.test("fp16 with error feedback: 6 steps straight = 3 + checkpoint + resume 
       const [name, run] of [
         ["master", {}],
         ["allreduce", { mode: "allreduce" }],
-        ["hybrid", { plan: hybrid(groups) }],
+        ["hybrid", { plan: hybridPlan(groups) }],
       ] as [string, Run][]
     ) {
       const path = `${dir}/${name}.safetensors`;

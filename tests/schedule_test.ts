@@ -2,22 +2,22 @@ import assert from "node:assert/strict";
 import { TandemError, ValueError } from "../engine/errors.ts";
 import { OutputPathError } from "../engine/io/errors.ts";
 import {
-  bucketed,
+  bucketedPlan,
   builtinSchedule,
   checkPlan,
   dependenciesOf,
   explain,
   formatPlan,
-  hybrid,
+  hybridPlan,
   isSharded,
   loadSchedule,
-  overlap,
+  overlapPlan,
   parseSchedule,
   type Plan,
   schedule,
   scheduleBuilder,
   ScheduleError,
-  sequential,
+  sequentialPlan,
   stepFigures,
   stepLabel,
   TraceRecorder,
@@ -289,12 +289,14 @@ Deno.test("builder: bad groups are caller errors; validation names step indices"
 });
 
 Deno.test("formatPlan round-trips through the parser", () => {
-  for (const plan of [sequential(GROUPS), overlap(GROUPS), bucketed(["fc8", "fc7", "fc6", "conv"])]) {
+  for (
+    const plan of [sequentialPlan(GROUPS), overlapPlan(GROUPS), bucketedPlan(["fc8", "fc7", "fc6", "conv"])]
+  ) {
     const text = formatPlan(plan);
     assert.deepEqual(shape(parseSchedule(text)), shape(plan));
   }
   assert.equal(
-    formatPlan(sequential(GROUPS)),
+    formatPlan(sequentialPlan(GROUPS)),
     "schedule sequential\ngroups fc, conv\nforward\nbackward fc\nbackward conv\nreduce fc\nreduce conv\n" +
       "update fc\nupdate conv\nbroadcast fc\nbroadcast conv\n",
   );
@@ -440,7 +442,7 @@ Deno.test("validate: allreduce allows missing or early broadcasts and notes each
 });
 
 Deno.test("validate: hand-made plans with unknown groups, wrong lanes or no groups", () => {
-  const base = sequential(GROUPS);
+  const base = sequentialPlan(GROUPS);
   const unknown: Plan = {
     ...base,
     steps: base.steps.map((s, i) => (i === 3 ? { ...s, group: "lstm" } : s)),
@@ -472,7 +474,7 @@ Deno.test("validate: hand-made plans with unknown groups, wrong lanes or no grou
 
 Deno.test("builtins: valid in both modes, with the documented shapes", () => {
   for (const groups of [["fc", "conv"], ["only"], ["fc8", "fc7", "fc6", "conv5", "conv1"]]) {
-    for (const plan of [sequential(groups), overlap(groups), bucketed(groups)]) {
+    for (const plan of [sequentialPlan(groups), overlapPlan(groups), bucketedPlan(groups)]) {
       assert.deepEqual(shape(plan).groups, groups);
       assert.deepEqual(validatePlan(plan, { mode: "master" }).notes.filter((n) => n.includes("no-op")), []);
       const notes = validatePlan(plan, { mode: "allreduce" }).notes;
@@ -480,20 +482,20 @@ Deno.test("builtins: valid in both modes, with the documented shapes", () => {
     }
   }
   assert.deepEqual(
-    shape(sequential(GROUPS)),
+    shape(sequentialPlan(GROUPS)),
     shape(parseSchedule("forward; backward all; reduce all; update all; broadcast all", {
       groups: GROUPS,
       name: "sequential",
     })),
   );
   assert.deepEqual(
-    shape(overlap(GROUPS)),
+    shape(overlapPlan(GROUPS)),
     shape(parseSchedule(
       "forward\nbackward fc; reduce fc; update fc; broadcast fc\nbackward conv; reduce conv; update conv; broadcast conv",
       { groups: GROUPS, name: "overlap" },
     )),
   );
-  assert.deepEqual(labels(bucketed(["a", "b", "c"])), [
+  assert.deepEqual(labels(bucketedPlan(["a", "b", "c"])), [
     "forward",
     ...["a", "b", "c"].flatMap((g) => [`backward ${g}`, `reduce ${g}`, `update ${g}`, `broadcast ${g}`]),
   ]);
@@ -504,7 +506,7 @@ Deno.test("builtins: valid in both modes, with the documented shapes", () => {
 });
 
 Deno.test("overlap: the FC broadcast waits only for the FC update, not for the conv backward", () => {
-  const plan = overlap(GROUPS);
+  const plan = overlapPlan(GROUPS);
   const index = (label: string) => labels(plan).indexOf(label);
   assert.deepEqual(dependenciesOf(plan, index("broadcast fc")), [index("update fc")]);
   assert.deepEqual(dependenciesOf(plan, index("backward conv")), [index("forward"), index("backward fc")]);
@@ -541,7 +543,7 @@ Deno.test("explain: lists every step, device role and dependency per lane", () =
       "    comm    | #2 reduce fc -> #5 reduce conv -> #7 broadcast fc -> #8 broadcast conv",
   ));
 
-  const ring = explain(sequential(GROUPS), { devices: 2, mode: "allreduce" });
+  const ring = explain(sequentialPlan(GROUPS), { devices: 2, mode: "allreduce" });
   assert.ok(ring.includes("ring 0..1"));
   assert.ok(ring.includes("no-op"));
   assert.ok(ring.includes("notes:\n  broadcast fc (step 7) is a no-op in allreduce mode"));
@@ -712,7 +714,7 @@ Deno.test("shard: parses into Plan.sharded, in backward order, and round-trips t
   assert.deepEqual(hybridShape(parseSchedule(formatPlan(deep))), hybridShape(deep));
   assert.ok(formatPlan(deep).includes("\nshard fc8, fc7\n"));
   // Plans without `shard` have no `sharded` field at all, and their text has no `shard` line.
-  for (const p of [sequential(GROUPS), overlap(GROUPS), parseSchedule(SEED, { groups: GROUPS })]) {
+  for (const p of [sequentialPlan(GROUPS), overlapPlan(GROUPS), parseSchedule(SEED, { groups: GROUPS })]) {
     assert.equal("sharded" in p, false);
     assert.ok(!formatPlan(p).includes("shard"));
   }
@@ -872,7 +874,7 @@ Deno.test("validate: a sharded group is never reduced or broadcast and is update
     "every reduce and sharded update comes after the last backward, so no communication or update overlaps computation",
   ]);
   // Hand-made plans with a bad `sharded` list: no line to quote, the plan's name instead.
-  const base = hybrid(GROUPS);
+  const base = hybridPlan(GROUPS);
   for (
     const [sharded, reason] of [
       [
@@ -894,7 +896,7 @@ Deno.test("validate: a sharded group is never reduced or broadcast and is update
 // Mutations tried, each made this test fail: `hybrid` reducing its sharded group like `overlap`
 // (validation failed in both modes); the default `sharded` being every group (ValueError for fc, conv).
 Deno.test("hybrid built-in: the documented text, valid in both modes", () => {
-  const plan = hybrid(GROUPS);
+  const plan = hybridPlan(GROUPS);
   assert.equal(plan.name, "hybrid");
   assert.deepEqual(
     hybridShape(plan),
@@ -908,7 +910,7 @@ Deno.test("hybrid built-in: the documented text, valid in both modes", () => {
       [["fc8", "fc7", "conv5", "conv1"], undefined],
     ] as const
   ) {
-    const p = hybrid(groups, sharded);
+    const p = hybridPlan(groups, sharded);
     const shardedGroups = sharded ?? groups.slice(0, 1);
     assert.deepEqual(p.sharded, shardedGroups);
     assert.deepEqual(validatePlan(p, { mode: "master" }).notes, []);
@@ -931,8 +933,8 @@ Deno.test("hybrid built-in: the documented text, valid in both modes", () => {
       ),
     ]);
   }
-  assert.throws(() => hybrid(["only"]), ValueError);
-  assert.throws(() => hybrid(GROUPS, ["conv"]), ValueError);
+  assert.throws(() => hybridPlan(["only"]), ValueError);
+  assert.throws(() => hybridPlan(GROUPS, ["conv"]), ValueError);
 });
 
 // Mutations tried, each made this test fail: the builder's `shard` skipping the prefix check; a second
@@ -962,7 +964,7 @@ Deno.test("builder: shard checks its groups at once and is kept by later steps",
 // then waited for nothing of its own but the program-order wait, so the waitsFor checks and the
 // dependency of update fc failed; the golden lists guard the data-parallel plans.
 Deno.test("dependencies: a sharded update waits for its backward; data-parallel plans are unchanged", () => {
-  const plan = hybrid(GROUPS);
+  const plan = hybridPlan(GROUPS);
   const index = (label: string) => labels(plan).indexOf(label);
   assert.deepEqual(dependenciesOf(plan, index("update fc")), [index("backward fc")]);
   assert.deepEqual(dependenciesOf(plan, index("backward conv")), [index("forward"), index("backward fc")]);
@@ -973,13 +975,13 @@ Deno.test("dependencies: a sharded update waits for its backward; data-parallel 
   assert.deepEqual(dependenciesOf({ ...plan, sharded: undefined }, index("update fc")), []);
   // Before hybrid plans existed these were the data-parallel plans' dependencies (recorded from HEAD).
   const deps = (p: Plan) => p.steps.map((_, i) => dependenciesOf(p, i));
-  assert.deepEqual(deps(sequential(GROUPS)), [[], [0], [0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [
+  assert.deepEqual(deps(sequentialPlan(GROUPS)), [[], [0], [0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [
     6,
     7,
   ]]);
-  assert.deepEqual(deps(overlap(GROUPS)), [[], [0], [1], [2], [3], [0, 1], [4, 5], [6], [7]]);
+  assert.deepEqual(deps(overlapPlan(GROUPS)), [[], [0], [1], [2], [3], [0, 1], [4, 5], [6], [7]]);
   assert.deepEqual(
-    deps(bucketed(["fc8", "fc7", "conv"])),
+    deps(bucketedPlan(["fc8", "fc7", "conv"])),
     [[], [0], [1], [2], [3], [0, 1], [4, 5], [6], [7], [0, 5], [8, 9], [10], [11]],
   );
 });
@@ -989,7 +991,7 @@ Deno.test("dependencies: a sharded update waits for its backward; data-parallel 
 // (no "+ all-gathers"); the data-parallel output changing (the golden overlap text, recorded from
 // HEAD before hybrid plans existed).
 Deno.test("explain: a hybrid plan shows its all-gathers, reduce-scatters and local updates", () => {
-  const text = explain(hybrid(GROUPS), { devices: 2, mode: "master" });
+  const text = explain(hybridPlan(GROUPS), { devices: 2, mode: "master" });
   const rows = text.split("\n");
   const row = (i: number) => rows.find((r) => r.startsWith(`#${i} `))!;
   assert.match(row(0), /^#0 +forward +compute +0\.\.1 \+ all-gathers +-$/);
@@ -1019,7 +1021,7 @@ Deno.test("explain: a hybrid plan shows its all-gathers, reduce-scatters and loc
   assert.ok(!text.includes("notes:") && !text.includes("problems:"));
   // Data-parallel plans read exactly as before.
   assert.equal(
-    explain(overlap(GROUPS), { devices: 3, mode: "master" }),
+    explain(overlapPlan(GROUPS), { devices: 3, mode: "master" }),
     'schedule "overlap": 9 steps, 3 devices, master mode (reduce on device 0, update there, broadcast)\ngroups in backward order: fc, conv\n\nstep  what            lane     devices    waits for\n#0    forward         compute  0..2       -\n#1    backward fc     compute  0..2       #0 forward\n#2    reduce fc       comm     1..2 -> 0  #1 backward fc\n#3    update fc       comm     0          #2 reduce fc\n#4    broadcast fc    comm     0 -> 1..2  #3 update fc\n#5    backward conv   compute  0..2       #0 forward, #1 backward fc\n#6    reduce conv     comm     1..2 -> 0  #4 broadcast fc, #5 backward conv\n#7    update conv     comm     0          #6 reduce conv\n#8    broadcast conv  comm     0 -> 1..2  #7 update conv\n\nlanes (steps in the order each lane runs them):\n  device 0\n    compute | #0 forward -> #1 backward fc -> #5 backward conv\n    comm    | #2 reduce fc -> #3 update fc -> #4 broadcast fc -> #6 reduce conv -> #7 update conv -> #8 broadcast conv\n  device 1\n    compute | #0 forward -> #1 backward fc -> #5 backward conv\n    comm    | #2 reduce fc -> #4 broadcast fc -> #6 reduce conv -> #8 broadcast conv\n  device 2\n    compute | #0 forward -> #1 backward fc -> #5 backward conv\n    comm    | #2 reduce fc -> #4 broadcast fc -> #6 reduce conv -> #8 broadcast conv\n',
   );
   // A broken hybrid plan is explained too, its problem listed.

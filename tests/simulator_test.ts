@@ -12,18 +12,18 @@ import {
   type CostOptions,
   dependenciesOf,
   groupTotals,
-  hybrid,
   hybridCandidate,
+  hybridPlan,
   hybridTraffic,
   judgeNetwork,
   type LayerProfile,
-  overlap,
+  overlapPlan,
   parseSchedule,
   type Profile,
   regroupProfile,
   scheduleBuilder,
   ScheduleError,
-  sequential,
+  sequentialPlan,
   simulate,
   STANDARD_LINKS,
   stepLabel,
@@ -68,7 +68,7 @@ const HAND_COSTS: CostOptions = {
 Deno.test("simulate: sequential is the sum of every step on a hand-made profile", () => {
   // forward 1.5; backward fc 1, conv 2; reduce fc 0.5 + 10 + 1 (sum) = 11.5, conv 0.5 + 1 + 0.1 = 1.6;
   // update fc 1, conv 0.1; broadcast fc 10.5, conv 1.5. Total 30.7.
-  const sim = simulate(sequential(GROUPS), HAND, HAND_COSTS);
+  const sim = simulate(sequentialPlan(GROUPS), HAND, HAND_COSTS);
   near(sim.stepSeconds, 1.5 + 1 + 2 + 11.5 + 1.6 + 1 + 0.1 + 10.5 + 1.5, "step");
   near(sim.stepSeconds, 30.7, "step");
   const expected: [string, number, number][] = [
@@ -79,7 +79,7 @@ Deno.test("simulate: sequential is the sum of every step on a hand-made profile"
     ["broadcast fc", 18.7, 29.2],
     ["broadcast conv", 29.2, 30.7],
   ];
-  const plan = sequential(GROUPS);
+  const plan = sequentialPlan(GROUPS);
   const comm0 = sim.lanes[0].comm;
   assert.deepEqual(comm0.map((e) => stepLabel(e)), expected.map((e) => e[0]));
   comm0.forEach((e, i) => {
@@ -106,13 +106,13 @@ Deno.test("simulate: sequential is the sum of every step on a hand-made profile"
 });
 
 Deno.test("simulate: written order matters — reduce all after backward all waits for the whole backward", () => {
-  const plan = sequential(GROUPS);
+  const plan = sequentialPlan(GROUPS);
   const reduceFc = plan.steps.findIndex((s) => stepLabel(s) === "reduce fc");
   const backwardConv = plan.steps.findIndex((s) => stepLabel(s) === "backward conv");
   assert.deepEqual(plan.steps[reduceFc].waitsFor, [backwardConv]);
   assert.ok(dependenciesOf(plan, reduceFc).includes(backwardConv));
   // The overlap plan needs no extra waits: lane order and data say everything.
-  assert.ok(overlap(GROUPS).steps.every((s) => s.waitsFor === undefined));
+  assert.ok(overlapPlan(GROUPS).steps.every((s) => s.waitsFor === undefined));
   // A hand-made plan without program order does overlap reduce fc with backward conv.
   const raw = { ...plan, steps: plan.steps.map(({ waitsFor: _, ...s }) => s) };
   near(simulate(raw, HAND, HAND_COSTS).lanes[0].comm[0].start, 2.5, "reduce fc start without program order");
@@ -125,7 +125,7 @@ Deno.test("simulate: written order matters — reduce all after backward all wai
 });
 
 Deno.test("simulate: overlap runs FC communication during conv backward", () => {
-  const sim = simulate(overlap(GROUPS), HAND, HAND_COSTS);
+  const sim = simulate(overlapPlan(GROUPS), HAND, HAND_COSTS);
   // reduce fc [2.5, 14], update fc [14, 15], broadcast fc [15, 25.5], reduce conv [25.5, 27.1],
   // update conv [27.1, 27.2], broadcast conv [27.2, 28.7]; conv backward [2.5, 4.5] hides 2 s.
   near(sim.stepSeconds, 28.7, "step");
@@ -137,7 +137,7 @@ Deno.test("simulate: overlap runs FC communication during conv backward", () => 
   near(sim.groups.conv.commSeconds, 3.2, "conv comm");
   assert.equal(sim.groups.conv.hiddenCommSeconds, 0);
   // Same parameters, same total communication: the saving is exactly the hidden part.
-  near(simulate(sequential(GROUPS), HAND, HAND_COSTS).stepSeconds - sim.stepSeconds, 2, "saving");
+  near(simulate(sequentialPlan(GROUPS), HAND, HAND_COSTS).stepSeconds - sim.stepSeconds, 2, "saving");
 });
 
 Deno.test("simulate: FC communication shorter than conv backward is hidden completely", () => {
@@ -146,16 +146,16 @@ Deno.test("simulate: FC communication shorter than conv backward is hidden compl
     layers: [layer("conv", "conv", 1, 5, 0), layer("fc", "fc", 0.5, 1, 100)],
   };
   const costs: CostOptions = { ...HAND_COSTS, link: { bandwidthBytesPerSecond: 100, latencySeconds: 0 } };
-  const sim = simulate(overlap(GROUPS), profile, costs);
+  const sim = simulate(overlapPlan(GROUPS), profile, costs);
   // reduce fc 1 + 0.1, update 0.1, broadcast 1: 2.2 s inside conv backward's 5 s.
   near(sim.groups.fc.commSeconds, 2.2, "fc comm");
   near(sim.groups.fc.hiddenCommSeconds / sim.groups.fc.commSeconds, 1, "fc fraction");
   near(sim.hiddenFraction, 1, "fraction");
   near(sim.stepSeconds, 1.5 + 1 + 5, "step is just compute");
-  near(simulate(sequential(GROUPS), profile, costs).stepSeconds, 1.5 + 1 + 5 + 2.2, "sequential");
+  near(simulate(sequentialPlan(GROUPS), profile, costs).stepSeconds, 1.5 + 1 + 5 + 2.2, "sequential");
   // When FC communication outlasts conv backward, exactly the conv backward's length is hidden.
   const slow = { ...costs, link: { bandwidthBytesPerSecond: 10, latencySeconds: 0 } };
-  const long = simulate(overlap(GROUPS), profile, slow);
+  const long = simulate(overlapPlan(GROUPS), profile, slow);
   near(long.hiddenCommSeconds, 5, "hidden = conv backward");
   near(long.stepSeconds, 1.5 + 1 + (10 + 0.1) + 0.1 + 10, "step");
 });
@@ -196,7 +196,7 @@ Deno.test("cost model: latency and bandwidth scale as documented", () => {
 Deno.test("simulate: N devices — a shared link grows linearly, a star only in the sums", () => {
   const steps = (topology: "star" | "shared") =>
     [1, 2, 3, 4, 5, 6, 7, 8].map((devices) =>
-      simulate(sequential(GROUPS), HAND, { ...HAND_COSTS, devices, topology }).stepSeconds
+      simulate(sequentialPlan(GROUPS), HAND, { ...HAND_COSTS, devices, topology }).stepSeconds
     );
   const shared = steps("shared");
   // One device: no transfers, only compute and updates.
@@ -207,14 +207,14 @@ Deno.test("simulate: N devices — a shared link grows linearly, a star only in 
   const star = steps("star");
   for (let n = 2; n < 8; n++) near(star[n] - star[n - 1], 1 + 0.1, `star ${n + 1}`);
   // All devices are in the timeline.
-  const sim = simulate(overlap(GROUPS), HAND, { ...HAND_COSTS, devices: 5 });
+  const sim = simulate(overlapPlan(GROUPS), HAND, { ...HAND_COSTS, devices: 5 });
   assert.equal(sim.lanes.length, 5);
   assert.ok(sim.lanes.every((l) => l.compute.length === 3));
 });
 
 Deno.test("simulate: allreduce updates everywhere and its broadcasts take no time", () => {
   const costs = { ...HAND_COSTS, mode: "allreduce" as const, devices: 4 };
-  const sim = simulate(overlap(GROUPS), HAND, costs);
+  const sim = simulate(overlapPlan(GROUPS), HAND, costs);
   for (const lanes of sim.lanes) {
     assert.deepEqual(lanes.comm.map((e) => stepLabel(e)), [
       "reduce fc",
@@ -239,7 +239,7 @@ Deno.test("simulate: a pipelined exchange costs one stage per chunk plus the pip
   // fc, 1000 B in 10 chunks: inbound 1 s, CPU 100/1000 + 100 · 0.001 = 0.2 s, outbound 1 s per chunk;
   // 0.5 + 1 + 0.2 + 1 + 9 · max(1, 0.2, 1) = 11.7 s from the end of backward fc (2.5 s). conv, one
   // 100 B chunk: 0.5 + 1 + 0.2 + 1 = 2.7 s, after fc's pipeline frees the lane (14.2 s).
-  const master = simulate(overlap(GROUPS), HAND, costs);
+  const master = simulate(overlapPlan(GROUPS), HAND, costs);
   assert.deepEqual(master.lanes[0].comm.map((e) => [stepLabel(e), e.start, e.end].join(" ")), [
     "reduce fc 2.5 14.2",
     "update fc 14.2 14.2",
@@ -251,38 +251,38 @@ Deno.test("simulate: a pipelined exchange costs one stage per chunk plus the pip
   near(master.stepSeconds, 16.9, "master step");
   // Blocking, the same plan takes reduce 11.5 + update 1 + broadcast 10.5 for fc alone.
   near(
-    simulate(overlap(GROUPS), HAND, HAND_COSTS).stepSeconds,
+    simulate(overlapPlan(GROUPS), HAND, HAND_COSTS).stepSeconds,
     2.5 + 11.5 + 1 + 10.5 + 1.6 + 0.1 + 1.5,
     "blocking",
   );
   // All-reduce: every device all-gathers (1 s per chunk in) and updates; nothing goes back out.
   near(
-    simulate(overlap(GROUPS), HAND, { ...costs, mode: "allreduce" }).stepSeconds,
+    simulate(overlapPlan(GROUPS), HAND, { ...costs, mode: "allreduce" }).stepSeconds,
     2.5 + 10.7 + 1.7,
     "allreduce",
   );
   // A reduce not followed by its update (the sequential plan) stays a blocking step.
-  near(simulate(sequential(GROUPS), HAND, costs).stepSeconds, 30.7, "sequential");
+  near(simulate(sequentialPlan(GROUPS), HAND, costs).stepSeconds, 30.7, "sequential");
 });
 
 Deno.test("simulate: rejects plans and profiles that do not match, and bad options", () => {
-  assert.throws(() => simulate(overlap(["fc", "conv", "extra"]), HAND, HAND_COSTS), /lacks/);
-  assert.throws(() => simulate(overlap(["fc"]), HAND, HAND_COSTS), /not in plan/);
+  assert.throws(() => simulate(overlapPlan(["fc", "conv", "extra"]), HAND, HAND_COSTS), /lacks/);
+  assert.throws(() => simulate(overlapPlan(["fc"]), HAND, HAND_COSTS), /not in plan/);
   const broken = parseSchedule("forward; backward all; update all; reduce all; broadcast all", {
     groups: GROUPS,
   });
   assert.throws(() => simulate(broken, HAND, HAND_COSTS), ScheduleError);
-  assert.throws(() => simulate(overlap(GROUPS), HAND, { ...HAND_COSTS, devices: 0 }), ValueError);
+  assert.throws(() => simulate(overlapPlan(GROUPS), HAND, { ...HAND_COSTS, devices: 0 }), ValueError);
   assert.throws(
     () =>
-      simulate(overlap(GROUPS), HAND, {
+      simulate(overlapPlan(GROUPS), HAND, {
         ...HAND_COSTS,
         link: { bandwidthBytesPerSecond: 0, latencySeconds: 0 },
       }),
     ValueError,
   );
   assert.throws(
-    () => simulate(overlap(GROUPS), HAND, { ...HAND_COSTS, topology: "mesh" as "star" }),
+    () => simulate(overlapPlan(GROUPS), HAND, { ...HAND_COSTS, topology: "mesh" as "star" }),
     ValueError,
   );
 });
@@ -376,7 +376,7 @@ Deno.test("judgeNetwork: AlexNet is AlexNet-like; the split hides the most commu
   for (let b = 1; b < profile.layers.length; b++) {
     if (profile.layers[b].parameterBytes === 0) continue;
     const assignment = Object.fromEntries(profile.layers.map((l, i) => [l.name, i < b ? "body" : "head"]));
-    const sim = simulate(overlap(["head", "body"]), regroupProfile(profile, assignment), {
+    const sim = simulate(overlapPlan(["head", "body"]), regroupProfile(profile, assignment), {
       link,
       devices: 2,
       mode: "master",
@@ -502,7 +502,7 @@ const HYBRID_PROFILE: Profile = {
 // layer's output; step 12.388 s); pricing the reduce-scatter without its sums (step 13.08 s); master
 // mode running the sharded update on device 0 only (device 1's comm lane lost update fc).
 Deno.test("simulate hybrid: a hand-computed step on 2 devices, activation traffic on the compute lane", () => {
-  const plan = hybrid(GROUPS);
+  const plan = hybridPlan(GROUPS);
   const sim = simulate(plan, HYBRID_PROFILE, HAND_COSTS);
   // One message per collective (N − 1 = 1), 0.5 s latency + bytes / 100 B/s; sums at 1000 B/s.
   // forward: 1.5 s of compute + all-gathers of conv2's 80 B (1.3), fc1's 48 B (0.98), fc2's 32 B
@@ -552,19 +552,19 @@ Deno.test("simulate hybrid: a hand-computed step on 2 devices, activation traffi
   // The FC collectives are not on the comm lane: only the update and the conv exchange are.
   near(sim.commSeconds, 0.5 + 1.6 + 0.1 + 1.5, "comm");
   // The same profile under overlap exchanges the 1000 B of FC gradients instead: 28.7 s (see above).
-  near(simulate(overlap(GROUPS), HYBRID_PROFILE, HAND_COSTS).stepSeconds, 28.7, "overlap");
+  near(simulate(overlapPlan(GROUPS), HYBRID_PROFILE, HAND_COSTS).stepSeconds, 28.7, "overlap");
   // Allreduce: the activations cost the same (no master); conv's ring 1 + 1 + 0.05, update 0.1.
   const ring = simulate(plan, HYBRID_PROFILE, { ...HAND_COSTS, mode: "allreduce" });
   near(ring.stepSeconds, 10.008 + 2.05 + 0.1, "allreduce step");
   assert.deepEqual(ring.hybrid, t);
   // No `hybrid` figures for data-parallel plans.
-  assert.equal("hybrid" in simulate(overlap(GROUPS), HYBRID_PROFILE, HAND_COSTS), false);
+  assert.equal("hybrid" in simulate(overlapPlan(GROUPS), HYBRID_PROFILE, HAND_COSTS), false);
 });
 
 // Mutation tried: the pieces taken from parameterBytes instead of outputBytes (every transfer then
 // changed with the FC parameters; this test and the hand-computed one failed).
 Deno.test("simulate hybrid: traffic follows batch and widths, not FC parameter bytes", () => {
-  const plan = hybrid(GROUPS);
+  const plan = hybridPlan(GROUPS);
   const base = simulate(plan, HYBRID_PROFILE, HAND_COSTS);
   const scale = (p: Profile, f: (l: LayerProfile) => Partial<LayerProfile>): Profile => ({
     ...p,
@@ -585,7 +585,7 @@ Deno.test("simulate hybrid: traffic follows batch and widths, not FC parameter b
   // …whereas the data-parallel FC exchange grows with them (11.5 + 10.5 s → over 10,000 s).
   assert.ok(
     simulate(
-      overlap(GROUPS),
+      overlapPlan(GROUPS),
       scale(HYBRID_PROFILE, (l) => ({ parameterBytes: 1000 * l.parameterBytes })),
       HAND_COSTS,
     )
@@ -639,7 +639,7 @@ Deno.test("activation collectives: N − 1 messages through a shared link, side 
   }
   // In a whole step at 3 devices: the star saves one message per collective.
   const at3 = (topology: "star" | "shared") =>
-    simulate(hybrid(GROUPS), HYBRID_PROFILE, { ...HAND_COSTS, devices: 3, topology }).hybrid!;
+    simulate(hybridPlan(GROUPS), HYBRID_PROFILE, { ...HAND_COSTS, devices: 3, topology }).hybrid!;
   near(at3("shared").allGatherSeconds, 2 * (3 * 0.5 + 160 / 100), "3 devices, shared");
   near(at3("star").allGatherSeconds, 3 * 0.5 + 160 / 100, "3 devices, star");
   assert.equal(at3("star").bytes, at3("shared").bytes);
@@ -650,7 +650,7 @@ Deno.test("activation collectives: N − 1 messages through a shared link, side 
 // NaN, no error); skipping the kind check (a sharded Conv2d priced).
 Deno.test("simulate hybrid: refuses profiles that cannot price it, naming what is missing", () => {
   assert.throws(
-    () => simulate(hybrid(GROUPS), HAND, HAND_COSTS),
+    () => simulate(hybridPlan(GROUPS), HAND, HAND_COSTS),
     (e: unknown) =>
       e instanceof ValueError &&
       e.message.includes(
@@ -662,7 +662,7 @@ Deno.test("simulate hybrid: refuses profiles that cannot price it, naming what i
     layers: HYBRID_PROFILE.layers.map((l) => (l.name === "fc2" ? { ...l, kind: "Conv2d" } : l)),
   };
   assert.throws(
-    () => simulate(hybrid(GROUPS), convHead, HAND_COSTS),
+    () => simulate(hybridPlan(GROUPS), convHead, HAND_COSTS),
     /fully-connected layers only, but fc2 \(Conv2d\)/,
   );
   // The sharded group must be the profile's output side.
@@ -715,7 +715,7 @@ Deno.test("measureProfile records each layer's output bytes and kind, enough to 
   );
   const groups = groupTotals(profile).map((t) => t.group);
   assert.deepEqual(groups, ["fc", "conv"]);
-  const traffic = simulate(hybrid(groups), profile, { ...HAND_COSTS, devices: 2 }).hybrid!;
+  const traffic = simulate(hybridPlan(groups), profile, { ...HAND_COSTS, devices: 2 }).hybrid!;
   // All-gathers: flatten's output, fc1's, fc2's; reduce-scatters: fc2's input (drop1's output), fc1's.
   assert.equal(traffic.allGatherBytes, 4 * 6 * (256 + 64 + 5));
   assert.equal(traffic.reduceScatterBytes, 4 * 6 * (64 + 256));

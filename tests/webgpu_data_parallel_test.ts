@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import type { TransferEvent, WebGpuBackend } from "../backends/webgpu/backend.ts";
 import { loadCheckpoint, type Optimizer, type ParameterEntry, saveCheckpoint, type Storage } from "../mod.ts";
-import { overlap, sequential } from "../schedule/plan/builtins.ts";
+import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import { type Device, DeviceError } from "../schedule/devices/device.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
 import {
@@ -77,15 +77,15 @@ async function train(plan: Plan, mode: ReductionMode, gpu: boolean): Promise<Flo
 gpuTest(
   "two GPU devices — overlap equals sequential bit for bit in both modes and matches CPU devices",
   async () => {
-    const seq = await train(sequential(groups), "master", true);
-    const ovl = await train(overlap(groups), "master", true);
+    const seq = await train(sequentialPlan(groups), "master", true);
+    const ovl = await train(overlapPlan(groups), "master", true);
     assert.deepEqual(bits(ovl), bits(seq));
-    const seqAll = await train(sequential(groups), "allreduce", true);
-    const ovlAll = await train(overlap(groups), "allreduce", true);
+    const seqAll = await train(sequentialPlan(groups), "allreduce", true);
+    const ovlAll = await train(overlapPlan(groups), "allreduce", true);
     assert.deepEqual(bits(ovlAll), bits(seqAll));
     // Both modes average the same gradients with the same kernel and apply the same update kernel.
     assert.deepEqual(bits(seqAll), bits(seq));
-    const cpu = await train(overlap(groups), "master", false);
+    const cpu = await train(overlapPlan(groups), "master", false);
     const relative = relativeDifference(ovl, cpu);
     console.log(
       `two WebGPU devices vs two CPU devices after 4 steps: relative L2 difference ${
@@ -98,7 +98,7 @@ gpuTest(
 
 gpuTest("a step moves no parameter through the host: averaging and SGD run on the GPUs", async () => {
   for (const mode of ["master", "allreduce"] as const) {
-    const { trainer, optimizers } = await createTrainer(overlap(groups), mode, true);
+    const { trainer, optimizers } = await createTrainer(overlapPlan(groups), mode, true);
     try {
       const devices = trainer.devices as BackendDevice<WebGpuBackend>[];
       const parameterBytes = trainer.layout.total * 4;
@@ -184,7 +184,7 @@ gpuTest("a failed step rolls the GPU-resident parameters and optimizer state bac
     let fcUpdated: () => void = () => {};
     let failConv = false;
     const updated = new Promise<void>((resolve) => (fcUpdated = resolve));
-    const { trainer, optimizers } = await createTrainer(overlap(groups), mode, true, {
+    const { trainer, optimizers } = await createTrainer(overlapPlan(groups), mode, true, {
       onEvent: (e: LaneEvent) => {
         if (e.step === 1 && e.name === "update fc") fcUpdated();
       },
@@ -248,7 +248,7 @@ gpuTest(
     try {
       for (const mode of ["master", "allreduce"] as const) {
         const path = `${dir}/${mode}.safetensors`;
-        const { trainer: straight } = await createTrainer(overlap(groups), mode, true);
+        const { trainer: straight } = await createTrainer(overlapPlan(groups), mode, true);
         let expected: Float32Array;
         try {
           for (let step = 0; step < 4; step++) {
@@ -268,7 +268,7 @@ gpuTest(
         } finally {
           await straight.close();
         }
-        const { trainer: resumed } = await createTrainer(overlap(groups), mode, true, {
+        const { trainer: resumed } = await createTrainer(overlapPlan(groups), mode, true, {
           verifyReplicas: true,
         });
         try {

@@ -14,19 +14,19 @@ import {
   decodeGradients,
   type Device,
   fp16Bits,
-  overlap,
+  overlapPlan,
   type ParameterLayout,
   parseLink,
   parseWire,
   type Plan,
   quantizeGradients,
   type ReductionMode,
-  sequential,
+  sequentialPlan,
   SGD,
   TraceRecorder,
   type WireFormat,
 } from "../mod.ts";
-import { sharedFloats } from "../schedule/devices/layout.ts";
+import { sharedFloats } from "../schedule/devices/parameter_layout.ts";
 import type { ExchangeContext } from "../schedule/runtime/exchange.ts";
 import { ResidentExchange } from "../schedule/runtime/resident_exchange.ts";
 import { SharedMemoryExchange } from "../schedule/runtime/shared_memory_exchange.ts";
@@ -437,10 +437,10 @@ async function train(
 // exchange ignoring its wire options (`GradientWire.create({}, …)` in `SharedMemoryExchange`: fp16
 // then equals fp32).
 Deno.test("fp16 on 2 devices: sequential = overlap and master = allreduce bit for bit, and not fp32", async () => {
-  const exact = await train(sequential(groups), "master");
+  const exact = await train(sequentialPlan(groups), "master");
   const runs: Record<string, Float32Array> = {};
   for (const mode of ["master", "allreduce"] as const) {
-    for (const plan of [sequential(groups), overlap(groups)]) {
+    for (const plan of [sequentialPlan(groups), overlapPlan(groups)]) {
       runs[`${mode} ${plan.name}`] = await train(plan, mode, "fp16");
     }
   }
@@ -460,9 +460,9 @@ Deno.test("fp16 on 2 devices: sequential = overlap and master = allreduce bit fo
     `fp16 moved the parameters by ${Math.sqrt(diff / norm)} (relative)`,
   );
 
-  const feedback = await train(overlap(groups), "master", "bf16", true);
-  assert.deepEqual(bits(await train(sequential(groups), "allreduce", "bf16", true)), bits(feedback));
-  assert.notDeepEqual(bits(await train(overlap(groups), "master", "bf16")), bits(feedback));
+  const feedback = await train(overlapPlan(groups), "master", "bf16", true);
+  assert.deepEqual(bits(await train(sequentialPlan(groups), "allreduce", "bf16", true)), bits(feedback));
+  assert.notDeepEqual(bits(await train(overlapPlan(groups), "master", "bf16")), bits(feedback));
 });
 
 // Mutation that made it fail: `checkWireOptions(options)` removed from `DataParallelTrainer.create`
@@ -471,7 +471,7 @@ Deno.test("bad wire options are refused before any device starts", async () => {
   let started = 0;
   const base = {
     model: tinyModel,
-    plan: sequential(groups),
+    plan: sequentialPlan(groups),
     optimizer: tinyOptimizers.sgd,
     startDevice: () => {
       started++;
@@ -529,7 +529,9 @@ Deno.test({
       ]);
       const hashes = rank0Report<Record<string, string>>(run);
       // In process, every schedule and mode gives these bits (the test above).
-      const local = await sha256(await train(overlap(groups), "master", wire, errorFeedback, TRAIN_STEPS));
+      const local = await sha256(
+        await train(overlapPlan(groups), "master", wire, errorFeedback, TRAIN_STEPS),
+      );
       assert.deepEqual(hashes, {
         "master sequential": local,
         "master overlap": local,

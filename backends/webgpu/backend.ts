@@ -1233,7 +1233,7 @@ function describePool(g: Pool2dGeometry): string {
  * @example
  * ```ts
  * import { createWebGpuBackend } from "./backend.ts";
- * import { registerBackend, setBackend } from "../../engine/runtime.ts";
+ * import { registerBackend, setBackend } from "../../engine/context.ts";
  * const gpu = await createWebGpuBackend();
  * if (gpu) {
  *   registerBackend(gpu);

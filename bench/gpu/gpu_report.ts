@@ -14,11 +14,11 @@ import {
   cifarQuick,
   DataParallelTrainer,
   ops,
-  overlap,
+  overlapPlan,
   type Plan,
   randn,
   registerBackend,
-  sequential,
+  sequentialPlan,
   setBackend,
   SGD,
   tensor,
@@ -104,8 +104,8 @@ async function twoDevices(plan: Plan): Promise<number> {
   }
 }
 const groups = ["fc", "conv"];
-const sequentialImages = await twoDevices(sequential(groups));
-const overlapImages = await twoDevices(overlap(groups));
+const sequentialImages = await twoDevices(sequentialPlan(groups));
+const overlapImages = await twoDevices(overlapPlan(groups));
 
 console.log(JSON.stringify({
   adapter: adapterInfo

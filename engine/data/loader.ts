@@ -11,8 +11,8 @@
  */
 
 import { tensor } from "../creation.ts";
-import { slice } from "../ops/layout.ts";
-import { noGrad } from "../runtime.ts";
+import { slice } from "../ops/movement.ts";
+import { noGrad } from "../context.ts";
 import type { Tensor } from "../tensor.ts";
 import { DATA_STREAMS, type ImageDataset, seededPermutation } from "./dataset.ts";
 import { DataError } from "./errors.ts";

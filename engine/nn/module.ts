@@ -8,7 +8,7 @@
 
 import { tensor, zeros } from "../creation.ts";
 import { TandemError } from "../errors.ts";
-import { untrackFromScopes } from "../runtime.ts";
+import { untrackFromScopes } from "../context.ts";
 import type { Tensor } from "../tensor.ts";
 import { type Filler, fillerValues, streamOf } from "./init.ts";
 import type { ParameterEntry } from "./parameter.ts";

@@ -9,7 +9,7 @@ import { recordOp } from "../autograd.ts";
 import { ValueError } from "../errors.ts";
 import { nextGlobalKey, type RandomKey, uniformValues } from "../random.ts";
 import { Tensor } from "../tensor.ts";
-import { reshape } from "./layout.ts";
+import { reshape } from "./movement.ts";
 import { binaryRaw, checkOperands } from "./raw.ts";
 
 /** Options of {@link dropout}. */

@@ -10,7 +10,7 @@ import { formatShape, ShapeError } from "../errors.ts";
 import { broadcastShapes, broadcastStrides, denseStrides, sizeOf } from "../shape.ts";
 import { outputTensor, type Tensor } from "../tensor.ts";
 import { add } from "./elementwise.ts";
-import { reshape } from "./layout.ts";
+import { reshape } from "./movement.ts";
 import { checkOperands, sumToShape } from "./raw.ts";
 
 /** Read an operand as its transpose (last two axes swapped) without copying it. */

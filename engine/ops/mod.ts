@@ -12,7 +12,7 @@
 
 export { add, div, exp, log, mul, neg, pow, relu, sqrt, sub, type TensorLike } from "./elementwise.ts";
 export { max, mean, type ReduceOptions, sum } from "./reduce.ts";
-export { concat, flatten, permute, reshape, slice, transpose } from "./layout.ts";
+export { concat, flatten, permute, reshape, slice, transpose } from "./movement.ts";
 export { linear, matmul, type MatmulOptions } from "./matmul.ts";
 export {
   avgPool2d,

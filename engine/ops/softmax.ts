@@ -8,7 +8,7 @@ import { recordOp } from "../autograd.ts";
 import { formatShape, NonFiniteError, ShapeError, ValueError } from "../errors.ts";
 import { normalizeAxes } from "../shape.ts";
 import { outputTensor, type Tensor } from "../tensor.ts";
-import { permute } from "./layout.ts";
+import { permute } from "./movement.ts";
 import { binaryRaw, checkOperands, fullRaw, reduceRaw, reshapeRaw, unaryRaw } from "./raw.ts";
 
 /** Applies a last-axis row op to any axis by moving that axis last and back. */

@@ -22,7 +22,7 @@ export {
   toLrPolicy,
   type UpdateContext,
 } from "./optimizer.ts";
-export { checkLrPolicy, learningRate, type LrPolicy } from "./schedule.ts";
+export { checkLrPolicy, learningRate, type LrPolicy } from "./lr_policy.ts";
 export {
   disposeOptimizerState,
   type PackedSlot,

@@ -25,9 +25,9 @@
 
 import { formatShape, TandemError, ValueError } from "../errors.ts";
 import type { ParameterEntry } from "../nn/parameter.ts";
-import { noGrad, tidy, untrackFromScopes } from "../runtime.ts";
+import { noGrad, tidy, untrackFromScopes } from "../context.ts";
 import { allocateTensor, Tensor } from "../tensor.ts";
-import { checkLrPolicy, learningRate, type LrPolicy } from "./schedule.ts";
+import { checkLrPolicy, learningRate, type LrPolicy } from "./lr_policy.ts";
 
 /** What every optimizer's hyper-parameters share: its kind and its learning-rate policy. */
 export interface HyperBase {

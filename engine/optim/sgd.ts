@@ -23,7 +23,7 @@ import { add, mul, sub } from "../ops/elementwise.ts";
 import type { ParameterEntry } from "../nn/parameter.ts";
 import type { Tensor } from "../tensor.ts";
 import { checkRange, type HyperBase, Optimizer, toLrPolicy, type UpdateContext } from "./optimizer.ts";
-import type { LrPolicy } from "./schedule.ts";
+import type { LrPolicy } from "./lr_policy.ts";
 
 /** Options of {@link SGD}. */
 export interface SgdOptions {

@@ -25,10 +25,10 @@ import { backwardPass } from "../autograd.ts";
 import type { ForwardContext, Module } from "../nn/module.ts";
 import type { ParameterEntry } from "../nn/parameter.ts";
 import { softmaxCrossEntropy } from "../ops/softmax.ts";
-import { tidy } from "../runtime.ts";
+import { tidy } from "../context.ts";
 import { ShapeError } from "../errors.ts";
 import { mul } from "../ops/elementwise.ts";
-import { slice } from "../ops/layout.ts";
+import { slice } from "../ops/movement.ts";
 import { Tensor } from "../tensor.ts";
 
 /** Loss and top-1 hits of one batch. */

@@ -15,7 +15,7 @@ import type { ForwardContext, Module } from "../nn/module.ts";
 import { softmaxCrossEntropy } from "../ops/softmax.ts";
 import { countCorrect, replicaStep, type StepMetrics } from "./replica_step.ts";
 import type { Optimizer } from "../optim/optimizer.ts";
-import { noGrad, tidy } from "../runtime.ts";
+import { noGrad, tidy } from "../context.ts";
 import type { Tensor } from "../tensor.ts";
 
 export { countCorrect, type StepMetrics };

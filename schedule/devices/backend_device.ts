@@ -58,7 +58,7 @@ import {
   sliceSlots,
 } from "./sharded_head.ts";
 import { DeviceSlices, hostSlices } from "./head_slices.ts";
-import { groupRange, type ParameterLayout, type ParameterSlot } from "./layout.ts";
+import { groupRange, type ParameterLayout, type ParameterSlot } from "./parameter_layout.ts";
 import { buildModel, type ModelSpec } from "./model_spec.ts";
 import type { ComputeSpan } from "./protocol.ts";
 
@@ -100,9 +100,9 @@ interface ResidentState {
  *
  * @example
  * ```ts
- * import { BackendDevice, createWebGpuBackend, DataParallelTrainer, overlap, SGD } from "../../mod.ts";
+ * import { BackendDevice, createWebGpuBackend, DataParallelTrainer, overlapPlan, SGD } from "../../mod.ts";
  * // const trainer = await DataParallelTrainer.create({
- * //   model, plan: overlap(["fc", "conv"]), optimizer: (p) => new SGD(p, { lr: 0.01 }),
+ * //   model, plan: overlapPlan(["fc", "conv"]), optimizer: (p) => new SGD(p, { lr: 0.01 }),
  * //   startDevice: (index, model, layout) =>
  * //     BackendDevice.start(index, model, layout, (i) => createWebGpuBackend({ name: `webgpu:${i}` })),
  * // });

@@ -18,7 +18,7 @@ import {
   DeviceError,
   type ShardedReplica,
 } from "./device.ts";
-import { type ParameterLayout, sharedFloats } from "./layout.ts";
+import { type ParameterLayout, sharedFloats } from "./parameter_layout.ts";
 import type { ModelSpec } from "./model_spec.ts";
 import type {
   ComputeSpan,

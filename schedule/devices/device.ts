@@ -13,7 +13,7 @@
  */
 
 import { type ParameterEntry, TandemError } from "../../engine/mod.ts";
-import type { ParameterLayout } from "./layout.ts";
+import type { ParameterLayout } from "./parameter_layout.ts";
 import type { ComputeSpan } from "./protocol.ts";
 import type { HeadLayout, HeadPhase, HeadPhaseResult, HeadSetup } from "./sharded_head.ts";
 

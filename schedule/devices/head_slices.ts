@@ -16,7 +16,7 @@
 
 import type { Backend } from "../../backends/backend.ts";
 import { fromStorage, noGrad, ops, type ParameterEntry, TandemError, type Tensor } from "../../engine/mod.ts";
-import type { ParameterSlot } from "./layout.ts";
+import type { ParameterSlot } from "./parameter_layout.ts";
 
 /** The parameters and gradients of a device's head slice, slot by slot (slice slots of the layout). */
 export interface SliceStore {

@@ -10,7 +10,7 @@
  */
 
 import type { ComputeCommand } from "./device.ts";
-import type { ParameterLayout } from "./layout.ts";
+import type { ParameterLayout } from "./parameter_layout.ts";
 import type { HeadPhase, HeadSetup } from "./sharded_head.ts";
 import type { ModelSpec } from "./model_spec.ts";
 

@@ -43,7 +43,7 @@ import {
 } from "../../engine/mod.ts";
 import type { Backend } from "../../backends/backend.ts";
 import type { Dropout, Linear } from "../../engine/nn/layers.ts";
-import type { ParameterLayout, ParameterSlot } from "./layout.ts";
+import type { ParameterLayout, ParameterSlot } from "./parameter_layout.ts";
 import type { ComputeSpan } from "./protocol.ts";
 import { gatheredSamples, type MicroBatch, SliceGradientSum, WHOLE_SHARD } from "./head_micro_batches.ts";
 import type { SliceStore } from "./head_slices.ts";

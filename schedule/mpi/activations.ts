@@ -16,7 +16,7 @@
 
 import { TandemError } from "../../engine/mod.ts";
 import type { Device } from "../devices/device.ts";
-import type { ParameterLayout } from "../devices/layout.ts";
+import type { ParameterLayout } from "../devices/parameter_layout.ts";
 import { type HeadLayout, type HeadSetup, type SumSource, unitRange } from "../devices/sharded_head.ts";
 import { type ActivationRoute, bodyRanges, type RecordSpan } from "../runtime/hybrid.ts";
 import { divergentRanks } from "./exchange.ts";

@@ -36,7 +36,7 @@ import {
 } from "../../engine/mod.ts";
 import { CpuDevice } from "../devices/cpu_device.ts";
 import { type ComputeResult, type Device, DeviceError } from "../devices/device.ts";
-import { groupRange, type ParameterLayout, sharedFloats } from "../devices/layout.ts";
+import { groupRange, type ParameterLayout, sharedFloats } from "../devices/parameter_layout.ts";
 import { stepLabel } from "../plan/plan.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import type {

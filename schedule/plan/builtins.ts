@@ -17,11 +17,11 @@ import type { Plan } from "./plan.ts";
  *
  * @example
  * ```ts
- * import { sequential } from "./builtins.ts";
- * console.log(sequential(["fc", "conv"]).steps.length); // 9
+ * import { sequentialPlan } from "./builtins.ts";
+ * console.log(sequentialPlan(["fc", "conv"]).steps.length); // 9
  * ```
  */
-export function sequential(groups: readonly string[]): Plan {
+export function sequentialPlan(groups: readonly string[]): Plan {
   return scheduleBuilder(groups).forward().backward("all").reduce("all").update("all").broadcast("all")
     .build("sequential");
 }
@@ -40,12 +40,12 @@ export function sequential(groups: readonly string[]): Plan {
  *
  * @example
  * ```ts
- * import { bucketed } from "./builtins.ts";
- * const plan = bucketed(["fc8", "fc7", "fc6", "conv"]);
+ * import { bucketedPlan } from "./builtins.ts";
+ * const plan = bucketedPlan(["fc8", "fc7", "fc6", "conv"]);
  * console.log(plan.steps.length); // 17
  * ```
  */
-export function bucketed(groups: readonly string[], name = "bucketed"): Plan {
+export function bucketedPlan(groups: readonly string[], name = "bucketed"): Plan {
   let builder = scheduleBuilder(groups).forward();
   for (const group of groups) builder = builder.backward(group).reduce(group).update(group).broadcast(group);
   return builder.build(name);
@@ -58,13 +58,13 @@ export function bucketed(groups: readonly string[], name = "bucketed"): Plan {
  *
  * @example
  * ```ts
- * import { overlap } from "./builtins.ts";
+ * import { overlapPlan } from "./builtins.ts";
  * import { formatPlan } from "./dsl.ts";
- * console.log(formatPlan(overlap(["fc", "conv"])));
+ * console.log(formatPlan(overlapPlan(["fc", "conv"])));
  * ```
  */
-export function overlap(groups: readonly string[]): Plan {
-  return bucketed(groups, "overlap");
+export function overlapPlan(groups: readonly string[]): Plan {
+  return bucketedPlan(groups, "overlap");
 }
 
 /**
@@ -80,13 +80,13 @@ export function overlap(groups: readonly string[]): Plan {
  *
  * @example
  * ```ts
- * import { hybrid } from "./builtins.ts";
+ * import { hybridPlan } from "./builtins.ts";
  * import { formatPlan } from "./dsl.ts";
- * console.log(formatPlan(hybrid(["fc", "conv"])));
- * console.log(hybrid(["fc8", "fc7", "fc6", "conv"], ["fc8", "fc7", "fc6"]).sharded); // ["fc8", "fc7", "fc6"]
+ * console.log(formatPlan(hybridPlan(["fc", "conv"])));
+ * console.log(hybridPlan(["fc8", "fc7", "fc6", "conv"], ["fc8", "fc7", "fc6"]).sharded); // ["fc8", "fc7", "fc6"]
  * ```
  */
-export function hybrid(groups: readonly string[], sharded: readonly string[] = groups.slice(0, 1)): Plan {
+export function hybridPlan(groups: readonly string[], sharded: readonly string[] = groups.slice(0, 1)): Plan {
   let builder = scheduleBuilder(groups).shard(sharded).forward();
   for (const group of groups) {
     builder = sharded.includes(group)
@@ -121,13 +121,13 @@ export type BuiltinName = "sequential" | "overlap" | "bucketed" | "hybrid";
 export function builtinSchedule(name: BuiltinName, groups: readonly string[]): Plan {
   switch (name) {
     case "sequential":
-      return sequential(groups);
+      return sequentialPlan(groups);
     case "overlap":
-      return overlap(groups);
+      return overlapPlan(groups);
     case "bucketed":
-      return bucketed(groups);
+      return bucketedPlan(groups);
     case "hybrid":
-      return hybrid(groups);
+      return hybridPlan(groups);
     default:
       throw new ValueError(
         "builtinSchedule",

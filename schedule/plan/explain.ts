@@ -42,9 +42,9 @@ function deviceList(from: number, to: number): string {
  *
  * @example
  * ```ts
- * import { overlap } from "./builtins.ts";
+ * import { overlapPlan } from "./builtins.ts";
  * import { explain } from "./explain.ts";
- * console.log(explain(overlap(["fc", "conv"]), { devices: 2, mode: "master" }));
+ * console.log(explain(overlapPlan(["fc", "conv"]), { devices: 2, mode: "master" }));
  * // schedule "overlap": 9 steps, 2 devices, master mode (reduce on device 0, update there, broadcast)
  * // groups in backward order: fc, conv
  * //
@@ -57,9 +57,9 @@ function deviceList(from: number, to: number): string {
  *
  * @example
  * ```ts
- * import { hybrid } from "./builtins.ts";
+ * import { hybridPlan } from "./builtins.ts";
  * import { explain } from "./explain.ts";
- * console.log(explain(hybrid(["fc", "conv"]), { devices: 2, mode: "master" }));
+ * console.log(explain(hybridPlan(["fc", "conv"]), { devices: 2, mode: "master" }));
  * // ...
  * // #2    update fc       comm     0..1, own 1/2 each  #1 backward fc
  * // ...

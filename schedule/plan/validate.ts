@@ -110,9 +110,9 @@ export interface ValidateOptions {
  *
  * @example
  * ```ts
- * import { sequential } from "./builtins.ts";
+ * import { sequentialPlan } from "./builtins.ts";
  * import { checkPlan, type PlanReport } from "./validate.ts";
- * const report: PlanReport = checkPlan(sequential(["fc", "conv"]), { mode: "master" });
+ * const report: PlanReport = checkPlan(sequentialPlan(["fc", "conv"]), { mode: "master" });
  * console.log(report.errors.length); // 0
  * ```
  */

@@ -20,7 +20,7 @@
 
 import type { Optimizer, ParameterEntry } from "../../engine/mod.ts";
 import type { ComputeResult, Device } from "../devices/device.ts";
-import type { ParameterLayout } from "../devices/layout.ts";
+import type { ParameterLayout } from "../devices/parameter_layout.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import type { LinkSpec } from "./link.ts";
 import type { TraceRecorder } from "./trace.ts";

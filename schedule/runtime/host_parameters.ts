@@ -7,7 +7,7 @@
  */
 
 import { fromStorage, getBackend, type ParameterEntry, TandemError, type Tensor } from "../../engine/mod.ts";
-import type { ParameterLayout } from "../devices/layout.ts";
+import type { ParameterLayout } from "../devices/parameter_layout.ts";
 
 /**
  * Named parameter entries over flat host buffers laid out by `layout`: each parameter a zero-copy
@@ -18,7 +18,7 @@ import type { ParameterLayout } from "../devices/layout.ts";
  * @example
  * ```ts
  * import { SGD } from "../../mod.ts";
- * import { layoutOf } from "../devices/layout.ts";
+ * import { layoutOf } from "../devices/parameter_layout.ts";
  * import { hostParameterEntries } from "./host_parameters.ts";
  * // const layout = layoutOf(model.namedParameters());
  * // const parameters = new Float32Array(layout.total), gradients = new Float32Array(layout.total);

@@ -39,7 +39,7 @@ import {
   type Tensor,
 } from "../../engine/mod.ts";
 import type { ComputeResult, Device } from "../devices/device.ts";
-import type { GroupRange, ParameterLayout, ParameterSlot } from "../devices/layout.ts";
+import type { GroupRange, ParameterLayout, ParameterSlot } from "../devices/parameter_layout.ts";
 import type { ComputeSpan } from "../devices/protocol.ts";
 import {
   type HeadLayout,

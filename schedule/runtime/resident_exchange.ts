@@ -24,7 +24,7 @@ import {
   unpackOptimizerState,
 } from "../../engine/mod.ts";
 import type { Device, ResidentReplica } from "../devices/device.ts";
-import { groupRange, type ParameterLayout } from "../devices/layout.ts";
+import { groupRange, type ParameterLayout } from "../devices/parameter_layout.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import {
   divergentFrom,

@@ -16,7 +16,7 @@
 
 import type { Optimizer, ParameterEntry } from "../../engine/mod.ts";
 import type { Device } from "../devices/device.ts";
-import { groupRange, type ParameterLayout, sharedFloats } from "../devices/layout.ts";
+import { groupRange, type ParameterLayout, sharedFloats } from "../devices/parameter_layout.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import { divergentFrom, type Exchange, type ExchangeContext, InProcessExchange } from "./exchange.ts";
 import { averageInDeviceOrder, hostParameterEntries } from "./host_parameters.ts";

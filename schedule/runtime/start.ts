@@ -10,7 +10,7 @@
 import { ValueError } from "../../engine/mod.ts";
 import { CpuDevice } from "../devices/cpu_device.ts";
 import type { Device } from "../devices/device.ts";
-import { layoutOf } from "../devices/layout.ts";
+import { layoutOf } from "../devices/parameter_layout.ts";
 import { buildModel } from "../devices/model_spec.ts";
 import { type HeadLayout, headLayout } from "../devices/sharded_head.ts";
 import type { Exchange, ReplicaReference } from "./exchange.ts";

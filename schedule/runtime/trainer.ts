@@ -38,7 +38,7 @@ import {
   ValueError,
 } from "../../engine/mod.ts";
 import { type ComputeResult, type Device, DeviceError } from "../devices/device.ts";
-import type { ParameterLayout } from "../devices/layout.ts";
+import type { ParameterLayout } from "../devices/parameter_layout.ts";
 import type { ModelSpec } from "../devices/model_spec.ts";
 import type { MpiTransport, MpiTransportOptions } from "../mpi/transport.ts";
 import { MpiActivations } from "../mpi/activations.ts";
@@ -179,7 +179,7 @@ export interface DataParallelStepResult {
  * @example
  * ```ts
  * import { DataParallelTrainer } from "./trainer.ts";
- * // const trainer = await DataParallelTrainer.create({ model, plan: overlap(["fc", "conv"]), optimizer: (p) => new SGD(p, { lr: 0.01 }) });
+ * // const trainer = await DataParallelTrainer.create({ model, plan: overlapPlan(["fc", "conv"]), optimizer: (p) => new SGD(p, { lr: 0.01 }) });
  * // const result = await trainer.step(batch);
  * // await trainer.close();
  * ```

@@ -24,7 +24,7 @@
  * @module
  */
 
-import { hybrid, overlap, sequential } from "../plan/builtins.ts";
+import { hybridPlan, overlapPlan, sequentialPlan } from "../plan/builtins.ts";
 import type { Plan } from "../plan/plan.ts";
 import { checkProfile, groupTotals, type LayerProfile, type Profile, regroupProfile } from "./profile.ts";
 import { commStepSeconds, type CostOptions, type HybridTraffic, type Link, simulate } from "./simulator.ts";
@@ -293,8 +293,8 @@ function bestSplit(profile: Profile, costs: CostOptions): NetworkSplit | undefin
     const { head, body, assignment } = splitAt(layers, b);
     const regrouped = regroupProfile(profile, assignment);
     const groups = [head, body];
-    const simulated = simulate(overlap(groups), regrouped, costs);
-    sequentialSeconds ??= simulate(sequential(groups), regrouped, costs).stepSeconds;
+    const simulated = simulate(overlapPlan(groups), regrouped, costs);
+    sequentialSeconds ??= simulate(sequentialPlan(groups), regrouped, costs).stepSeconds;
     if (best === undefined || simulated.hiddenCommSeconds > best.hiddenCommSeconds) {
       best = {
         groups,
@@ -376,7 +376,7 @@ export function hybridCandidate(
     const after = layers.slice(b).filter((l) => l.parameterBytes > 0);
     const { head, body, assignment } = splitAt(layers, b);
     const groups = [head, body];
-    const simulated = simulate(hybrid(groups, [head]), regroupProfile(profile, assignment), costs);
+    const simulated = simulate(hybridPlan(groups, [head]), regroupProfile(profile, assignment), costs);
     if (best !== undefined && simulated.stepSeconds >= best.stepSeconds) continue;
     const traffic = simulated.hybrid!;
     const dataParallelBytes = after.reduce((s, l) => s + l.parameterBytes, 0);
@@ -461,9 +461,9 @@ export function autoSchedule(
   const { allowHybrid = false, ...judgeOptions } = options;
   const judgement = judgeNetwork(profile, { ...judgeOptions, link, devices });
   const dataParallel: AutoPlan = judgement.alexnetLike && judgement.split !== undefined
-    ? { ...overlap(judgement.split.groups), judgement, assignment: judgement.split.assignment }
+    ? { ...overlapPlan(judgement.split.groups), judgement, assignment: judgement.split.assignment }
     : {
-      ...sequential(groupTotals(profile).map((t) => t.group)),
+      ...sequentialPlan(groupTotals(profile).map((t) => t.group)),
       judgement,
       assignment: Object.fromEntries(profile.layers.map((l) => [l.name, l.group])),
     };
@@ -500,7 +500,7 @@ export function autoSchedule(
       ms(dataParallelSeconds)
     } with ${dataParallel.name}. Data-parallel verdict: ${judgement.reason}`;
     return {
-      ...hybrid(h.groups, h.sharded),
+      ...hybridPlan(h.groups, h.sharded),
       judgement: { ...judgement, reason, hybrid: h },
       assignment: h.assignment,
     };

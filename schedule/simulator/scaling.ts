@@ -5,7 +5,7 @@
  * @module
  */
 
-import { overlap as overlapPlan, sequential as sequentialPlan } from "../plan/builtins.ts";
+import { overlapPlan as overlapPlan, sequentialPlan as sequentialPlan } from "../plan/builtins.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import { groupTotals, type Profile } from "./profile.ts";
 import { type Link, simulate, type Topology } from "./simulator.ts";

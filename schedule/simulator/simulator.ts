@@ -504,7 +504,7 @@ export function hybridTraffic(
  *
  * @example
  * ```ts
- * import { overlap, sequential } from "../plan/builtins.ts";
+ * import { overlapPlan, sequentialPlan } from "../plan/builtins.ts";
  * import { simulate } from "./simulator.ts";
  * const profile = {
  *   batchSize: 32,
@@ -514,8 +514,8 @@ export function hybridTraffic(
  *   ],
  * };
  * const options = { link: { bandwidthBytesPerSecond: 12e9, latencySeconds: 1e-5 }, devices: 2, mode: "master" } as const;
- * const a = simulate(sequential(["fc", "conv"]), profile, options);
- * const b = simulate(overlap(["fc", "conv"]), profile, options);
+ * const a = simulate(sequentialPlan(["fc", "conv"]), profile, options);
+ * const b = simulate(overlapPlan(["fc", "conv"]), profile, options);
  * console.log(a.stepSeconds > b.stepSeconds, b.hiddenFraction);
  * ```
  */

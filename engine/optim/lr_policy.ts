@@ -29,7 +29,7 @@ import { ValueError } from "../errors.ts";
  *
  * @example
  * ```ts
- * import type { LrPolicy } from "./schedule.ts";
+ * import type { LrPolicy } from "./lr_policy.ts";
  * const alexnet: LrPolicy = { policy: "step", baseLr: 0.01, gamma: 0.1, stepSize: 100_000 };
  * ```
  */
@@ -64,7 +64,7 @@ function positiveInteger(where: string, name: string, value: unknown): void {
  *
  * @example
  * ```ts
- * import { checkLrPolicy } from "./schedule.ts";
+ * import { checkLrPolicy } from "./lr_policy.ts";
  * checkLrPolicy({ policy: "poly", baseLr: 0.01, power: 0.5, maxIter: 1000 }); // fine
  * ```
  */
@@ -129,7 +129,7 @@ export function checkLrPolicy(policy: LrPolicy): void {
  *
  * @example
  * ```ts
- * import { learningRate } from "./schedule.ts";
+ * import { learningRate } from "./lr_policy.ts";
  * const policy = { policy: "step", baseLr: 0.01, gamma: 0.1, stepSize: 100 } as const;
  * console.log(learningRate(policy, 0), learningRate(policy, 250)); // 0.01 0.0001 (up to rounding)
  * ```

@@ -31,7 +31,7 @@ let liveBytes = 0;
  *
  * @example
  * ```ts
- * import { registerBackend } from "./runtime.ts";
+ * import { registerBackend } from "./context.ts";
  * import { CpuBackend } from "../backends/cpu/backend.ts";
  * registerBackend(new CpuBackend());
  * ```
@@ -46,7 +46,7 @@ export function registerBackend(backend: Backend): void {
  *
  * @example
  * ```ts
- * import { setBackend } from "./runtime.ts";
+ * import { setBackend } from "./context.ts";
  * setBackend("cpu");
  * ```
  */
@@ -64,7 +64,7 @@ export function setBackend(name: string): void {
  *
  * @example
  * ```ts
- * import { getBackend } from "./runtime.ts";
+ * import { getBackend } from "./context.ts";
  * console.log(getBackend().name);
  * ```
  */
@@ -85,7 +85,7 @@ export function isGradientRecording(): boolean {
  *
  * @example
  * ```ts
- * import { noGrad } from "./runtime.ts";
+ * import { noGrad } from "./context.ts";
  * const accuracy = noGrad(() => 0.97);
  * ```
  */
@@ -115,7 +115,7 @@ export function untrackFromScopes(resource: ScopedResource): void {
  *
  * @example
  * ```ts
- * import { tidy } from "./runtime.ts";
+ * import { tidy } from "./context.ts";
  * const n = tidy(() => 1 + 1);
  * ```
  */
@@ -165,7 +165,7 @@ export interface MemoryInfo {
  *
  * @example
  * ```ts
- * import { memory } from "./runtime.ts";
+ * import { memory } from "./context.ts";
  * console.log(memory().tensors);
  * ```
  */

@@ -17,7 +17,7 @@ import { getBackend, type ParameterEntry } from "../../engine/mod.ts";
  * @example
  * ```ts
  * import "../../mod.ts"; // registers the CPU backend
- * import { sharedFloats } from "./layout.ts";
+ * import { sharedFloats } from "./parameter_layout.ts";
  * const gradients = sharedFloats(1024); // Float32Array over shared memory, all zeros
  * ```
  */
@@ -69,7 +69,7 @@ export interface ParameterLayout {
  *
  * @example
  * ```ts
- * import { backwardGroupOrder } from "./layout.ts";
+ * import { backwardGroupOrder } from "./parameter_layout.ts";
  * // backwardGroupOrder(alexnet().namedParameters()) → ["fc", "conv"]
  * ```
  */
@@ -82,7 +82,7 @@ export function backwardGroupOrder(entries: readonly Pick<ParameterEntry, "group
  *
  * @example
  * ```ts
- * import { layoutOf } from "./layout.ts";
+ * import { layoutOf } from "./parameter_layout.ts";
  * // const layout = layoutOf(model.namedParameters());
  * // layout.groups[0] → { name: "fc", offset: 0, size: 58631144 }
  * ```
