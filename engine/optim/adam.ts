@@ -44,7 +44,7 @@ export interface AdamOptions {
 export interface AdamHyper extends HyperBase {
   /** Always `"adam"`. */
   readonly kind: "adam";
-  /** The learning-rate schedule. */
+  /** The learning-rate policy. */
   readonly lr: LrPolicy;
   /** First-moment decay. */
   readonly beta1: number;

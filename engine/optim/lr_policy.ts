@@ -12,7 +12,7 @@
 import { ValueError } from "../errors.ts";
 
 /**
- * A learning-rate schedule. `baseLr` is Caffe's `base_lr`; iteration numbers count finished training
+ * A learning-rate policy. `baseLr` is Caffe's `base_lr`; iteration numbers count finished training
  * iterations from 0 (the first update uses iteration 0, as in Caffe's `Solver::Step`).
  *
  * - `fixed`: `baseLr`.

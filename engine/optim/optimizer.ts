@@ -33,7 +33,7 @@ import { checkLrPolicy, learningRate, type LrPolicy } from "./lr_policy.ts";
 export interface HyperBase {
   /** Which optimizer the hyper-parameters (and state) belong to, e.g. `"sgd"`. */
   readonly kind: string;
-  /** The learning-rate schedule. */
+  /** The learning-rate policy. */
   readonly lr: LrPolicy;
   /** L2 weight decay added to the gradient (`weightDecay × decayMult × w`), Caffe's `weight_decay`. */
   readonly weightDecay: number;

@@ -39,7 +39,7 @@ export interface SgdOptions {
 export interface SgdHyper extends HyperBase {
   /** Always `"sgd"`. */
   readonly kind: "sgd";
-  /** The learning-rate schedule. */
+  /** The learning-rate policy. */
   readonly lr: LrPolicy;
   /** Momentum in [0, 1). */
   readonly momentum: number;
