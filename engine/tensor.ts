@@ -59,7 +59,11 @@ export class Tensor {
   requiresGrad: boolean;
   /** Accumulated gradient of a leaf tensor after `backward()`; `null` before. */
   grad: Tensor | null = null;
-  /** The recorded op that produced this tensor, if it is part of a gradient graph. */
+  /**
+   * The recorded op that produced this tensor, if it is part of a gradient graph.
+   *
+   * @internal Autograd's bookkeeping; `backward()` and `valueAndGrad` are the public way in.
+   */
   node: GradNode | null = null;
   /**
    * Host copy kept for int32 tensors made from host data (labels), so ops can validate them

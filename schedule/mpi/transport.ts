@@ -391,7 +391,11 @@ export function eagerMessageBytes(): number {
  * ```
  */
 export class MpiTransport {
-  /** The bound library. */
+  /**
+   * The bound library.
+   *
+   * @internal The FFI symbol tables behind the transport; not part of the public API.
+   */
   readonly library: MpiLibrary;
   /** This process's rank. */
   readonly rank: number;
