@@ -29,7 +29,6 @@
 
 import type { Backend, StagedValues, Storage } from "../../backends/backend.ts";
 import {
-  fromStorage,
   getBackend,
   type Network,
   noGrad,
@@ -40,6 +39,7 @@ import {
   setBackend,
   Tensor,
 } from "../../engine/mod.ts";
+import { fromStorage } from "../../engine/creation.ts";
 import {
   type ComputeCommand,
   type ComputeResult,

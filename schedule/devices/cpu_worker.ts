@@ -14,7 +14,6 @@
 import { parentPort } from "node:worker_threads";
 import { CpuBackend } from "../../backends/cpu/backend.ts";
 import {
-  fromStorage,
   getBackend,
   type Network,
   type ParameterEntry,
@@ -23,6 +22,7 @@ import {
   type Tensor,
   tensor,
 } from "../../engine/mod.ts";
+import { fromStorage } from "../../engine/creation.ts";
 import { buildModel } from "./model_spec.ts";
 import type {
   ComputeSpan,

@@ -15,7 +15,8 @@
  */
 
 import type { Backend } from "../../backends/backend.ts";
-import { fromStorage, noGrad, ops, type ParameterEntry, TandemError, type Tensor } from "../../engine/mod.ts";
+import { noGrad, ops, type ParameterEntry, TandemError, type Tensor } from "../../engine/mod.ts";
+import { fromStorage } from "../../engine/creation.ts";
 import type { ParameterSlot } from "./parameter_layout.ts";
 
 /** The parameters and gradients of a device's head slice, slot by slot (slice slots of the layout). */

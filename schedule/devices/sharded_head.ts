@@ -31,16 +31,16 @@ import {
   backwardPass,
   countCorrect,
   type ForwardContext,
-  fromStorage,
   type Module,
   type Network,
   ops,
   type ParameterEntry,
-  streamOf,
   TandemError,
   Tensor,
   tidy,
 } from "../../engine/mod.ts";
+import { fromStorage } from "../../engine/creation.ts";
+import { streamOf } from "../../engine/nn/init.ts";
 import type { Backend } from "../../backends/backend.ts";
 import type { Dropout, Linear } from "../../engine/nn/layers.ts";
 import type { ParameterLayout, ParameterSlot } from "./parameter_layout.ts";

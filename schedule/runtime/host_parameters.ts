@@ -6,7 +6,8 @@
  * @module
  */
 
-import { fromStorage, getBackend, type ParameterEntry, TandemError, type Tensor } from "../../engine/mod.ts";
+import { getBackend, type ParameterEntry, TandemError, type Tensor } from "../../engine/mod.ts";
+import { fromStorage } from "../../engine/creation.ts";
 import type { ParameterLayout } from "../devices/parameter_layout.ts";
 
 /**

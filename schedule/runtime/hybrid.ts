@@ -31,13 +31,8 @@
  * @module
  */
 
-import {
-  fromStorage,
-  type Optimizer,
-  type ParameterEntry,
-  TandemError,
-  type Tensor,
-} from "../../engine/mod.ts";
+import { type Optimizer, type ParameterEntry, TandemError, type Tensor } from "../../engine/mod.ts";
+import { fromStorage } from "../../engine/creation.ts";
 import type { ComputeResult, Device } from "../devices/device.ts";
 import type { GroupRange, ParameterLayout, ParameterSlot } from "../devices/parameter_layout.ts";
 import type { ComputeSpan } from "../devices/protocol.ts";
