@@ -1,0 +1,35 @@
+/**
+ * Open MPI: the transport over `MPI_COMM_WORLD` that `DataParallelTrainer` uses for one process per
+ * device (non-blocking collectives driven by polling, so the event loop keeps running while data
+ * moves), and detection of an `mpirun` launch from its environment. The FFI bindings behind it stay
+ * private.
+ *
+ * @example
+ * ```ts
+ * // Run as: mpirun -np 2 deno run -A script.ts
+ * import { detectMpiLaunch, MpiTransport } from "./mod.ts";
+ *
+ * if (detectMpiLaunch()) {
+ *   const mpi = MpiTransport.init();
+ *   const hosts = await mpi.allgatherJson({ rank: mpi.rank, host: Deno.hostname() });
+ *   if (mpi.rank === 0) console.log(hosts);
+ *   mpi.finalize();
+ * }
+ * ```
+ *
+ * @module
+ */
+
+export { MpiError } from "./library.ts";
+export {
+  detectMpiLaunch,
+  inspectMpiLaunch,
+  type MpiBuffer,
+  type MpiDetection,
+  type MpiLaunch,
+  MpiRequest,
+  MpiTransport,
+  type MpiTransportOptions,
+  TransportError,
+  type WaitOptions,
+} from "./transport.ts";
