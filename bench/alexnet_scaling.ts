@@ -13,14 +13,9 @@
  * @module
  */
 
-import {
-  alexnet,
-  alexnetScalingTable,
-  measureProfile,
-  type Profile,
-  summarize,
-  writeFileAtomic,
-} from "../mod.ts";
+import { alexnet, summarize } from "../mod.ts";
+import { alexnetScalingTable, measureProfile, type Profile } from "../schedule/simulator/mod.ts";
+import { writeFileAtomic } from "../engine/io/mod.ts";
 
 /** Assumed sustained fp32 rate of one GPU: ~70% of an NVIDIA V100's 15.7 TFLOP/s peak. */
 const GPU_FLOPS = 11e12;

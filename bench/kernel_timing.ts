@@ -9,7 +9,8 @@
 
 import type { CpuBackend } from "../backends/cpu/backend.ts";
 import { describeWasmPeak, measureWasmPeak, type WasmPeak } from "../backends/cpu/wasm/peak.ts";
-import { cifarQuick, randn, setBackend, SGD, tensor, trainStep, uniformValues } from "../mod.ts";
+import { cifarQuick, randn, setBackend, SGD, tensor, trainStep } from "../mod.ts";
+import { uniformValues } from "../engine/mod.ts";
 import { gemmGflops, type GemmShape, peakFor } from "./gemm_shapes.ts";
 import { tf, timeTf } from "./peers/tfjs.ts";
 

@@ -14,28 +14,23 @@
  */
 
 import {
-  averageInDeviceOrder,
-  buildModel,
   type CpuBackend,
-  type DataParallelStepResult,
   DataParallelTrainer,
-  detectMpiLaunch,
   getBackend,
-  type LaneEvent,
-  layoutOf,
-  type ModelSpec,
-  MpiTransport,
   overlapPlan,
-  type ParameterEntry,
   type Plan,
   randn,
-  type ReductionMode,
   sequentialPlan,
   SGD,
-  spanKind,
-  uniformValues,
-  writeFileAtomic,
 } from "../mod.ts";
+import { averageInDeviceOrder } from "../schedule/runtime/host_parameters.ts";
+import { buildModel, layoutOf, type ModelSpec } from "../schedule/devices/mod.ts";
+import { type DataParallelStepResult, type LaneEvent, spanKind } from "../schedule/runtime/mod.ts";
+import { detectMpiLaunch, MpiTransport } from "../schedule/mpi/mod.ts";
+import type { ParameterEntry } from "../engine/nn/mod.ts";
+import type { ReductionMode } from "../schedule/mod.ts";
+import { uniformValues } from "../engine/mod.ts";
+import { writeFileAtomic } from "../engine/io/mod.ts";
 import { cpuKernelsLabel } from "./backend_label.ts";
 import { localMpirunArguments } from "../cli/cluster.ts";
 

@@ -37,19 +37,19 @@ import { CpuBackend } from "../backends/cpu/backend.ts";
 import { describeWasmFeatures } from "../backends/cpu/wasm/features.ts";
 import { measureWasmPeak, type WasmPeak } from "../backends/cpu/wasm/peak.ts";
 import {
-  builtinModels,
   DataParallelTrainer,
   getBackend,
-  type ModelSpec,
   overlapPlan,
   randn,
   registerBackend,
   SGD,
   tensor,
   trainStep,
-  uniformValues,
-  writeFileAtomic,
 } from "../mod.ts";
+import { builtinModels } from "../engine/models/mod.ts";
+import type { ModelSpec } from "../schedule/devices/mod.ts";
+import { uniformValues } from "../engine/mod.ts";
+import { writeFileAtomic } from "../engine/io/mod.ts";
 import {
   CATEGORY_LABELS,
   OP_CATEGORIES,

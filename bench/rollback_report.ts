@@ -21,16 +21,16 @@ import {
   type CpuBackend,
   DataParallelTrainer,
   getBackend,
-  hostParameterEntries,
-  layoutOf,
   overlapPlan,
   randn,
   sequentialPlan,
   SGD,
-  type StepFigures,
-  uniformValues,
-  writeFileAtomic,
 } from "../mod.ts";
+import { hostParameterEntries } from "../schedule/runtime/host_parameters.ts";
+import { layoutOf } from "../schedule/devices/mod.ts";
+import type { StepFigures } from "../schedule/runtime/mod.ts";
+import { uniformValues } from "../engine/mod.ts";
+import { writeFileAtomic } from "../engine/io/mod.ts";
 import { cpuKernelsLabel } from "./backend_label.ts";
 import { buildModel } from "../schedule/devices/model_spec.ts";
 

@@ -16,28 +16,22 @@
  */
 
 import {
-  averageInDeviceOrder,
-  calibrateProfile,
   type CpuBackend,
   DataParallelTrainer,
   getBackend,
-  groupTotals,
-  type LinkSpec,
-  measureProfile,
-  type ModelSpec,
   overlapPlan,
-  parseLink,
   type Plan,
-  type Profile,
   randn,
   sequentialPlan,
   SGD,
-  simulate,
-  spanKind,
-  type TraceSpan,
-  uniformValues,
-  writeFileAtomic,
 } from "../mod.ts";
+import { averageInDeviceOrder } from "../schedule/runtime/host_parameters.ts";
+import { calibrateProfile, measureProfile, type Profile, simulate } from "../schedule/simulator/mod.ts";
+import { groupTotals } from "../schedule/simulator/profile.ts";
+import { type LinkSpec, parseLink, spanKind, type TraceSpan } from "../schedule/runtime/mod.ts";
+import type { ModelSpec } from "../schedule/devices/mod.ts";
+import { uniformValues } from "../engine/mod.ts";
+import { writeFileAtomic } from "../engine/io/mod.ts";
 import { type RunsReportInput, writeRunsReport } from "../cli/report.ts";
 import { cpuKernelsLabel } from "./backend_label.ts";
 import { buildModel } from "../schedule/devices/model_spec.ts";

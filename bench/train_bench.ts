@@ -21,8 +21,8 @@ import {
   SGD,
   tensor,
   trainStep,
-  uniformValues,
 } from "../mod.ts";
+import { uniformValues } from "../engine/mod.ts";
 
 const BATCH = 64;
 

@@ -8,17 +8,8 @@
  */
 
 import { createWebGpuBackend } from "../backends/webgpu/backend.ts";
-import {
-  cifarQuick,
-  ops,
-  randn,
-  registerBackend,
-  setBackend,
-  SGD,
-  tensor,
-  trainStep,
-  uniformValues,
-} from "../mod.ts";
+import { cifarQuick, ops, randn, registerBackend, setBackend, SGD, tensor, trainStep } from "../mod.ts";
+import { uniformValues } from "../engine/mod.ts";
 
 const gpu = await createWebGpuBackend();
 if (gpu) registerBackend(gpu);

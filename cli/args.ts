@@ -5,21 +5,17 @@
  */
 
 import { parseArgs } from "node:util";
+import { type Network, summarize, ValueError } from "../mod.ts";
+import { builtinModels } from "../engine/models/mod.ts";
 import {
-  builtinModels,
   deviceCapacity,
-  inspectMpiLaunch,
   type MachineSize,
   machineSize,
-  type MpiDetection,
-  type MpiLaunch,
-  type Network,
   parseLink,
-  summarize,
-  ValueError,
   WIRE_FORMATS,
   type WireFormat,
-} from "../mod.ts";
+} from "../schedule/runtime/mod.ts";
+import { inspectMpiLaunch, type MpiDetection, type MpiLaunch } from "../schedule/mpi/mod.ts";
 import { MAX_SYNTHETIC_ELEMENTS, resolveDataPaths, syntheticShape } from "./data.ts";
 import { CliError, closest } from "./errors.ts";
 import { DEFAULT_OUTPUT_FOLDER, resolveUserPath, userDirectory } from "./paths.ts";

@@ -5,17 +5,14 @@
  */
 
 import {
-  type CaffeTransform,
-  channelMean,
-  FASHION_MNIST_CLASSES,
   type ImageDataset,
   loadFashionMnistSplit,
   loadMnistDigitsSplit,
-  readCifar10,
-  readMnistIdx,
   splitDataset,
   syntheticDataset,
 } from "../mod.ts";
+import type { CaffeTransform } from "../engine/caffe/mod.ts";
+import { channelMean, FASHION_MNIST_CLASSES, readCifar10, readMnistIdx } from "../engine/data/mod.ts";
 import { CliError, closest } from "./errors.ts";
 
 /** Training and held-out images plus the preprocessing both loaders apply. */

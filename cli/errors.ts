@@ -5,7 +5,8 @@
  * @module
  */
 
-import { CheckpointError, editDistance, TandemError } from "../mod.ts";
+import { CheckpointError, TandemError } from "../mod.ts";
+import { editDistance } from "../engine/errors.ts";
 import { showUserPaths } from "./paths.ts";
 
 /** Exit status of a bad command line (as getopt-style tools use). */

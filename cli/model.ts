@@ -6,17 +6,10 @@
  */
 
 import { basename } from "node:path";
-import {
-  buildModel,
-  type BuiltinModelName,
-  builtinModels,
-  type CaffeImport,
-  type CaffeTransform,
-  importCaffeNet,
-  type ModelSpec,
-  type Network,
-  TandemError,
-} from "../mod.ts";
+import { type Network, TandemError } from "../mod.ts";
+import { buildModel, type ModelSpec } from "../schedule/devices/mod.ts";
+import { type BuiltinModelName, builtinModels } from "../engine/models/mod.ts";
+import { type CaffeImport, type CaffeTransform, importCaffeNet } from "../engine/caffe/mod.ts";
 import { type LoadedImages, loadImages, syntheticShape } from "./data.ts";
 import { CliError, closest } from "./errors.ts";
 

@@ -8,7 +8,7 @@
  */
 
 import { basename, dirname, join } from "node:path";
-import { checkOutputPath, OutputPathError, type OutputTarget } from "../mod.ts";
+import { checkOutputPath, OutputPathError, type OutputTarget } from "../engine/io/mod.ts";
 import type { TrainArgs } from "./args.ts";
 import { CliError } from "./errors.ts";
 import { snapshotPath, snapshotStep } from "./snapshots.ts";

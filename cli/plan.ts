@@ -6,19 +6,11 @@
  */
 
 import { basename } from "node:path";
-import {
-  accumulatedProfile,
-  autoSchedule,
-  builtinSchedule,
-  DEFAULT_LINK,
-  layoutOf,
-  type LinkSpec,
-  loadSchedule,
-  measureProfile,
-  type ModelSpec,
-  type Network,
-  type Plan,
-} from "../mod.ts";
+import { autoSchedule, builtinSchedule, type Network, type Plan } from "../mod.ts";
+import { accumulatedProfile, DEFAULT_LINK, measureProfile } from "../schedule/simulator/mod.ts";
+import { layoutOf, type ModelSpec } from "../schedule/devices/mod.ts";
+import type { LinkSpec } from "../schedule/runtime/mod.ts";
+import { loadSchedule } from "../schedule/mod.ts";
 import { SCHEDULE_NAMES, type TrainArgs } from "./args.ts";
 import { CliError, closest } from "./errors.ts";
 

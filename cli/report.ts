@@ -5,7 +5,8 @@
  * @module
  */
 
-import { type TraceSpan, writeFileAtomic } from "../mod.ts";
+import type { TraceSpan } from "../schedule/runtime/mod.ts";
+import { writeFileAtomic } from "../engine/io/mod.ts";
 
 /** One training step's figures. */
 export interface StepPoint {

@@ -8,7 +8,8 @@
  * @module
  */
 
-import { loadSafetensors, type MpiTransport, type SafetensorsFile } from "../mod.ts";
+import { loadSafetensors, type SafetensorsFile } from "../engine/io/mod.ts";
+import type { MpiTransport } from "../schedule/mpi/mod.ts";
 import { parseTrainArgs, type TrainArgs } from "./args.ts";
 import { CliError } from "./errors.ts";
 

@@ -11,37 +11,35 @@
  */
 
 import {
-  BackendDevice,
-  type CaffeLayerWeights,
   createWebGpuBackend,
   DataLoader,
   DataParallelTrainer,
-  detectMpiLaunch,
   DivergenceError,
   evaluate,
   formatSummary,
   loadCaffeWeights,
   loadCheckpoint,
-  medianFigures,
-  type ModelSpec,
-  MpiTransport,
   type Network,
-  type ParameterEntry,
-  type ParameterLayout,
-  parseCaffeModel,
-  parseLink,
   type Plan,
-  residualTensors,
-  resumeResiduals,
   saveCheckpoint,
   SGD,
-  type StepFigures,
   summarize,
   tensor,
   TraceRecorder,
   validatePlan,
-  writeFileAtomic,
 } from "../mod.ts";
+import { BackendDevice, type ModelSpec, type ParameterLayout } from "../schedule/devices/mod.ts";
+import { type CaffeLayerWeights, parseCaffeModel } from "../engine/caffe/mod.ts";
+import { detectMpiLaunch, MpiTransport } from "../schedule/mpi/mod.ts";
+import {
+  medianFigures,
+  parseLink,
+  residualTensors,
+  resumeResiduals,
+  type StepFigures,
+} from "../schedule/runtime/mod.ts";
+import type { ParameterEntry } from "../engine/nn/mod.ts";
+import { writeFileAtomic } from "../engine/io/mod.ts";
 import { checkDeviceCount, DEFAULTS, helpText, parseTrainArgs } from "./args.ts";
 import { fitToModel, loadImages } from "./data.ts";
 import { CliError, describeError, EXIT_FAILURE, EXIT_USAGE } from "./errors.ts";

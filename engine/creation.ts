@@ -229,7 +229,8 @@ export function uniform(
  *
  * @example
  * ```ts
- * import { CpuBackend, fromStorage } from "../mod.ts";
+ * import { CpuBackend } from "../mod.ts";
+ * import { fromStorage } from "./creation.ts";
  * const cpu = new CpuBackend();
  * const shared = new Float32Array(new SharedArrayBuffer(16));
  * const t = fromStorage(cpu, cpu.wrap(shared), [4]);

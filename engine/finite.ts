@@ -14,7 +14,8 @@ import type { Tensor } from "./tensor.ts";
  *
  * @example
  * ```ts
- * import { firstNonFinite, tensor } from "../mod.ts";
+ * import "../mod.ts"; // registers the CPU backend
+ * import { firstNonFinite, tensor } from "./mod.ts";
  * console.log(await firstNonFinite(tensor([1, NaN]))); // 1
  * ```
  */
@@ -45,7 +46,8 @@ export interface NonFiniteValue {
  *
  * @example
  * ```ts
- * import { findNonFinite, tensor } from "../mod.ts";
+ * import "../mod.ts"; // registers the CPU backend
+ * import { findNonFinite, tensor } from "./mod.ts";
  * const bad = await findNonFinite([{ name: "w", tensor: tensor([0, Infinity]) }]);
  * console.log(bad); // { name: "w", index: 1, value: Infinity }
  * ```

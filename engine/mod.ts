@@ -1,9 +1,18 @@
 /**
- * The engine: tensors, autograd, memory scopes and ops, independent of any concrete backend.
+ * The whole engine in one import: tensors and their creation, autograd, memory scopes, the `ops`
+ * namespace, layers, optimizers, checkpoints, data, the model zoo, Caffe import and the training
+ * loops, independent of any concrete backend. The narrower entries (`./nn`, `./optim`, `./io`,
+ * `./data`, `./models`, `./caffe`) export the same symbols area by area; this one adds what has no
+ * area of its own: autograd passes, seeded random values, non-finite checks and replica steps.
  *
  * @example
  * ```ts
- * import { ops, tensor } from "./mod.ts";
+ * import "../mod.ts"; // registers the CPU backend
+ * import { findNonFinite, ops, tensor, uniformValues, valueAndGrad } from "./mod.ts";
+ *
+ * const x = tensor(Array.from(uniformValues(4, { seed: 1 })));
+ * const { value, grads } = valueAndGrad((t) => ops.sum(ops.mul(t, t)))(x);
+ * console.log(await value.item(), await findNonFinite([{ name: "dx", tensor: grads[0] }])); // …, undefined
  * ```
  *
  * @module
@@ -12,7 +21,6 @@
 export { Tensor } from "./tensor.ts";
 export {
   type CreationOptions,
-  fromStorage,
   full,
   type NestedArray,
   ones,
@@ -24,13 +32,12 @@ export {
   uniform,
   zeros,
 } from "./creation.ts";
-export { manualSeed, normalValues, philox4x32, type RandomKey, uniformValues } from "./random.ts";
+export { manualSeed, normalValues, type RandomKey, uniformValues } from "./random.ts";
 export {
   type BackwardFn,
   type BackwardOptions,
   BackwardPass,
   backwardPass,
-  GradNode,
   valueAndGrad,
 } from "./autograd.ts";
 export {
@@ -43,91 +50,9 @@ export {
   setBackend,
   tidy,
 } from "./context.ts";
-export {
-  DisposedError,
-  editDistance,
-  NonFiniteError,
-  ShapeError,
-  TandemError,
-  ValueError,
-} from "./errors.ts";
-export * as ops from "./ops/mod.ts";
+export { DisposedError, NonFiniteError, ShapeError, TandemError, ValueError } from "./errors.ts";
 export { findNonFinite, firstNonFinite, type NonFiniteValue } from "./finite.ts";
-export {
-  Adam,
-  type AdamHyper,
-  type AdamOptions,
-  checkLrPolicy,
-  disposeOptimizerState,
-  type HyperBase,
-  learningRate,
-  type LrPolicy,
-  Optimizer,
-  type OptimizerState,
-  type OptimizerStateInfo,
-  type PackedSlot,
-  type PackedStateHeader,
-  packOptimizerState,
-  SGD,
-  type SgdHyper,
-  type SgdOptions,
-  type StepOptions,
-  unpackOptimizerState,
-  type UpdateContext,
-} from "./optim/mod.ts";
-export {
-  CHECKPOINT_FORMAT,
-  type CheckpointContents,
-  decodeSafetensors,
-  encodeSafetensors,
-  type HostTensor,
-  hostTensorToTensor,
-  loadCheckpoint,
-  type LoadCheckpointOptions,
-  type LoadedCheckpoint,
-  loadSafetensors,
-  MAX_HEADER_BYTES,
-  MAX_HEADER_DEPTH,
-  MAX_METADATA_JSON_DEPTH,
-  type SafetensorsArray,
-  type SafetensorsDType,
-  type SafetensorsFile,
-  saveCheckpoint,
-  saveSafetensors,
-  type TensorCollection,
-  type TensorSource,
-} from "./io/safetensors.ts";
-export { checkOutputPath, type OutputTarget, resolveOutputPath, writeFileAtomic } from "./io/atomic.ts";
-export { CheckpointError, OutputPathError, SafetensorsError } from "./io/errors.ts";
-export { type Filler, fillerValues, streamOf, type VarianceNorm } from "./nn/init.ts";
-export { type ForwardContext, type LayerDescription, Module, type ParameterOptions } from "./nn/module.ts";
-export type { ParameterEntry } from "./nn/parameter.ts";
-export {
-  AvgPool2d,
-  Conv2d,
-  type Conv2dLayerOptions,
-  Dropout,
-  Flatten,
-  Linear,
-  LRN,
-  MaxPool2d,
-  type Multipliers,
-  Pool2dLayer,
-  type PoolLayerOptions,
-  ReLU,
-  Sequential,
-  type SequentialLayers,
-  type WeightedLayerOptions,
-} from "./nn/layers.ts";
-export { Network } from "./nn/network.ts";
-export {
-  formatSummary,
-  type GroupTotals,
-  type NetworkSummary,
-  summarize,
-  type SummaryRow,
-} from "./nn/summary.ts";
-export * from "./data/mod.ts";
+export * as ops from "./ops/mod.ts";
 export {
   countCorrect,
   evaluate,
@@ -142,40 +67,9 @@ export {
   type TrainStepOptions,
 } from "./train/trainer.ts";
 export { averageGradients, replicaStep, type ReplicaStepOptions } from "./train/replica_step.ts";
-export {
-  alexnet,
-  alexnetLike,
-  type AlexnetLikeOptions,
-  type BuiltinModel,
-  type BuiltinModelName,
-  builtinModels,
-  caffenet,
-  cifarQuick,
-  lenet,
-  type ModelOptions,
-} from "./models/mod.ts";
-export {
-  type CaffeBlob,
-  type CaffeImport,
-  CaffeImportError,
-  type CaffeImportOptions,
-  type CaffeLayerWeights,
-  CaffeModelError,
-  caffeModuleName,
-  type CaffePhase,
-  type CaffeTransform,
-  importCaffeNet,
-  loadCaffeModel,
-  loadCaffeNet,
-  loadCaffeWeights,
-  type LoadCaffeWeightsOptions,
-  MAX_CAFFEMODEL_BYTES,
-  MAX_CAFFEMODEL_DEPTH,
-  MAX_PROTOTXT_DEPTH,
-  parseCaffeModel,
-  parsePrototxt,
-  PrototxtError,
-  type PrototxtField,
-  PrototxtMessage,
-  type PrototxtScalar,
-} from "./caffe/mod.ts";
+export * from "./nn/mod.ts";
+export * from "./optim/mod.ts";
+export * from "./io/mod.ts";
+export * from "./data/mod.ts";
+export * from "./models/mod.ts";
+export * from "./caffe/mod.ts";

@@ -7,7 +7,8 @@
  * @module
  */
 
-import { channelMean, cifarQuick, DataLoader, fit, SGD, splitDataset, syntheticDataset } from "../mod.ts";
+import { cifarQuick, DataLoader, fit, SGD, splitDataset, syntheticDataset } from "../mod.ts";
+import { channelMean } from "../engine/data/mod.ts";
 
 const epochs = Number(Deno.args[0] ?? 5);
 const data = syntheticDataset({ count: 3000, classes: 10, channels: 3, height: 32, width: 32, seed: 7 });

@@ -7,7 +7,8 @@
  * @module
  */
 
-import { noGrad, ops, randn, type Tensor, tensor, tidy, uniformValues, zeros } from "../mod.ts";
+import { noGrad, ops, randn, type Tensor, tensor, tidy, zeros } from "../mod.ts";
+import { uniformValues } from "../engine/mod.ts";
 
 const imageSize = 16;
 const classes = 4;

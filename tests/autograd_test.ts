@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import {
-  backwardPass,
   DisposedError,
   memory,
   noGrad,
@@ -13,6 +12,7 @@ import {
   valueAndGrad,
   zeros,
 } from "../mod.ts";
+import { backwardPass } from "../engine/mod.ts";
 
 /** A small AlexNet-shaped network: conv part then FC part, as the schedule runtime sees it. */
 function makeNetwork(seed: number) {

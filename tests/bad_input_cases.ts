@@ -4,7 +4,7 @@
  * words its one-line message must hold. `writeFixtures` builds every file in a temporary directory.
  */
 
-import { decodeSafetensors, encodeSafetensors, type HostTensor } from "../mod.ts";
+import { decodeSafetensors, encodeSafetensors, type HostTensor } from "../engine/io/mod.ts";
 import { BOOLEAN_FLAGS, STRING_FLAGS } from "../cli/args.ts";
 import protobuf from "protobufjs";
 

@@ -7,7 +7,8 @@
 import assert from "node:assert/strict";
 import protobuf from "protobufjs";
 import "../mod.ts";
-import { CaffeModelError, importCaffeNet, loadCaffeWeights, parseCaffeModel } from "../mod.ts";
+import { loadCaffeWeights } from "../mod.ts";
+import { CaffeModelError, importCaffeNet, parseCaffeModel } from "../engine/caffe/mod.ts";
 
 // Caffe's messages with Caffe's field numbers; the Unpacked* copies write `data` one fixed32 per
 // value (proto2's default), as old Caffe files may.
@@ -229,7 +230,7 @@ Deno.test("caffemodel: --weights fine-tunes from the file's values (train comman
     };
     const [a, b] = [await run("1"), await run("2")];
     assert.equal(a, b, "the initial parameters came from the seed, not the file");
-    const { loadSafetensors } = await import("../mod.ts");
+    const { loadSafetensors } = await import("../engine/io/mod.ts");
     const { tensors } = await loadSafetensors(`${dir}/c1.safetensors`);
     for (const [name, want] of Object.entries(W)) {
       assert.deepEqual([...tensors.get(name)!.data as Float32Array], [...new Float32Array(want.data)], name);

@@ -9,7 +9,8 @@ import assert from "node:assert/strict";
 import { fitToModel, MAX_SYNTHETIC_ELEMENTS, syntheticShape } from "../cli/data.ts";
 import { CliError } from "../cli/errors.ts";
 import { chooseModel, NEEDS_INPUT_SHAPE } from "../cli/model.ts";
-import { DataLoader, type ImageDataset, importCaffeNet } from "../mod.ts";
+import { DataLoader, type ImageDataset } from "../mod.ts";
+import { importCaffeNet } from "../engine/caffe/mod.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "tandem_cli_data_test_" });
 

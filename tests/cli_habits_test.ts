@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { helpText, parseTrainArgs, SCHEDULE_NAMES, type TrainArgs } from "../cli/args.ts";
 import { choosePlan } from "../cli/plan.ts";
 import { userDirectory } from "../cli/paths.ts";
-import { buildModel, type ModelSpec } from "../mod.ts";
+import { buildModel, type ModelSpec } from "../schedule/devices/mod.ts";
 import { signalOnceTraining } from "./fixtures/process.ts";
 
 const decoder = new TextDecoder();

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { loadCheckpoint, type ParameterEntry, saveCheckpoint, SGD, tensor, trainStep } from "../mod.ts";
+import { loadCheckpoint, saveCheckpoint, SGD, tensor, trainStep } from "../mod.ts";
+import type { ParameterEntry } from "../engine/nn/mod.ts";
 import { autoSchedule } from "../schedule/simulator/auto.ts";
 import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import { measureProfile } from "../schedule/simulator/measure.ts";

@@ -4,7 +4,6 @@ import {
   type Batch,
   channelMean,
   checkDataset,
-  CIFAR10_RECORD_BYTES,
   DataError,
   DataLoader,
   type ImageDataset,
@@ -22,6 +21,7 @@ import {
   splitDataset,
   syntheticDataset,
 } from "../engine/data/mod.ts";
+import { CIFAR10_RECORD_BYTES } from "../engine/data/cifar.ts";
 import { tempDirs } from "./fixtures/process.ts";
 
 // ---------------------------------------------------------------------------------------------

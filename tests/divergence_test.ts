@@ -9,17 +9,10 @@
  */
 
 import assert from "node:assert/strict";
-import {
-  CheckpointError,
-  findNonFinite,
-  loadCheckpoint,
-  loadSafetensors,
-  type ParameterEntry,
-  saveCheckpoint,
-  saveSafetensors,
-  SGD,
-  tensor,
-} from "../mod.ts";
+import { CheckpointError, loadCheckpoint, saveCheckpoint, SGD, tensor } from "../mod.ts";
+import { findNonFinite } from "../engine/mod.ts";
+import { loadSafetensors, saveSafetensors } from "../engine/io/mod.ts";
+import type { ParameterEntry } from "../engine/nn/mod.ts";
 import { firstNonFiniteIndex } from "../backends/cpu/elementwise.ts";
 import { createWebGpuBackend } from "../backends/webgpu/backend.ts";
 import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";

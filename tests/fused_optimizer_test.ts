@@ -1,15 +1,7 @@
 import assert from "node:assert/strict";
-import {
-  Adam,
-  type Backend,
-  CpuBackend,
-  type Optimizer,
-  type ParameterEntry,
-  randn,
-  registerBackend,
-  setBackend,
-  SGD,
-} from "../mod.ts";
+import { Adam, CpuBackend, type Optimizer, randn, registerBackend, setBackend, SGD } from "../mod.ts";
+import type { Backend } from "../backends/mod.ts";
+import type { ParameterEntry } from "../engine/nn/mod.ts";
 
 /** The CPU backend without its fused updates, so optimizers take the composed-ops path. */
 const composed: Backend = Object.assign(Object.create(new CpuBackend()), {

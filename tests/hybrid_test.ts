@@ -6,7 +6,9 @@
 
 import assert from "node:assert/strict";
 import type { WebGpuBackend } from "../backends/webgpu/backend.ts";
-import { DivergenceError, type Optimizer, type ParameterEntry, SGD, type Storage } from "../mod.ts";
+import { DivergenceError, type Optimizer, SGD } from "../mod.ts";
+import type { ParameterEntry } from "../engine/nn/mod.ts";
+import type { Storage } from "../backends/mod.ts";
 import type { BackendDevice } from "../schedule/devices/backend_device.ts";
 import { type Device, DeviceError } from "../schedule/devices/device.ts";
 import { layoutOf } from "../schedule/devices/parameter_layout.ts";

@@ -9,21 +9,13 @@
 import assert from "node:assert/strict";
 import { checkDeviceCount, parseTrainArgs } from "../cli/args.ts";
 import { buildLocal, chooseModel } from "../cli/model.ts";
-import {
-  decodeSafetensors,
-  detectMpiLaunch,
-  DEVICE_COST,
-  deviceCapacity,
-  inspectMpiLaunch,
-  MAX_PROTOTXT_DEPTH,
-  parseLink,
-  parsePrototxt,
-  parseSchedule,
-  PrototxtError,
-  SafetensorsError,
-  ScheduleError,
-  ValueError,
-} from "../mod.ts";
+import { parseSchedule, ScheduleError, ValueError } from "../mod.ts";
+import { decodeSafetensors, SafetensorsError } from "../engine/io/mod.ts";
+import { detectMpiLaunch, inspectMpiLaunch } from "../schedule/mpi/mod.ts";
+import { DEVICE_COST } from "../schedule/runtime/start.ts";
+import { deviceCapacity, parseLink } from "../schedule/runtime/mod.ts";
+import { MAX_PROTOTXT_DEPTH } from "../engine/caffe/prototxt.ts";
+import { parsePrototxt, PrototxtError } from "../engine/caffe/mod.ts";
 import { CliError } from "../cli/errors.ts";
 
 const GB = 1e9, MB = 1e6;
@@ -207,7 +199,7 @@ Deno.test({
   name: "mpi detection: a process mpirun starts is a launch; the same variables after mpirun ended are not",
   ignore: !mpirun,
   fn: async () => {
-    const script = `import { inspectMpiLaunch } from "${new URL("../mod.ts", import.meta.url)}";
+    const script = `import { inspectMpiLaunch } from "${new URL("../schedule/mpi/mod.ts", import.meta.url)}";
       console.log(JSON.stringify({ detection: inspectMpiLaunch(), env: Deno.env.toObject() }));`;
     const output = await new Deno.Command("mpirun", {
       args: ["--allow-run-as-root", "-np", "1", Deno.execPath(), "eval", "--no-check", script],

@@ -5,14 +5,9 @@
 
 import assert from "node:assert/strict";
 import { parseTrainArgs } from "../cli/args.ts";
-import {
-  DataParallelTrainer,
-  detectMpiLaunch,
-  hybridPlan,
-  MpiError,
-  MpiLibrary,
-  overlapPlan,
-} from "../mod.ts";
+import { DataParallelTrainer, hybridPlan, overlapPlan } from "../mod.ts";
+import { detectMpiLaunch, MpiError } from "../schedule/mpi/mod.ts";
+import { MpiLibrary } from "../schedule/mpi/library.ts";
 import {
   type OptimizerName,
   RESUME_STEP,

@@ -10,17 +10,9 @@
  */
 
 import assert from "node:assert/strict";
-import {
-  CpuBackend,
-  getBackend,
-  type MatmulSpec,
-  ops,
-  randn,
-  SGD,
-  tensor,
-  tidy,
-  uniformValues,
-} from "../mod.ts";
+import { CpuBackend, getBackend, ops, randn, SGD, tensor, tidy } from "../mod.ts";
+import type { MatmulSpec } from "../backends/mod.ts";
+import { uniformValues } from "../engine/mod.ts";
 import {
   categoryOf,
   conv2dFlops,

@@ -5,7 +5,8 @@
  */
 
 import assert from "node:assert/strict";
-import { checkOutputPath, OutputPathError, resolveOutputPath, TandemError, writeFileAtomic } from "../mod.ts";
+import { TandemError } from "../mod.ts";
+import { checkOutputPath, OutputPathError, resolveOutputPath, writeFileAtomic } from "../engine/io/mod.ts";
 
 const encode = (text: string) => new TextEncoder().encode(text);
 const root = Deno.uid() === 0;

@@ -17,13 +17,13 @@ import assert from "node:assert/strict";
 import {
   DataParallelTrainer,
   DeviceError,
-  type HostBatch,
   overlapPlan,
   type Plan,
-  type ReductionMode,
   sequentialPlan,
   TraceRecorder,
 } from "../mod.ts";
+import type { HostBatch } from "../schedule/runtime/mod.ts";
+import type { ReductionMode } from "../schedule/mod.ts";
 import {
   networks,
   probeWebGpu,

@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
-import { manualSeed, normalValues, philox4x32, randn, uniform, uniformValues, ValueError } from "../mod.ts";
+import { manualSeed, randn, uniform, ValueError } from "../mod.ts";
+import { normalValues, uniformValues } from "../engine/mod.ts";
+import { philox4x32 } from "../engine/random.ts";
 
 Deno.test("Philox4x32-10 matches the Random123 known-answer vectors", () => {
   const hex = (w: Uint32Array) => [...w].map((v) => v.toString(16).padStart(8, "0"));

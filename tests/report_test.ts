@@ -19,7 +19,7 @@
 
 import assert from "node:assert/strict";
 import { type LabelledSpans, laneColour, laneKind, renderReport, renderRunsReport } from "../cli/report.ts";
-import type { TraceSpan } from "../mod.ts";
+import type { TraceSpan } from "../schedule/runtime/mod.ts";
 
 const CHROMIUM = "/usr/bin/chromium";
 

@@ -5,17 +5,11 @@
  */
 
 import assert from "node:assert/strict";
-import {
-  DataParallelTrainer,
-  loadSafetensors,
-  overlapPlan,
-  type Plan,
-  type ReductionMode,
-  RESIDUAL_PREFIX,
-  residualsOf,
-  residualTensors,
-  resumeResiduals,
-} from "../mod.ts";
+import { DataParallelTrainer, overlapPlan, type Plan } from "../mod.ts";
+import { loadSafetensors } from "../engine/io/mod.ts";
+import type { ReductionMode } from "../schedule/mod.ts";
+import { RESIDUAL_PREFIX } from "../schedule/runtime/residuals.ts";
+import { residualsOf, residualTensors, resumeResiduals } from "../schedule/runtime/mod.ts";
 import { hybridPlan } from "../schedule/plan/builtins.ts";
 import {
   bits,

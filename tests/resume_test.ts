@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { loadSafetensors } from "../mod.ts";
+import { loadSafetensors } from "../engine/io/mod.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "tandem_resume_test_" });
 const RUN = ["--model", "lenet", "--data", "synthetic", "--devices", "2", "--seed", "5", "--json"];

@@ -18,11 +18,11 @@ import {
   scheduleBuilder,
   ScheduleError,
   sequentialPlan,
-  stepFigures,
   stepLabel,
-  TraceRecorder,
   validatePlan,
 } from "../schedule/mod.ts";
+import { stepFigures } from "../schedule/runtime/mod.ts";
+import { TraceRecorder } from "../mod.ts";
 
 const GROUPS = ["fc", "conv"] as const;
 const SEED =

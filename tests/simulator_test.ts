@@ -1,31 +1,32 @@
 import assert from "node:assert/strict";
 import { ValueError } from "../engine/errors.ts";
-import { measureProfile } from "../mod.ts";
-import { tinyAlexNet } from "./fixtures/networks.ts";
+import { autoSchedule } from "../mod.ts";
 import {
   accumulatedProfile,
-  activationCollectiveSeconds,
   alexnetScalingTable,
-  autoSchedule,
   checkProfile,
-  commStepSeconds,
   type CostOptions,
-  dependenciesOf,
-  groupTotals,
   hybridCandidate,
-  hybridPlan,
   hybridTraffic,
   judgeNetwork,
   type LayerProfile,
-  overlapPlan,
-  parseSchedule,
+  measureProfile,
   type Profile,
   regroupProfile,
+  simulate,
+  STANDARD_LINKS,
+} from "../schedule/simulator/mod.ts";
+import { activationCollectiveSeconds, commStepSeconds } from "../schedule/simulator/simulator.ts";
+import { groupTotals } from "../schedule/simulator/profile.ts";
+import { tinyAlexNet } from "./fixtures/networks.ts";
+import {
+  dependenciesOf,
+  hybridPlan,
+  overlapPlan,
+  parseSchedule,
   scheduleBuilder,
   ScheduleError,
   sequentialPlan,
-  simulate,
-  STANDARD_LINKS,
   stepLabel,
   validatePlan,
 } from "../schedule/mod.ts";

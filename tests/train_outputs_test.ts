@@ -5,7 +5,8 @@
  */
 
 import assert from "node:assert/strict";
-import { loadSafetensors, syntheticDataset } from "../mod.ts";
+import { syntheticDataset } from "../mod.ts";
+import { loadSafetensors } from "../engine/io/mod.ts";
 import { fitToModel } from "../cli/data.ts";
 import { CliError } from "../cli/errors.ts";
 import { signalOnceTraining } from "./fixtures/process.ts";

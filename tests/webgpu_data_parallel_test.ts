@@ -9,7 +9,9 @@
 
 import assert from "node:assert/strict";
 import type { TransferEvent, WebGpuBackend } from "../backends/webgpu/backend.ts";
-import { loadCheckpoint, type Optimizer, type ParameterEntry, saveCheckpoint, type Storage } from "../mod.ts";
+import { loadCheckpoint, type Optimizer, saveCheckpoint } from "../mod.ts";
+import type { ParameterEntry } from "../engine/nn/mod.ts";
+import type { Storage } from "../backends/mod.ts";
 import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import { type Device, DeviceError } from "../schedule/devices/device.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";

@@ -16,8 +16,8 @@ import {
   type Tensor,
   tensor,
   trainStep,
-  uniformValues,
 } from "../mod.ts";
+import { uniformValues } from "../engine/mod.ts";
 import { tinyAlexNet } from "./fixtures/networks.ts";
 
 const gpu: WebGpuBackend | null = await createWebGpuBackend();

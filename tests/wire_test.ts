@@ -7,25 +7,17 @@
 
 import assert from "node:assert/strict";
 import { helpText, parseTrainArgs } from "../cli/args.ts";
+import { DataParallelTrainer, overlapPlan, type Plan, sequentialPlan, SGD, TraceRecorder } from "../mod.ts";
 import {
   bf16Bits,
   compressGradients,
-  DataParallelTrainer,
   decodeGradients,
-  type Device,
   fp16Bits,
-  overlapPlan,
-  type ParameterLayout,
-  parseLink,
-  parseWire,
-  type Plan,
   quantizeGradients,
-  type ReductionMode,
-  sequentialPlan,
-  SGD,
-  TraceRecorder,
-  type WireFormat,
-} from "../mod.ts";
+} from "../schedule/runtime/wire.ts";
+import type { Device, ParameterLayout } from "../schedule/devices/mod.ts";
+import { parseLink, parseWire, type WireFormat } from "../schedule/runtime/mod.ts";
+import type { ReductionMode } from "../schedule/mod.ts";
 import { sharedFloats } from "../schedule/devices/parameter_layout.ts";
 import type { ExchangeContext } from "../schedule/runtime/exchange.ts";
 import { ResidentExchange } from "../schedule/runtime/resident_exchange.ts";

@@ -24,18 +24,16 @@ import {
   autoSchedule,
   builtinSchedule,
   DataParallelTrainer,
-  layoutOf,
-  measureProfile,
-  type ModelSpec,
-  MpiTransport,
   type Plan,
   randn,
   SGD,
-  spanKind,
   TraceRecorder,
-  uniformValues,
-  type WireFormat,
 } from "../../mod.ts";
+import { layoutOf, type ModelSpec } from "../../schedule/devices/mod.ts";
+import { measureProfile } from "../../schedule/simulator/mod.ts";
+import { MpiTransport } from "../../schedule/mpi/mod.ts";
+import { spanKind, type WireFormat } from "../../schedule/runtime/mod.ts";
+import { uniformValues } from "../../engine/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
 
 /** What one run does. */

@@ -16,18 +16,17 @@
  */
 
 import { parseArgs } from "node:util";
+import { CpuBackend, type Plan } from "../../mod.ts";
 import {
   calibrateProfile,
-  CpuBackend,
-  groupTotals,
   measureProfile,
-  type Plan,
   type Profile,
   regroupProfile,
   simulate,
-  type WireFormat,
-  writeFileAtomic,
-} from "../../mod.ts";
+} from "../../schedule/simulator/mod.ts";
+import { groupTotals } from "../../schedule/simulator/profile.ts";
+import type { WireFormat } from "../../schedule/runtime/mod.ts";
+import { writeFileAtomic } from "../../engine/io/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
 import { DEFAULT_CHUNK_BYTES } from "../../schedule/mpi/exchange.ts";
 import {

@@ -10,7 +10,6 @@
 import { createWebGpuBackend } from "../../backends/webgpu/backend.ts";
 import {
   alexnet,
-  BackendDevice,
   cifarQuick,
   DataParallelTrainer,
   ops,
@@ -23,8 +22,9 @@ import {
   SGD,
   tensor,
   trainStep,
-  uniformValues,
 } from "../../mod.ts";
+import { BackendDevice } from "../../schedule/devices/mod.ts";
+import { uniformValues } from "../../engine/mod.ts";
 
 const smoke = Deno.args.includes("--smoke");
 const sizes = smoke ? [128, 256] : [256, 512, 1024, 2048, 4096];

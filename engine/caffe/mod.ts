@@ -29,12 +29,9 @@ export {
   loadCaffeModel,
   loadCaffeWeights,
   type LoadCaffeWeightsOptions,
-  MAX_CAFFEMODEL_BYTES,
-  MAX_CAFFEMODEL_DEPTH,
   parseCaffeModel,
 } from "./caffemodel.ts";
 export {
-  MAX_PROTOTXT_DEPTH,
   parsePrototxt,
   PrototxtError,
   type PrototxtField,

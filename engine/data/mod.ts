@@ -21,7 +21,6 @@ export { DataError } from "./errors.ts";
 export {
   channelMean,
   checkDataset,
-  DATA_STREAMS,
   type DatasetSplit,
   type ImageDataset,
   meanImage,
@@ -42,7 +41,6 @@ export {
 } from "./loader.ts";
 export {
   CIFAR10_CLASSES,
-  CIFAR10_RECORD_BYTES,
   CIFAR10_TEST_FILE,
   CIFAR10_TRAIN_FILES,
   readCifar10,
@@ -50,8 +48,6 @@ export {
 } from "./cifar.ts";
 export {
   FASHION_MNIST_CLASSES,
-  IDX_IMAGES_MAGIC,
-  IDX_LABELS_MAGIC,
   type IdxImages,
   type MnistIdxOptions,
   readIdxImages,

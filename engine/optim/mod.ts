@@ -13,13 +13,11 @@
 
 export { Adam, type AdamHyper, type AdamOptions } from "./adam.ts";
 export {
-  checkRange,
   type HyperBase,
   Optimizer,
   type OptimizerState,
   type OptimizerStateInfo,
   type StepOptions,
-  toLrPolicy,
   type UpdateContext,
 } from "./optimizer.ts";
 export { checkLrPolicy, learningRate, type LrPolicy } from "./lr_policy.ts";

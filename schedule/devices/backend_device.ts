@@ -100,7 +100,8 @@ interface ResidentState {
  *
  * @example
  * ```ts
- * import { BackendDevice, createWebGpuBackend, DataParallelTrainer, overlapPlan, SGD } from "../../mod.ts";
+ * import { createWebGpuBackend, DataParallelTrainer, overlapPlan, SGD } from "../../mod.ts";
+ * import { BackendDevice } from "./mod.ts";
  * // const trainer = await DataParallelTrainer.create({
  * //   model, plan: overlapPlan(["fc", "conv"]), optimizer: (p) => new SGD(p, { lr: 0.01 }),
  * //   startDevice: (index, model, layout) =>
