@@ -2,8 +2,9 @@
  * Side-by-side report: Tandem's CPU kernels and training step against the peers a user would pick
  * instead (TensorFlow.js 4.22.0 on its pure-JS CPU backend and on its WebAssembly backend, XNNPACK,
  * SIMD, one thread), all measured in this one run, plus the data-parallel schedule figures from
- * `bench/SCHEDULE.md` and `bench/ALEXNET_SCALING.md` (read, not rerun). Prints the tables and writes
- * `bench/RESULTS.md` atomically.
+ * `bench/SCHEDULE.md` and `bench/ALEXNET_SCALING.md` (read, not rerun: each only when its stamp is there
+ * and the code it measured is unchanged, else one line says why; `bench/stamp.ts`). Prints the tables
+ * and writes `bench/RESULTS.md` atomically, stamped at its top.
  *
  * Tandem appears as its default CPU backend (generated WebAssembly SIMD kernels, one thread per
  * core), the same kernels on one thread, on one thread with plain SIMD128 (no relaxed-SIMD fused
