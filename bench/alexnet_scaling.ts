@@ -16,6 +16,7 @@
 import { alexnet, summarize } from "../mod.ts";
 import { alexnetScalingTable, measureProfile, type Profile } from "../schedule/simulator/mod.ts";
 import { writeFileAtomic } from "../engine/io/mod.ts";
+import { measureStamp, stampBlock } from "./stamp.ts";
 
 /** Assumed sustained fp32 rate of one GPU: ~70% of an NVIDIA V100's 15.7 TFLOP/s peak. */
 const GPU_FLOPS = 11e12;
@@ -23,6 +24,11 @@ const GPU_FLOPS = 11e12;
 const GPU_MEMORY_BANDWIDTH = 900e9;
 const MEASURED_BATCH = 2, GPU_BATCH = 128;
 
+const stamp = await measureStamp({
+  file: "bench/ALEXNET_SCALING.md",
+  command: "npx deno task bench:alexnet",
+  sources: ["bench/alexnet_scaling.ts"],
+});
 const model = alexnet({ seed: 0 });
 const summary = summarize(model, model.inputShape);
 const measured = measureProfile(model, MEASURED_BATCH, { repeats: 1 });
@@ -48,11 +54,10 @@ const cpuRate = (3 * summary.flops * MEASURED_BATCH) / cpuSeconds;
 const text = [
   "# AlexNet 227×227 on 2–8 GPUs: simulator predictions",
   "",
-  `Profile: per-layer forward/backward times of Caffe's bvlc_alexnet measured ${
-    new Date().toISOString().slice(0, 10)
-  } on this machine's CPU backend at batch ${MEASURED_BATCH} (${
-    (cpuRate / 1e9).toFixed(1)
-  } GFLOP/s overall), each layer's ` +
+  stampBlock(stamp),
+  "",
+  `Profile: per-layer forward/backward times of Caffe's bvlc_alexnet measured on this machine's CPU ` +
+  `backend at batch ${MEASURED_BATCH} (${(cpuRate / 1e9).toFixed(1)} GFLOP/s overall), each layer's ` +
   `share kept and the total rescaled to an assumed GPU sustaining ${
     GPU_FLOPS / 1e12
   } TFLOP/s at batch ${GPU_BATCH} ` +

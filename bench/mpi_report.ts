@@ -32,12 +32,22 @@ import type { ReductionMode } from "../schedule/mod.ts";
 import { uniformValues } from "../engine/mod.ts";
 import { writeFileAtomic } from "../engine/io/mod.ts";
 import { cpuKernelsLabel } from "./backend_label.ts";
+import { type BenchStamp, measureStamp, readStamp, stampBlock, type StampRequest } from "./stamp.ts";
 import { localMpirunArguments } from "../cli/cluster.ts";
 
 const RANKS = 2;
+const STAMP: StampRequest = {
+  file: "bench/MPI.md",
+  command: "npx deno task bench:mpi",
+  sources: ["bench/mpi_report.ts", "bench/backend_label.ts"],
+};
+/** The stamp travels from the launching process to the ranks in this variable (see below). */
+const STAMP_VARIABLE = "TANDEM_BENCH_STAMP";
 
 if (!detectMpiLaunch()) {
-  // Started directly: run again as RANKS MPI processes on this machine.
+  // Started directly: run again as RANKS MPI processes on this machine. The stamp (with the peak,
+  // which needs every core) is taken here, before any rank runs, and handed to rank 0.
+  const stamp = await measureStamp(STAMP);
   try {
     const status = await new Deno.Command("mpirun", {
       args: [
@@ -48,7 +58,10 @@ if (!detectMpiLaunch()) {
         new URL(import.meta.url).pathname,
       ],
       // One host: shared memory between the ranks unless the caller chose otherwise.
-      env: { OMPI_MCA_btl: Deno.env.get("OMPI_MCA_btl") ?? "self,vader" },
+      env: {
+        OMPI_MCA_btl: Deno.env.get("OMPI_MCA_btl") ?? "self,vader",
+        [STAMP_VARIABLE]: `<!-- tandem-bench-stamp ${JSON.stringify(stamp)} -->`,
+      },
       stdin: "inherit",
       stdout: "inherit",
       stderr: "inherit",
@@ -170,13 +183,20 @@ async function inOneProcess(mode: ReductionMode, plan: Plan): Promise<StepFigure
   return figures;
 }
 
-say("# The MPI transport on this machine");
+/** Rank 0's stamp: the launcher's, or, started under mpirun by hand, its own (the peak then shares the cores). */
+async function rankStamp(): Promise<BenchStamp> {
+  const given = readStamp(Deno.env.get(STAMP_VARIABLE) ?? "");
+  return "missing" in given ? await measureStamp(STAMP) : given;
+}
+
+if (root) {
+  say("# The MPI transport on this machine");
+  say();
+  say(stampBlock(await rankStamp()));
+}
 say();
 say(
-  `Measured ${
-    new Date().toISOString().slice(0, 10)
-  } on ${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}, ` +
-    `Open MPI (${mpi.library.path}) with ${mpi.size} ranks on one host (shared-memory BTL \`vader\`), ` +
+  `Open MPI (${mpi.library.path}) with ${mpi.size} ranks on one host (shared-memory BTL \`vader\`), ` +
     `the ${
       cpuKernelsLabel(getBackend() as CpuBackend)
     }, one CPU device (a Worker) per rank. Written by \`bench/mpi_report.ts\`.`,

@@ -2,8 +2,9 @@
  * Side-by-side report: Tandem's CPU kernels and training step against the peers a user would pick
  * instead (TensorFlow.js 4.22.0 on its pure-JS CPU backend and on its WebAssembly backend, XNNPACK,
  * SIMD, one thread), all measured in this one run, plus the data-parallel schedule figures from
- * `bench/SCHEDULE.md` and `bench/ALEXNET_SCALING.md` (read, not rerun). Prints the tables and writes
- * `bench/RESULTS.md` atomically.
+ * `bench/SCHEDULE.md` and `bench/ALEXNET_SCALING.md` (read, not rerun: each only when its stamp is there
+ * and the code it measured is unchanged, else one line says why; `bench/stamp.ts`). Prints the tables
+ * and writes `bench/RESULTS.md` atomically, stamped at its top.
  *
  * Tandem appears as its default CPU backend (generated WebAssembly SIMD kernels, one thread per
  * core), the same kernels on one thread, on one thread with plain SIMD128 (no relaxed-SIMD fused
@@ -36,6 +37,7 @@
 import { CpuBackend } from "../backends/cpu/backend.ts";
 import { describeWasmFeatures } from "../backends/cpu/wasm/features.ts";
 import { measureWasmPeak, type WasmPeak } from "../backends/cpu/wasm/peak.ts";
+import { cpuModel, measureStamp, readForEmbedding, repositoryState, stampBlock } from "./stamp.ts";
 import {
   DataParallelTrainer,
   getBackend,
@@ -94,12 +96,15 @@ const BATCH = 64;
 
 // ---------------------------------------------------------------- machine
 
-function cpuModel(): string {
-  try {
-    const info = Deno.readTextFileSync("/proc/cpuinfo");
-    return info.match(/^model name\s*:\s*(.+)$/m)?.[1].trim() ?? "unknown";
-  } catch {
-    return "unknown (/proc/cpuinfo not readable)";
+/** The files this report embeds (read, not rerun), checked before anything is measured. */
+const EMBEDDED = {
+  schedule: { file: "bench/SCHEDULE.md", command: "npx deno task bench:schedule" },
+  scaling: { file: "bench/ALEXNET_SCALING.md", command: "npx deno task bench:alexnet" },
+} as const;
+if (only === undefined) {
+  for (const { file, command } of Object.values(EMBEDDED)) {
+    const { refusal } = await readForEmbedding(file, command, repositoryState());
+    if (refusal) console.error(`report: ${refusal}`);
   }
 }
 
@@ -109,7 +114,6 @@ const machine = {
   deno: Deno.version.deno,
   v8: Deno.version.v8,
   os: `${Deno.build.os} ${Deno.build.arch}`,
-  date: new Date().toISOString().replace(/\.\d+Z$/, "Z"),
 };
 
 // ---------------------------------------------------------------- Tandem backends
@@ -329,7 +333,7 @@ async function pytorchSection(threads: number): Promise<string> {
 if (only === "pytorch") {
   console.log(`\n## Training steps beside PyTorch\n\n${await pytorchSection(tandemThreads)}\n`);
   console.log(
-    `Machine: ${machine.cores} cores, ${machine.cpu}, Deno ${machine.deno}; measured ${machine.date}; ` +
+    `Machine: ${machine.cores} cores, ${machine.cpu}, Deno ${machine.deno}; ` +
       `took ${((performance.now() - started) / 1000).toFixed(0)} s. bench/RESULTS.md not written (--only).`,
   );
   for (const backend of [tandemDefault, tandemOne, tandemSimd128, tandemTs]) backend.dispose();
@@ -339,6 +343,18 @@ if (only === "pytorch") {
 // ---------------------------------------------------------------- peak
 
 console.log("Peak: measuring this machine's 128-bit WebAssembly peak (backends/cpu/wasm/peak.ts) …");
+// The stamp measures the peak; measureWasmPeak then returns that same measurement.
+const stamp = await measureStamp({
+  file: "bench/RESULTS.md",
+  command: "npx deno task bench:report",
+  sources: [
+    "bench/report.ts",
+    "bench/op_profile.ts",
+    "bench/kernel_timing.ts",
+    "bench/gemm_shapes.ts",
+    "bench/peers",
+  ],
+});
 let peak: WasmPeak | undefined;
 let peakLine: string;
 try {
@@ -715,51 +731,42 @@ console.log("\n" + profileSectionText + "\n");
 
 // ---------------------------------------------------------------- schedule figures (read, not rerun)
 
-async function readOrNull(name: string): Promise<{ text: string; mtime: Date | null } | null> {
-  const path = new URL(`./${name}`, import.meta.url);
-  try {
-    const [text, stat] = await Promise.all([Deno.readTextFile(path), Deno.stat(path)]);
-    return { text, mtime: stat.mtime };
-  } catch {
-    return null;
-  }
-}
-
 /** Demotes Markdown headings by `levels` so an included file nests under this report's sections. */
 const demote = (text: string, levels: number) =>
   text.replace(/^(#+) /gm, (_, hashes: string) => "#".repeat(Math.min(6, hashes.length + levels)) + " ");
 
-const schedule = await readOrNull("SCHEDULE.md");
-const scheduleSection = schedule
+// A file whose stamp is missing, or whose measured code changed since, is not embedded: the section
+// says why in one line (bench/stamp.ts).
+const schedule = await readForEmbedding(EMBEDDED.schedule.file, EMBEDDED.schedule.command, repositoryState());
+const scheduleSection = schedule.refusal === undefined
   ? [
-    `Included from \`bench/SCHEDULE.md\` (file written ${
-      schedule.mtime?.toISOString().slice(0, 16).replace("T", " ") ?? "at an unknown time"
-    } UTC by \`deno task bench:schedule\`, about ten minutes; not rerun by this report, so its figures ` +
-    "come from that run, not this one).",
+    `Included from \`bench/SCHEDULE.md\` (its own stamp below: not rerun by this report, so its figures ` +
+    "come from that run, on the code it names, not this one).",
     "",
     demote(schedule.text.trim(), 2),
   ].join("\n")
-  : "`bench/SCHEDULE.md` not found: run `npx deno task bench:schedule` (about ten minutes).";
+  : `Not included: ${schedule.refusal}.`;
+if (schedule.refusal) console.error(`report: ${schedule.refusal}`);
 
-const scaling = await readOrNull("ALEXNET_SCALING.md");
+const scaling = await readForEmbedding(EMBEDDED.scaling.file, EMBEDDED.scaling.command, repositoryState());
 let scalingSection: string;
-if (scaling) {
+if (scaling.refusal === undefined) {
   const lines = scaling.text.split("\n");
   const tableStart = lines.findIndex((l) => l.startsWith("|"));
   const intro = lines.slice(1, tableStart).join("\n").trim();
   const table = lines.slice(tableStart).filter((l) => l.startsWith("|"));
   const shown = table.slice(0, 2 + 14); // header, rule and the first link's master and allreduce rows
   scalingSection = [
-    `First ${shown.length - 2} of ${table.length - 2} rows of \`bench/ALEXNET_SCALING.md\` (file written ${
-      scaling.mtime?.toISOString().slice(0, 16).replace("T", " ") ?? "at an unknown time"
-    } UTC by \`deno task bench:alexnet\`; not rerun here). Simulator predictions, not measurements.`,
+    `First ${shown.length - 2} of ${table.length - 2} rows of \`bench/ALEXNET_SCALING.md\` (its own ` +
+    "stamp below; not rerun here). Simulator predictions, not measurements.",
     "",
     intro,
     "",
     ...shown,
   ].join("\n");
 } else {
-  scalingSection = "`bench/ALEXNET_SCALING.md` not found: run `npx deno task bench:alexnet`.";
+  scalingSection = `Not included: ${scaling.refusal}.`;
+  console.error(`report: ${scaling.refusal}`);
 }
 
 // ---------------------------------------------------------------- write
@@ -767,9 +774,11 @@ if (scaling) {
 const elapsed = (performance.now() - started) / 1000;
 const machineLine =
   `${machine.cores} cores, ${machine.cpu}, ${machine.os}, Deno ${machine.deno} (V8 ${machine.v8}), ` +
-  `TensorFlow.js ${TFJS_VERSION}; measured ${machine.date}; this report took ${elapsed.toFixed(0)} s.`;
+  `TensorFlow.js ${TFJS_VERSION}; measured ${stamp.date}; this report took ${elapsed.toFixed(0)} s.`;
 const markdown = [
   "# Tandem against its peers, measured side by side",
+  "",
+  stampBlock(stamp),
   "",
   `Machine: ${machineLine} Written by \`npx deno task bench:report\` (\`bench/report.ts\`); every figure in ` +
   "sections 1 to 4 comes from this one run. fp32 throughout.",

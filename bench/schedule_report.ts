@@ -34,6 +34,7 @@ import { uniformValues } from "../engine/mod.ts";
 import { writeFileAtomic } from "../engine/io/mod.ts";
 import { type RunsReportInput, writeRunsReport } from "../cli/report.ts";
 import { cpuKernelsLabel } from "./backend_label.ts";
+import { measureStamp, stampBlock, stampSummary } from "./stamp.ts";
 import { buildModel } from "../schedule/devices/model_spec.ts";
 
 const GLOBAL_BATCH = 64;
@@ -173,15 +174,19 @@ const say = (line = "") => {
   lines.push(line);
 };
 
+const stamp = await measureStamp({
+  file: "bench/SCHEDULE.md",
+  command: "npx deno task bench:schedule",
+  sources: ["bench/schedule_report.ts", "bench/backend_label.ts", "cli/report.ts"],
+});
 say("# Data-parallel schedules on this machine");
 say();
+say(stampBlock(stamp));
+say();
 say(
-  `Measured ${
-    new Date().toISOString().slice(0, 10)
-  } on ${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}, ` +
-    `${cpuKernelsLabel(getBackend() as CpuBackend)}, 2 CPU devices (Workers, ${
-      Math.max(1, Math.floor(navigator.hardwareConcurrency / 2))
-    } kernel thread(s) each), master reduction, global batch ${GLOBAL_BATCH}, ` +
+  `${cpuKernelsLabel(getBackend() as CpuBackend)}, 2 CPU devices (Workers, ${
+    Math.max(1, Math.floor(navigator.hardwareConcurrency / 2))
+  } kernel thread(s) each), master reduction, global batch ${GLOBAL_BATCH}, ` +
     `best of ${TIMED} steps after ${WARMUP} warm-up steps (medians for the communication figures). Links marked "emulated" add latency + bytes/bandwidth ` +
     `to every transfer; without one, devices share memory.`,
 );
@@ -293,7 +298,7 @@ for (const { label, spec } of models) {
 await writeRunsReport(new URL("./SCHEDULE.html", import.meta.url).pathname, {
   title: "Data-parallel schedules: lanes of the best step",
   facts: [
-    ["machine", `${navigator.hardwareConcurrency} cores, Deno ${Deno.version.deno}`],
+    ["measured", stampSummary(stamp)],
     ["devices", "2 CPU devices (Workers), master reduction"],
     ["global batch", `${GLOBAL_BATCH}`],
     ["figures", "bench/SCHEDULE.md"],

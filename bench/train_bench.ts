@@ -4,8 +4,8 @@
  * one thread per core) and, for cifar10_quick, on the pure-TypeScript kernels. Prints images/s;
  * `deno bench` reports the step time.
  *
- * For scale: TensorFlow.js's pure-JS CPU backend needs about 200 s for one cifar10_quick batch-64
- * step on this machine, its WebAssembly backend about 240 ms (`bench/RESULTS.md`).
+ * For the same step on TensorFlow.js's pure-JS CPU and WebAssembly backends, measured beside
+ * Tandem's in one run, see section 2 of `bench/RESULTS.md` (`npx deno task bench:report`).
  *
  * @module
  */

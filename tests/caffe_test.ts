@@ -20,7 +20,7 @@ import type { Module } from "../engine/nn/module.ts";
 import type { Network } from "../engine/nn/network.ts";
 import { TandemError } from "../engine/errors.ts";
 
-const caffeDir = new URL("../../shared/reference/caffe/", import.meta.url);
+const caffeDir = new URL("../examples/caffe/", import.meta.url);
 const alexnetUrl = new URL("bvlc_alexnet_train_val.prototxt", caffeDir);
 const cifarUrl = new URL("cifar10_quick_train_test.prototxt", caffeDir);
 const alexnetText = Deno.readTextFileSync(alexnetUrl);

@@ -311,7 +311,8 @@ Deno.test("profile: group totals in backward order; contiguity and values are ch
   assert.deepEqual(regroupProfile(HAND, { conv2: "fc" }).layers.map((l) => l.group), ["conv", "fc", "fc"]);
 });
 
-// Per-image forward multiply-adds of Caffe's AlexNet and its parameter counts (../shared/reference/facts.md).
+// Per-image forward multiply-adds of Caffe's AlexNet and its parameter counts, from its layer shapes
+// (examples/caffe/bvlc_alexnet_train_val.prototxt).
 const ALEXNET: [string, number, number][] = [
   ["conv1", 105_415_200, 34_944],
   ["norm1", 0, 0],

@@ -39,6 +39,7 @@ import {
 } from "../../cli/cluster.ts";
 import { pytorchAvailable, pytorchCommand, type PytorchResult } from "../peers/pytorch.ts";
 import { type RankConfig, specOf } from "./rank.ts";
+import { measureStamp, stampBlock } from "../stamp.ts";
 
 const { values: flags } = parseArgs({
   args: Deno.args,
@@ -75,6 +76,12 @@ if (missing) {
   console.error(`bench:cluster: cannot build the hosts: ${missing}`);
   Deno.exit(2);
 }
+// Taken before any host exists, so the peak probe has every core to itself.
+const stamp = await measureStamp({
+  file: "bench/CLUSTER.md",
+  command: "npx deno task bench:cluster",
+  sources: ["bench/cluster", "bench/peers", "cli/cluster.ts"],
+});
 
 interface RankResult {
   net: string;
@@ -171,9 +178,10 @@ const say = (line = "") => {
 const pytorchWhy = await pytorchAvailable();
 say("# Tandem across hosts on a real link, beside PyTorch DDP");
 say();
+say(stampBlock(stamp));
+say();
 say(
-  `Measured ${new Date().toISOString().slice(0, 10)} by \`npx deno task bench:cluster\` on one ` +
-    `${navigator.hardwareConcurrency}-core machine: 2 hosts are network namespaces joined through a bridge by ` +
+  `On one ${navigator.hardwareConcurrency}-core machine: 2 hosts are network namespaces joined through a bridge by ` +
     `veth links shaped with tc (tbf: 1 ms of burst, 5 ms of queue) in both directions; Open MPI over TCP only, ` +
     `one rank (one CPU device, 1 kernel thread) per host; SGD momentum 0.9, weight decay 5e-4; synthetic data. ` +
     `Medians of the timed steps after warm-up. Both hosts share the machine's ${navigator.hardwareConcurrency} cores, ` +

@@ -2,7 +2,8 @@
  * GPU figures in one run, printed as one JSON object: GEMM GFLOP/s up to 4096³ and an AlexNet
  * 227×227 training step on one WebGPU device and on two (sequential vs overlap), in images/s.
  * `bench/gpu/run.sh` installs Deno from npm and runs this; `--smoke` shrinks everything so the
- * script can be checked on a software adapter.
+ * script can be checked on a software adapter. The object's `stamp` is the one every bench report
+ * carries (`bench/stamp.ts`: date, commit, CPU, cores and the CPU's measured 128-bit peak).
  *
  * @module
  */
@@ -25,7 +26,13 @@ import {
 } from "../../mod.ts";
 import { BackendDevice } from "../../schedule/devices/mod.ts";
 import { uniformValues } from "../../engine/mod.ts";
+import { measureStamp } from "../stamp.ts";
 
+const stamp = await measureStamp({
+  file: "bench/gpu/run.sh (stdout)",
+  command: "bench/gpu/run.sh",
+  sources: ["bench/gpu"],
+});
 const smoke = Deno.args.includes("--smoke");
 const sizes = smoke ? [128, 256] : [256, 512, 1024, 2048, 4096];
 const batch = smoke ? 2 : 128;
@@ -108,6 +115,7 @@ const sequentialImages = await twoDevices(sequentialPlan(groups));
 const overlapImages = await twoDevices(overlapPlan(groups));
 
 console.log(JSON.stringify({
+  stamp,
   adapter: adapterInfo
     ? `${adapterInfo.vendor} ${adapterInfo.architecture} ${adapterInfo.device}`.trim()
     : "unknown",
