@@ -95,7 +95,7 @@ export { CaffeImportError, loadCaffeNet, loadCaffeWeights } from "./engine/caffe
 // Data-parallel training: schedules, the trainer and its traces.
 export {
   bucketedPlan,
-  builtinSchedule,
+  builtinPlan,
   explain,
   hybridPlan,
   overlapPlan,

@@ -27,7 +27,7 @@ import {
 } from "../mod.ts";
 import { averageInDeviceOrder } from "../schedule/runtime/host_parameters.ts";
 import { calibrateProfile, measureProfile, type Profile, simulate } from "../schedule/simulator/mod.ts";
-import { groupTotals } from "../schedule/simulator/profile.ts";
+import { groupTimes } from "../schedule/simulator/profile.ts";
 import { type LinkSpec, parseLink, spanKind, type TraceSpan } from "../schedule/runtime/mod.ts";
 import type { ModelSpec } from "../schedule/devices/mod.ts";
 import { uniformValues } from "../engine/mod.ts";
@@ -196,7 +196,7 @@ for (const { label, spec } of models) {
   const input = [...reference.inputShape], classes = reference.classes;
   const groups = ["fc", "conv"];
   const profile: Profile = measureProfile(reference, GLOBAL_BATCH / 2, { description: label });
-  const totals = groupTotals(profile);
+  const totals = groupTimes(profile);
   const fcBytes = totals.find((t) => t.group === "fc")!.parameterBytes;
   const convBackward = totals.find((t) => t.group === "conv")!.backwardSeconds;
   const costs = calibrate(fcBytes);

@@ -6,7 +6,7 @@
  */
 
 import { basename } from "node:path";
-import { autoSchedule, builtinSchedule, type Network, type Plan } from "../mod.ts";
+import { autoSchedule, builtinPlan, type Network, type Plan } from "../mod.ts";
 import { accumulatedProfile, DEFAULT_LINK, measureProfile } from "../schedule/simulator/mod.ts";
 import { layoutOf, type ModelSpec } from "../schedule/devices/mod.ts";
 import type { LinkSpec } from "../schedule/runtime/mod.ts";
@@ -57,7 +57,7 @@ export async function choosePlan(
   const groups = layoutOf(local.namedParameters()).groups.map((g) => g.name);
   const name = args.schedule;
   if (name === "overlap" || name === "sequential" || name === "bucketed" || name === "hybrid") {
-    return { plan: builtinSchedule(name, groups), spec };
+    return { plan: builtinPlan(name, groups), spec };
   }
   if (name === "auto") {
     // What a device runs at once: a micro-batch when accumulating.

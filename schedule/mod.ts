@@ -53,7 +53,7 @@ export {
 export {
   bucketedPlan,
   type BuiltinName,
-  builtinSchedule,
+  builtinPlan,
   hybridPlan,
   overlapPlan,
   sequentialPlan,

@@ -9,8 +9,6 @@
  * - `export * from "./schedule/mod.ts";` at the root: 103 root names (> 80).
  * - `export { sequentialPlan as sequential } from "./schedule/mod.ts";` at the root: `sequential` and
  *   `Sequential` differ only by case, and `sequential` returns a `Plan`, not a `Sequential`.
- * - `export { groupTotals } from "./profile.ts";` in `schedule/simulator/mod.ts`: `groupTotals`
- *   (per-group times of a profile) beside `GroupTotals` (per-group parameters of a summary).
  * - An `"./ops": "./engine/ops/mod.ts"` subpath: `relu`/`ReLU`, `linear`/`Linear`, … (ops are
  *   reached as `ops.relu` instead).
  * - `export { MpiError, MpiLibrary } from "./library.ts";` in `schedule/mpi/mod.ts`: a leaked

@@ -3,7 +3,7 @@ import { TandemError, ValueError } from "../engine/errors.ts";
 import { OutputPathError } from "../engine/io/errors.ts";
 import {
   bucketedPlan,
-  builtinSchedule,
+  builtinPlan,
   checkPlan,
   dependenciesOf,
   explain,
@@ -499,10 +499,10 @@ Deno.test("builtins: valid in both modes, with the documented shapes", () => {
     "forward",
     ...["a", "b", "c"].flatMap((g) => [`backward ${g}`, `reduce ${g}`, `update ${g}`, `broadcast ${g}`]),
   ]);
-  assert.equal(builtinSchedule("overlap", GROUPS).name, "overlap");
-  assert.equal(builtinSchedule("sequential", GROUPS).name, "sequential");
-  assert.equal(builtinSchedule("bucketed", GROUPS).name, "bucketed");
-  assert.throws(() => builtinSchedule("fast" as "overlap", GROUPS), ValueError);
+  assert.equal(builtinPlan("overlap", GROUPS).name, "overlap");
+  assert.equal(builtinPlan("sequential", GROUPS).name, "sequential");
+  assert.equal(builtinPlan("bucketed", GROUPS).name, "bucketed");
+  assert.throws(() => builtinPlan("fast" as "overlap", GROUPS), ValueError);
 });
 
 Deno.test("overlap: the FC broadcast waits only for the FC update, not for the conv backward", () => {
@@ -902,7 +902,7 @@ Deno.test("hybrid built-in: the documented text, valid in both modes", () => {
     hybridShape(plan),
     hybridShape(parseSchedule(HYBRID_TEXT, { groups: GROUPS, name: "hybrid" })),
   );
-  assert.deepEqual(hybridShape(builtinSchedule("hybrid", GROUPS)), hybridShape(plan));
+  assert.deepEqual(hybridShape(builtinPlan("hybrid", GROUPS)), hybridShape(plan));
   for (
     const [groups, sharded] of [
       [["fc", "conv"], undefined],

@@ -17,7 +17,7 @@ import {
   STANDARD_LINKS,
 } from "../schedule/simulator/mod.ts";
 import { activationCollectiveSeconds, commStepSeconds } from "../schedule/simulator/simulator.ts";
-import { groupTotals } from "../schedule/simulator/profile.ts";
+import { groupTimes } from "../schedule/simulator/profile.ts";
 import { tinyAlexNet } from "./fixtures/networks.ts";
 import {
   dependenciesOf,
@@ -289,7 +289,7 @@ Deno.test("simulate: rejects plans and profiles that do not match, and bad optio
 });
 
 Deno.test("profile: group totals in backward order; contiguity and values are checked", () => {
-  assert.deepEqual(groupTotals(HAND), [
+  assert.deepEqual(groupTimes(HAND), [
     { group: "fc", layers: ["fc"], forwardSeconds: 0.5, backwardSeconds: 1, parameterBytes: 1000 },
     { group: "conv", layers: ["conv1", "conv2"], forwardSeconds: 1, backwardSeconds: 2, parameterBytes: 100 },
   ]);
@@ -354,7 +354,7 @@ function resnetLikeProfile(): Profile {
 
 Deno.test("judgeNetwork: AlexNet is AlexNet-like; the split hides the most communication", () => {
   const profile = alexnetProfile();
-  const totals = groupTotals(profile);
+  const totals = groupTimes(profile);
   const fcShare = (totals[0].forwardSeconds + totals[0].backwardSeconds) /
     profile.layers.reduce((s, l) => s + l.forwardSeconds + l.backwardSeconds, 0);
   assert.ok(fcShare > 0.05 && fcShare < 0.2, `FC share of compute ${fcShare}`);
@@ -715,7 +715,7 @@ Deno.test("measureProfile records each layer's output bytes and kind, enough to 
       "Linear",
     ],
   );
-  const groups = groupTotals(profile).map((t) => t.group);
+  const groups = groupTimes(profile).map((t) => t.group);
   assert.deepEqual(groups, ["fc", "conv"]);
   const traffic = simulate(hybridPlan(groups), profile, { ...HAND_COSTS, devices: 2 }).hybrid!;
   // All-gathers: flatten's output, fc1's, fc2's; reduce-scatters: fc2's input (drop1's output), fc1's.
@@ -776,8 +776,8 @@ Deno.test("accumulatedProfile prices K micro-batches as one step: compute and ac
   assert.equal(perStep.traffic.bytes, 4 * once.traffic.bytes);
   assert.equal(perStep.dataParallelBytes, once.dataParallelBytes);
   near(
-    groupTotals(four).reduce((t, g) => t + g.backwardSeconds, 0),
-    4 * groupTotals(profile).reduce((t, g) => t + g.backwardSeconds, 0),
+    groupTimes(four).reduce((t, g) => t + g.backwardSeconds, 0),
+    4 * groupTimes(profile).reduce((t, g) => t + g.backwardSeconds, 0),
     "backward",
   );
   assert.equal(accumulatedProfile(profile, 1), profile);

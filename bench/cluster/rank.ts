@@ -22,7 +22,7 @@
 
 import {
   autoSchedule,
-  builtinSchedule,
+  builtinPlan,
   DataParallelTrainer,
   type Plan,
   randn,
@@ -110,7 +110,7 @@ if (import.meta.main) {
       plan = shared!.plan;
       spec = { ...spec, groups: shared!.assignment };
     } else {
-      plan = builtinSchedule(config.schedule as "sequential", groups);
+      plan = builtinPlan(config.schedule as "sequential", groups);
     }
     const [channels, height, width] = reference.inputShape;
     const classes = reference.classes;

@@ -24,7 +24,7 @@ import {
   regroupProfile,
   simulate,
 } from "../../schedule/simulator/mod.ts";
-import { groupTotals } from "../../schedule/simulator/profile.ts";
+import { groupTimes } from "../../schedule/simulator/profile.ts";
 import type { WireFormat } from "../../schedule/runtime/mod.ts";
 import { writeFileAtomic } from "../../engine/io/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
@@ -272,7 +272,7 @@ for (const rate of LINKS) {
           try {
             if (r.wire !== "fp32") throw new Error("compressed gradients are not modelled");
             const grouped = r.assignment ? regroupProfile(profile, r.assignment) : profile;
-            const totals = groupTotals(grouped);
+            const totals = groupTimes(grouped);
             const modelled = totals.reduce((n, t) => n + t.backwardSeconds, 0) +
               grouped.layers.reduce((n, l) => n + l.forwardSeconds, 0);
             const scaled = calibrateProfile(grouped, {

@@ -97,13 +97,13 @@ export function hybridPlan(groups: readonly string[], sharded: readonly string[]
 }
 
 /**
- * Names accepted by {@link builtinSchedule}.
+ * Names accepted by {@link builtinPlan}.
  *
  * @example
  * ```ts
- * import { builtinSchedule, type BuiltinName } from "./builtins.ts";
+ * import { builtinPlan, type BuiltinName } from "./builtins.ts";
  * const name: BuiltinName = "overlap";
- * console.log(builtinSchedule(name, ["fc", "conv"]).steps.length); // 9
+ * console.log(builtinPlan(name, ["fc", "conv"]).steps.length); // 9
  * ```
  */
 export type BuiltinName = "sequential" | "overlap" | "bucketed" | "hybrid";
@@ -114,11 +114,11 @@ export type BuiltinName = "sequential" | "overlap" | "bucketed" | "hybrid";
  *
  * @example
  * ```ts
- * import { builtinSchedule } from "./builtins.ts";
- * console.log(builtinSchedule("overlap", ["fc", "conv"]).name); // overlap
+ * import { builtinPlan } from "./builtins.ts";
+ * console.log(builtinPlan("overlap", ["fc", "conv"]).name); // overlap
  * ```
  */
-export function builtinSchedule(name: BuiltinName, groups: readonly string[]): Plan {
+export function builtinPlan(name: BuiltinName, groups: readonly string[]): Plan {
   switch (name) {
     case "sequential":
       return sequentialPlan(groups);
@@ -130,7 +130,7 @@ export function builtinSchedule(name: BuiltinName, groups: readonly string[]): P
       return hybridPlan(groups);
     default:
       throw new ValueError(
-        "builtinSchedule",
+        "builtinPlan",
         `unknown schedule ${JSON.stringify(name)}; built-ins are sequential, overlap, bucketed, hybrid`,
       );
   }

@@ -26,7 +26,7 @@
 
 import { hybridPlan, overlapPlan, sequentialPlan } from "../plan/builtins.ts";
 import type { Plan } from "../plan/plan.ts";
-import { checkProfile, groupTotals, type LayerProfile, type Profile, regroupProfile } from "./profile.ts";
+import { checkProfile, groupTimes, type LayerProfile, type Profile, regroupProfile } from "./profile.ts";
 import { commStepSeconds, type CostOptions, type HybridTraffic, type Link, simulate } from "./simulator.ts";
 
 /**
@@ -463,7 +463,7 @@ export function autoSchedule(
   const dataParallel: AutoPlan = judgement.alexnetLike && judgement.split !== undefined
     ? { ...overlapPlan(judgement.split.groups), judgement, assignment: judgement.split.assignment }
     : {
-      ...sequentialPlan(groupTotals(profile).map((t) => t.group)),
+      ...sequentialPlan(groupTimes(profile).map((t) => t.group)),
       judgement,
       assignment: Object.fromEntries(profile.layers.map((l) => [l.name, l.group])),
     };

@@ -28,6 +28,8 @@ export {
   accumulatedProfile,
   calibrateProfile,
   checkProfile,
+  type GroupTime,
+  groupTimes,
   type LayerProfile,
   type Profile,
   type ProfileTargets,

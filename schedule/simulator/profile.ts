@@ -94,11 +94,11 @@ export interface Profile {
  *
  * @example
  * ```ts
- * import { type GroupTotal, groupTotals } from "./profile.ts";
- * const heaviest = (totals: GroupTotal[]) => totals.reduce((a, b) => (a.parameterBytes >= b.parameterBytes ? a : b));
+ * import { type GroupTime, groupTimes } from "./profile.ts";
+ * const heaviest = (totals: GroupTime[]) => totals.reduce((a, b) => (a.parameterBytes >= b.parameterBytes ? a : b));
  * ```
  */
-export interface GroupTotal {
+export interface GroupTime {
   /** The group. */
   readonly group: string;
   /** Its layers in forward order. */
@@ -179,8 +179,8 @@ export function checkProfile(profile: Profile): void {
  *
  * @example
  * ```ts
- * import { groupTotals } from "./profile.ts";
- * const totals = groupTotals({
+ * import { groupTimes } from "./profile.ts";
+ * const totals = groupTimes({
  *   batchSize: 1,
  *   layers: [
  *     { name: "c", group: "conv", forwardSeconds: 2, backwardSeconds: 4, parameterBytes: 10 },
@@ -190,7 +190,7 @@ export function checkProfile(profile: Profile): void {
  * console.log(totals.map((t) => t.group)); // ["fc", "conv"]
  * ```
  */
-export function groupTotals(profile: Profile): GroupTotal[] {
+export function groupTimes(profile: Profile): GroupTime[] {
   checkProfile(profile);
   const byGroup = new Map<
     string,

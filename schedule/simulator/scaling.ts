@@ -7,7 +7,7 @@
 
 import { overlapPlan as overlapPlan, sequentialPlan as sequentialPlan } from "../plan/builtins.ts";
 import type { ReductionMode } from "../plan/plan.ts";
-import { groupTotals, type Profile } from "./profile.ts";
+import { groupTimes, type Profile } from "./profile.ts";
 import { type Link, simulate, type Topology } from "./simulator.ts";
 
 /**
@@ -133,7 +133,7 @@ export interface ScalingTable {
  * ```
  */
 export function alexnetScalingTable(profile: Profile, options: ScalingTableOptions = {}): ScalingTable {
-  const groups = groupTotals(profile).map((t) => t.group);
+  const groups = groupTimes(profile).map((t) => t.group);
   const plans = { sequential: sequentialPlan(groups), overlap: overlapPlan(groups) };
   const costs = {
     topology: options.topology,

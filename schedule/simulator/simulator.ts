@@ -56,7 +56,7 @@ import {
   type ReductionMode,
   type StepKind,
 } from "../plan/plan.ts";
-import { checkProfile, groupTotals, type Profile } from "./profile.ts";
+import { checkProfile, groupTimes, type Profile } from "./profile.ts";
 import { validatePlan } from "../plan/validate.ts";
 
 /**
@@ -522,7 +522,7 @@ export function hybridTraffic(
 export function simulate(plan: Plan, profile: Profile, options: SimulateOptions): Simulation {
   const o = checkCostOptions(options, "simulate");
   validatePlan(plan, { mode: o.mode });
-  const totals = new Map(groupTotals(profile).map((t) => [t.group, t]));
+  const totals = new Map(groupTimes(profile).map((t) => [t.group, t]));
   const missing = plan.groups.filter((g) => !totals.has(g));
   if (missing.length > 0) {
     throw new ValueError(
