@@ -101,7 +101,11 @@ export { checkOutputPath, type OutputTarget, resolveOutputPath, writeFileAtomic 
 export { CheckpointError, OutputPathError, SafetensorsError } from "./io/errors.ts";
 export { type Filler, fillerValues, streamOf, type VarianceNorm } from "./nn/init.ts";
 export { type ForwardContext, type LayerDescription, Module, type ParameterOptions } from "./nn/module.ts";
-export type { ParameterEntry } from "./nn/parameter.ts";
+export type { BufferEntry, ParameterEntry } from "./nn/parameter.ts";
+export { BatchNorm, type BatchNormOptions } from "./nn/batch_norm.ts";
+export { Concat, Eltwise, type EltwiseOperation, JoinModule } from "./nn/join.ts";
+export { Scale, type ScaleOptions } from "./nn/scale.ts";
+export { WithinChannelLRN } from "./nn/lrn_within_channel.ts";
 export {
   AvgPool2d,
   Conv2d,

@@ -13,7 +13,7 @@
 import { formatShape, TandemError } from "../errors.ts";
 import type { ParameterEntry } from "../nn/parameter.ts";
 import { Tensor } from "../tensor.ts";
-import { caffeModuleName } from "./import.ts";
+import { caffeModuleName } from "./reader.ts";
 
 /**
  * A `.caffemodel` that cannot be read, or whose weights do not fit the net; the message is one line,
