@@ -1,8 +1,19 @@
 /**
  * Imports a Caffe net definition (`train_val.prototxt`, `deploy.prototxt`) as a Tandem `Network`:
- * the layers of sequential CNNs (Convolution, Pooling, LRN, ReLU, Dropout, InnerProduct, Flatten)
- * with Caffe's fillers and `param` multipliers, parameters named after the Caffe layers so the same
- * seed gives the same values as the matching model factory.
+ * Convolution, Pooling, LRN (ACROSS_CHANNELS and WITHIN_CHANNEL), ReLU, Dropout, InnerProduct and
+ * Flatten, and for nets whose graph branches and joins Concat, Eltwise (SUM with coefficients, PROD,
+ * MAX), BatchNorm (its statistics as buffers) and Scale, with Caffe's fillers and `param`
+ * multipliers, parameters named after the Caffe layers (`<layer>.<blob>`) so the same seed gives the
+ * same values as the matching model factory.
+ *
+ * Blobs follow Caffe's semantics (`graph.ts`): layers run in file order, an in-place layer (top ==
+ * bottom) rewrites its blob for every later reader, a blob read twice is Caffe's `Split` (an explicit
+ * `Split` layer too), and a bottom no earlier layer writes is refused. A net where every layer reads
+ * the one before imports as a chain (a `Sequential` network, exactly as before graphs were
+ * supported); any other as a network on a `Graph` (`engine/nn/graph.ts`). Every SoftmaxWithLoss
+ * counts with its `loss_weight` (Caffe's weighted sum, GoogLeNet's 0.3, 0.3, 1); the main classifier,
+ * which accuracy and evaluation use, is the loss with the largest weight, the last on ties. The new
+ * layers' builders are in `dag_layers.ts`, the shared reading helpers in `reader.ts`.
  *
  * Input shape: the `inputShape` option wins; otherwise an `Input` layer's or the legacy
  * `input_shape`/`input_dim` shape, a `MemoryData` layer's size, or `transform_param.crop_size`
@@ -15,8 +26,11 @@
 
 import { TandemError } from "../errors.ts";
 import { AvgPool2d, Conv2d, Dropout, Flatten, Linear, LRN, MaxPool2d, ReLU } from "../nn/layers.ts";
-import type { Module } from "../nn/module.ts";
-import { Network } from "../nn/network.ts";
+import { JoinModule } from "../nn/join.ts";
+import type { Network } from "../nn/network.ts";
+import { WithinChannelLRN } from "../nn/lrn_within_channel.ts";
+import { buildDagModule, DAG_TYPES, JOIN_TYPES } from "./dag_layers.ts";
+import { assembleNetwork, BlobTable, type CaffeNode, type NetworkParts } from "./graph.ts";
 import { parsePrototxt, PrototxtError, type PrototxtField, type PrototxtMessage } from "./prototxt.ts";
 import {
   type Built,
@@ -103,7 +117,7 @@ export interface CaffeTransform {
  * ```
  */
 export interface CaffeImport {
-  /** The sequential network, initialised with the seed. */
+  /** The network (a chain, or a graph), initialised with the seed. */
   network: Network;
   /** What was left out or assumed (data layers, accuracy, phase-filtered layers, renamed layers…). */
   notes: string[];
@@ -114,11 +128,20 @@ export interface CaffeImport {
 }
 
 /** Layer types that become modules of the network. */
-const MODULE_TYPES = ["Convolution", "Pooling", "LRN", "ReLU", "Dropout", "InnerProduct", "Flatten"];
+const MODULE_TYPES = [
+  "Convolution",
+  "Pooling",
+  "LRN",
+  "ReLU",
+  "Dropout",
+  "InnerProduct",
+  "Flatten",
+  ...DAG_TYPES,
+];
 /** Layer types that only provide blobs. */
 const DATA_TYPES = ["Data", "ImageData", "Input", "MemoryData"];
 /** Every supported type, for messages. */
-const SUPPORTED = [...DATA_TYPES, ...MODULE_TYPES, "SoftmaxWithLoss", "Softmax", "Accuracy"];
+const SUPPORTED = [...DATA_TYPES, ...MODULE_TYPES, "Split", "SoftmaxWithLoss", "Softmax", "Accuracy"];
 
 const LAYER_FIELDS = new Set([
   "name",
@@ -353,17 +376,9 @@ function buildModule(reader: Reader, ref: LayerRef, shape: readonly number[]): B
       reader.checkFields(m, ["local_size", "alpha", "beta", "norm_region", "k", "engine"], where, layer);
       multipliersOf(reader, ref, 0);
       const region = reader.single(m, "norm_region", where);
-      if (
-        region &&
+      const within = region !== undefined &&
         reader.enumValue(region, ["ACROSS_CHANNELS", "WITHIN_CHANNEL"] as const, where, layer) ===
-          "WITHIN_CHANNEL"
-      ) {
-        reader.failValue(
-          region,
-          `${where}: norm_region WITHIN_CHANNEL is not supported (only ACROSS_CHANNELS)`,
-          layer,
-        );
-      }
+          "WITHIN_CHANNEL";
       const size = reader.optInteger(m, "local_size", where, 5, 1, layer);
       if (size % 2 === 0) {
         reader.fail(
@@ -371,6 +386,21 @@ function buildModule(reader: Reader, ref: LayerRef, shape: readonly number[]): B
           `${where}: local_size must be odd, got ${size}`,
           layer,
         );
+      }
+      if (within) {
+        if (shape.length !== 4) reader.fail(ref.field, `${where}: WITHIN_CHANNEL needs an NCHW input`, layer);
+        const k = reader.single(m, "k", where);
+        if (k && reader.number(k, where, layer) !== 1) {
+          notes.push(`${layer} (LRN): k ignored, as Caffe ignores it for WITHIN_CHANNEL (the shift is 1)`);
+        }
+        return {
+          module: new WithinChannelLRN({
+            size,
+            alpha: reader.optNumber(m, "alpha", where, 1, layer),
+            beta: reader.optNumber(m, "beta", where, 0.75, layer),
+          }),
+          notes,
+        };
       }
       return {
         module: new LRN({
@@ -542,13 +572,13 @@ function blobShape(reader: Reader, field: PrototxtField, where: string, layer?: 
 
 /**
  * Builds a {@link Network} from a Caffe net definition (text or a tree from
- * {@link parsePrototxt}). Keeps the layers of `phase`, follows the chain of blobs from the data
- * layer to the loss, and maps Convolution, Pooling (MAX/AVE), LRN (ACROSS_CHANNELS), ReLU, Dropout,
- * InnerProduct and Flatten to Tandem layers named as in Caffe, with the file's fillers and
- * `param` multipliers (Caffe's default `lr_mult: 1 decay_mult: 1` where a block is missing).
- * SoftmaxWithLoss is recorded as the loss; Accuracy, Softmax and data layers are left out with a
- * note. Unknown layer types, bad values and branching graphs throw {@link CaffeImportError} with
- * the file position; malformed text throws {@link PrototxtError}.
+ * {@link parsePrototxt}). Keeps the layers of `phase`, follows Caffe's blobs from the data layer to
+ * the losses (see the module notes), and maps each layer to a Tandem layer named as in Caffe, with
+ * the file's fillers and `param` multipliers (Caffe's default `lr_mult: 1 decay_mult: 1` where a
+ * block is missing). SoftmaxWithLoss layers are the losses; Accuracy, Softmax and data layers are
+ * left out with a note. Unknown layer types, bad values and graphs that cannot run (a bottom nothing
+ * writes before it, a cycle, shapes a Concat or Eltwise cannot join) throw {@link CaffeImportError}
+ * with the layer and its file position; malformed text throws {@link PrototxtError}.
  *
  * @example
  * ```ts
@@ -650,22 +680,42 @@ export function importCaffeNet(
     layers.push(ref);
   }
 
-  const modules: Record<string, Module> = {};
+  const blobs = new BlobTable(reader, layers);
+  const nodes: CaffeNode[] = [];
+  const losses: NetworkParts["losses"][number][] = [];
   const usedNames = new Set<string>();
-  let current: string | undefined; // the blob the chain has reached
-  let shape: number[] | undefined; // its shape, with a batch axis of 1
-  let loss: CaffeImport["loss"];
-  let finished: LayerRef | undefined; // the loss or softmax that ended the chain
+  let input: { blob: string; id: string; ref: LayerRef } | undefined;
   let inputShape: number[] | undefined;
   let transform: CaffeTransform | undefined; // the feeding data layer's preprocessing
-  const produced = new Set(dataBlobs.keys());
+  let softmaxOutput: string | undefined;
+  let loss: CaffeImport["loss"];
+  const shapes = new Map<string, number[]>();
+
+  /** The value a module layer reads: a written blob, or (once) the data layer's images. */
+  const readBottom = (name: string, ref: LayerRef, where: string) => {
+    if (blobs.has(name)) return blobs.read(name, ref);
+    const data = dataBlobs.get(name);
+    if (!data) return blobs.read(name, ref); // refused there, naming a later writer if there is one
+    if (data.isLabel) reader.fail(ref.field, `${where} reads the label blob "${name}"`, ref.name);
+    if (input) {
+      reader.fail(
+        ref.field,
+        `${where} reads a second input blob "${name}" (the first is "${input.blob}", read by layer "${input.ref.name}"); Tandem networks take one input`,
+        ref.name,
+      );
+    }
+    inputShape = resolveInputShape(reader, options, name, data, ref, notes);
+    transform = data.transform;
+    const id = blobs.write(name, [1, ...inputShape]);
+    shapes.set(id, [1, ...inputShape]);
+    input = { blob: name, id, ref };
+    return blobs.read(name, ref);
+  };
 
   for (const ref of layers) {
     const where = `layer "${ref.name}" (${ref.type})`;
     const bottoms = ref.message.all("bottom").map((f) => reader.string(f, where, ref.name));
     const tops = ref.message.all("top").map((f) => reader.string(f, where, ref.name));
-    const bottomKnown = bottoms.length > 0 && produced.has(bottoms[0]);
-    for (const top of tops) produced.add(top);
     if (DATA_TYPES.includes(ref.type)) {
       for (const [blob, info] of dataBlobsOf(reader, ref, notes)) dataBlobs.set(blob, info);
       continue;
@@ -674,58 +724,15 @@ export function importCaffeNet(
       notes.push(`${ref.name} (Accuracy): not part of the network; Tandem measures accuracy itself`);
       continue;
     }
-    if (finished) {
-      reader.fail(
-        ref.field,
-        `${where} comes after the chain ended at "${finished.name}" (${finished.type}); only sequential nets can be imported`,
-        ref.name,
-      );
-    }
-    const isLoss = ref.type === "SoftmaxWithLoss";
-    const expectedBottoms = isLoss ? 2 : 1;
-    if (bottoms.length !== expectedBottoms) {
-      reader.fail(
-        ref.field,
-        `${where} has ${bottoms.length} bottom blob(s); expected ${expectedBottoms}${
-          bottoms.length > expectedBottoms
-            ? " (a layer joining several blobs makes a non-sequential graph, which Tandem cannot import)"
-            : ""
-        }`,
-        ref.name,
-      );
-    }
-    if (!isLoss && tops.length !== 1) {
-      reader.fail(
-        ref.field,
-        `${where} has ${tops.length} top blobs; expected 1 (several tops make a non-sequential graph)`,
-        ref.name,
-      );
-    }
-    const bottom = bottoms[0];
-    if (current === undefined) {
-      const data = dataBlobs.get(bottom);
-      if (!data) {
+    if (ref.type === "SoftmaxWithLoss") {
+      if (bottoms.length !== 2) {
         reader.fail(
           ref.field,
-          `${where} reads blob "${bottom}", which no data or input layer produces`,
+          `${where} has ${bottoms.length} bottom blob(s); expected 2 (scores and labels)`,
           ref.name,
         );
       }
-      if (data.isLabel) reader.fail(ref.field, `${where} reads the label blob "${bottom}"`, ref.name);
-      inputShape = resolveInputShape(reader, options, bottom, data, ref, notes);
-      transform = data.transform;
-      current = bottom;
-      shape = [1, ...inputShape];
-    } else if (bottom !== current) {
-      reader.fail(
-        ref.field,
-        bottomKnown
-          ? `${where} reads blob "${bottom}" but the chain has reached "${current}": a branching (non-sequential) graph, which Tandem cannot import`
-          : `${where} reads blob "${bottom}", which no earlier layer produces`,
-        ref.name,
-      );
-    }
-    if (isLoss) {
+      const scores = readBottom(bottoms[0], ref, where);
       const label = dataBlobs.get(bottoms[1]);
       if (!label) {
         reader.fail(
@@ -734,22 +741,30 @@ export function importCaffeNet(
           ref.name,
         );
       }
-      const weight = ref.message.first("loss_weight");
-      if (weight && reader.number(weight, where, ref.name) !== 1) {
-        notes.push(
-          `${ref.name} (SoftmaxWithLoss): loss_weight ${reader.number(weight, where, ref.name)} ignored`,
-        );
-      }
+      const weights = ref.message.all("loss_weight");
+      const weight = weights.length ? reader.number(weights[0], where, ref.name) : 1;
       if (ref.message.has("loss_param")) notes.push(`${ref.name} (SoftmaxWithLoss): loss_param ignored`);
+      losses.push({ name: ref.name, bottom: scores.id, weight, ref });
       loss = "SoftmaxWithLoss";
-      finished = ref;
       continue;
     }
     if (ref.type === "Softmax") {
+      if (bottoms.length !== 1) {
+        reader.fail(ref.field, `${where} has ${bottoms.length} bottom blob(s); expected 1`, ref.name);
+      }
+      softmaxOutput = readBottom(bottoms[0], ref, where).id;
       notes.push(
         `${ref.name} (Softmax): left out; the network outputs logits (apply softmax to get probabilities)`,
       );
-      finished = ref;
+      continue;
+    }
+    if (ref.type === "Split") {
+      // Caffe's explicit Split: every top is the bottom (their gradients are summed by autograd).
+      if (bottoms.length !== 1) {
+        reader.fail(ref.field, `${where} has ${bottoms.length} bottom blob(s); expected 1`, ref.name);
+      }
+      const value = readBottom(bottoms[0], ref, where);
+      for (const top of tops) blobs.alias(top, value);
       continue;
     }
     const weight = ref.message.first("loss_weight");
@@ -764,16 +779,38 @@ export function importCaffeNet(
       );
     }
     if (ref.message.has("propagate_down")) notes.push(`${ref.name} (${ref.type}): propagate_down ignored`);
+    // Scale's second bottom (the scale as a blob) is refused by its builder, with the reason.
+    const joins = JOIN_TYPES.includes(ref.type) || ref.type === "Scale";
+    if (bottoms.length === 0 || (!joins && bottoms.length !== 1)) {
+      reader.fail(
+        ref.field,
+        `${where} has ${bottoms.length} bottom blob(s); expected ${
+          JOIN_TYPES.includes(ref.type) ? "at least 1" : "1"
+        }`,
+        ref.name,
+      );
+    }
+    if (tops.length !== 1) {
+      reader.fail(ref.field, `${where} has ${tops.length} top blobs; expected 1`, ref.name);
+    }
+    const values = bottoms.map((b) => readBottom(b, ref, where));
+    const shape = values[0].shape;
     let built: Built;
     let outputShape: number[];
     try {
-      built = buildModule(reader, ref, shape!);
-      outputShape = built.module.describe(shape!).outputShape;
+      built = DAG_TYPES.includes(ref.type)
+        ? buildDagModule(reader, ref, values.map((v, i) => ({ name: bottoms[i], shape: v.shape })))
+        : buildModule(reader, ref, shape);
+      outputShape = built.module instanceof JoinModule
+        ? built.module.describeAll(values.map((v) => v.shape)).outputShape
+        : built.module.describe(shape).outputShape;
     } catch (error) {
       if (error instanceof PrototxtError || !(error instanceof Error)) throw error;
       return reader.fail(
         ref.field,
-        `${where} does not fit its input [${shape!.slice(1).join(", ")}]: ${error.message}`,
+        `${where} does not fit its input ${
+          values.map((v) => `[${v.shape.slice(1).join(", ")}]`).join(", ")
+        }: ${error.message}`,
         ref.name,
       );
     }
@@ -784,18 +821,28 @@ export function importCaffeNet(
       reader.fail(ref.field, `${where}: module name "${name}" is already taken`, ref.name);
     }
     usedNames.add(name);
-    modules[name] = built.module;
-    shape = outputShape;
-    current = tops[0];
+    const top = blobs.write(tops[0], outputShape);
+    shapes.set(top, outputShape);
+    nodes.push({ name, module: built.module, bottoms: values.map((v) => v.id), top, ref });
   }
 
-  if (current === undefined || Object.keys(modules).length === 0) {
+  if (!input || nodes.length === 0) {
     reader.fail(layers[0]?.field ?? root, `the net has no layers to import (after keeping phase ${phase})`);
   }
-  const classes = shape!.slice(1).reduce((a, b) => a * b, 1);
+  if (losses.length === 1 && losses[0].weight !== 1) {
+    notes.push(`${losses[0].ref.name} (SoftmaxWithLoss): loss_weight ${losses[0].weight} ignored`);
+  }
   const nameField = reader.single(root, "name", "net");
   const netName = nameField ? reader.string(nameField, "net") : "caffe-net";
-  const network = new Network(netName, inputShape!, classes, modules).initialize(options.seed ?? 0);
+  const network = assembleNetwork(reader, {
+    name: netName,
+    input: input.id,
+    inputShape: inputShape!,
+    nodes,
+    losses: losses.length === 1 ? [{ ...losses[0], weight: 1 }] : losses,
+    softmaxOutput,
+    shapes,
+  }, notes).initialize(options.seed ?? 0);
   return transform ? { network, notes, loss, transform } : { network, notes, loss };
 }
 

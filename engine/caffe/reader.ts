@@ -13,7 +13,7 @@ import { PrototxtError, type PrototxtField, PrototxtMessage, type PrototxtScalar
 
 /**
  * A well-formed net definition that Tandem cannot import as given (unknown layer type, bad value,
- * branching graph), with the file position of the offending layer or value.
+ * a graph that cannot run), with the file position of the offending layer or value.
  *
  * @example
  * ```ts
