@@ -123,7 +123,8 @@ export {
   type SequentialLayers,
   type WeightedLayerOptions,
 } from "./nn/layers.ts";
-export { Network } from "./nn/network.ts";
+export { type LossOptions, Network } from "./nn/network.ts";
+export { Graph, type GraphLoss, type GraphNode, type GraphSpec } from "./nn/graph.ts";
 export {
   formatSummary,
   type GroupTotals,
@@ -145,7 +146,12 @@ export {
   trainStep,
   type TrainStepOptions,
 } from "./train/trainer.ts";
-export { averageGradients, replicaStep, type ReplicaStepOptions } from "./train/replica_step.ts";
+export {
+  averageGradients,
+  replicaStep,
+  type ReplicaStepOptions,
+  trainingLoss,
+} from "./train/replica_step.ts";
 export {
   alexnet,
   alexnetLike,

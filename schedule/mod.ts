@@ -173,6 +173,13 @@ export {
 export { RESIDUAL_PREFIX, residualsOf, residualTensors, resumeResiduals } from "./runtime/residuals.ts";
 export { buildModel, type ModelSpec } from "./devices/model_spec.ts";
 export {
+  type BufferLayout,
+  bufferLayoutOf,
+  type BufferSlot,
+  copyBuffers,
+  hostBufferEntries,
+} from "./devices/buffer_layout.ts";
+export {
   backwardGroupOrder,
   type GroupRange,
   groupRange,

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import "../mod.ts";
 import { CaffeImportError, importCaffeNet, loadCaffeNet } from "../engine/caffe/mod.ts";
-import { noGrad, ops, type Tensor, tensor, tidy } from "../engine/mod.ts";
+import { noGrad, ops, SGD, type Tensor, tensor, tidy, trainingLoss, trainStep } from "../engine/mod.ts";
 import { Graph } from "../engine/nn/graph.ts";
 import { Eltwise } from "../engine/nn/join.ts";
 import { Linear, ReLU } from "../engine/nn/layers.ts";
@@ -186,6 +186,55 @@ Deno.test({
       assert.ok(!needed.has("loss1_fc") && needed.has("inception_5b_output"));
       assert.deepEqual(network.describe([1, 3, 224, 224]).outputShape, [1, 1000]);
     } finally {
+      network.dispose();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "caffe dag: bvlc_googlenet trains two SGD steps at batch 2: the weighted loss, both heads move as SGD says",
+  ...slowTest,
+  fn: async () => {
+    // Mutation tried: replicaStep taking the main classifier's loss alone (network.forward + one
+    // cross-entropy) leaves the auxiliary classifier's bias where it was and fails here.
+    const { network } = await loadCaffeNet(GOOGLENET, { seed: 1 });
+    const lr = 0.01;
+    const optimizer = new SGD(network.namedParameters(), { lr });
+    try {
+      const images = tensor(values(2 * 3 * 224 * 224, rng(3)), { shape: [2, 3, 224, 224] });
+      const labels = tensor([3, 999], { dtype: "int32" });
+      const entry = (name: string) => network.namedParameters().find((p) => p.name === name)!;
+      const biases = [entry("loss3_classifier.bias"), entry("loss1_classifier.bias")];
+      const before = biases.map((b) => data(b.tensor));
+      // The gradient at the starting point, with the dropout masks of step 0 (keyed by seed and step).
+      network.train();
+      const expectedLoss = tidy(() => {
+        const { loss } = trainingLoss(network, images, labels, { seed: 0, step: 0, sampleOffset: 0 });
+        loss.backward();
+        return loss.dataSync()[0];
+      });
+      const gradients = biases.map((b) => data(b.tensor.grad!));
+      optimizer.zeroGrad();
+      const losses = [(await trainStep(network, optimizer, { images, labels })).loss];
+      assert.ok(Math.abs(losses[0] - expectedLoss) < 1e-5, `${losses[0]} vs ${expectedLoss}`);
+      // Caffe's weighted sum at initialisation: about (0.3 + 0.3 + 1) · ln 1000.
+      assert.ok(Math.abs(losses[0] - 1.6 * Math.log(1000)) < 1, `first loss ${losses[0]}`);
+      // Plain SGD moved both heads: w₁ = w₀ − lr · lr_mult · g₀ (biases have lr_mult 2).
+      biases.forEach((b, k) => {
+        const after = data(b.tensor);
+        assert.ok(gradients[k].some((g) => g !== 0), `${b.name} has a gradient`);
+        after.forEach((v, i) => {
+          const want = before[k][i] - lr * b.lrMult * gradients[k][i];
+          assert.ok(Math.abs(v - want) < 1e-6, `${b.name}[${i}]: ${v} vs ${want}`);
+        });
+      });
+      losses.push((await trainStep(network, optimizer, { images, labels })).loss);
+      assert.ok(losses.every(Number.isFinite), `losses ${losses}`);
+      images.dispose();
+      labels.dispose();
+    } finally {
+      optimizer.dispose();
       network.dispose();
     }
   },
