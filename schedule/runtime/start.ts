@@ -57,7 +57,7 @@ export async function referenceOf(
   copyBuffers(buffers, reference.namedBuffers(), initialBuffers, "flat");
   try {
     const sharded = options.plan.sharded ?? [];
-    const head = sharded.length ? headLayout(reference, sharded, devices) : undefined;
+    const head = sharded.length ? headLayout(reference, sharded, devices, options.plan.name) : undefined;
     return { layout, initial, modelName, head, buffers, initialBuffers };
   } finally {
     reference.dispose();
