@@ -300,7 +300,11 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
   if (args.weights !== undefined && root) {
     try {
       caffeWeights = parseCaffeModel(await Deno.readFile(args.weights), args.weights);
-      loadCaffeWeights(local.namedParameters(), caffeWeights, { fileName: args.weights, dryRun: true });
+      loadCaffeWeights(local.namedParameters(), caffeWeights, {
+        fileName: args.weights,
+        dryRun: true,
+        buffers: local.namedBuffers(),
+      });
     } catch (error) {
       local.dispose();
       throw error;
@@ -360,7 +364,10 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     }
     if (args.weights !== undefined) {
       if (caffeWeights) {
-        loadCaffeWeights(trainer.parameterEntries, caffeWeights, { fileName: args.weights });
+        loadCaffeWeights(trainer.parameterEntries, caffeWeights, {
+          fileName: args.weights,
+          buffers: trainer.bufferEntries,
+        });
       }
       await trainer.broadcastParameters();
       say(`fine-tuning from ${args.weights}`);

@@ -149,31 +149,29 @@ export function assembleNetwork(reader: Reader, parts: NetworkParts, notes: stri
   const output = main >= 0 ? losses[main].bottom : parts.softmaxOutput ?? parts.nodes.at(-1)!.top;
   const outputShape = parts.shapes.get(output)!;
   const classes = outputShape.slice(1).reduce((a, b) => a * b, 1);
-  if (outputShape.length > 2 && outputShape.slice(2).some((d) => d !== 1)) {
-    const at = main >= 0 ? losses[main].ref : parts.nodes.find((n) => n.top === output)!.ref;
-    reader.fail(
-      at.field,
-      `the classifier output [${
-        outputShape.slice(1).join(", ")
-      }] is not one score per class ([classes] or [classes, 1, 1]); Tandem trains image classifiers`,
-      at.name,
-    );
-  }
   if (isChain(parts, output)) {
     const modules: Record<string, Module> = {};
     for (const node of parts.nodes) modules[node.name] = node.module;
     return new Network(parts.name, parts.inputShape, classes, modules);
   }
-  // Per-head checks: every loss reads one score per class, the same number of classes.
+  // Per-head checks (a chain's output is taken as before: its size is the class count): every loss
+  // reads one score per class, as many classes as the main one.
   for (const loss of losses) {
     const shape = parts.shapes.get(loss.bottom)!;
     const n = shape.slice(1).reduce((a, b) => a * b, 1);
-    if (n !== classes || (shape.length > 2 && shape.slice(2).some((d) => d !== 1))) {
+    if (shape.length > 2 && shape.slice(2).some((d) => d !== 1)) {
       reader.fail(
         loss.ref.field,
         `layer "${loss.ref.name}" (SoftmaxWithLoss) reads [${
           shape.slice(1).join(", ")
-        }], but the main classifier has ${classes} classes`,
+        }], not one score per class ([classes] or [classes, 1, 1])`,
+        loss.ref.name,
+      );
+    }
+    if (n !== classes) {
+      reader.fail(
+        loss.ref.field,
+        `layer "${loss.ref.name}" (SoftmaxWithLoss) reads ${n} scores, but the main classifier has ${classes} classes`,
         loss.ref.name,
       );
     }
