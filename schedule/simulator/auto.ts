@@ -368,14 +368,18 @@ function bestBuckets(profile: Profile, costs: CostOptions): BucketSplit | undefi
     .stepSeconds;
   let best: BucketSplit | undefined;
   for (let k = 2; k <= Math.min(MAX_BUCKETS, withParameters.length); k++) {
-    // From the output side: bucket j takes layers until it holds j/k of the bytes.
+    // From the output side: each bucket takes layers until it holds its share of the bytes not yet
+    // bucketed (so one big layer does not leave the next bucket a sliver).
     const starts: number[] = []; // each bucket's first layer with parameters, output side first
-    let bytes = 0;
+    let consumed = 0, current = 0;
     for (let i = withParameters.length - 1; i >= 0 && starts.length < k - 1; i--) {
-      bytes += layers[withParameters[i]].parameterBytes;
+      current += layers[withParameters[i]].parameterBytes;
+      const left = k - starts.length; // buckets still to fill, this one included
       // Leave at least one layer with parameters for each remaining bucket.
-      if (bytes >= ((starts.length + 1) / k) * total && i >= k - 1 - starts.length) {
+      if (current >= (total - consumed) / left && i >= left - 1) {
         starts.push(withParameters[i]);
+        consumed += current;
+        current = 0;
       }
     }
     if (starts.length !== k - 1) continue;
