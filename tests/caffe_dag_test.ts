@@ -260,43 +260,52 @@ function affine(x: number[][], w: number[], b: number[]): number[][] {
   return x.map((row) => b.map((bias, o) => bias + row.reduce((s, v, i) => s + v * w[o * inputs + i], 0)));
 }
 
-Deno.test("caffe dag: an in-place ReLU is seen by every later reader; a blob read twice sums its gradients", () => {
-  // Mutations tried, each failing here: BlobTable.read returning the value before an in-place write
-  // (the readers see the pre-ReLU values); autograd's accumulate keeping only the last reader's
-  // gradient instead of adding (the Split gradient halves).
-  const text = HEADER + ipLayer("ip1", "data", "a") + reluLayer("relu", "a") + ipLayer("ip2", "a", "b") +
-    ipLayer("ip3", "a", "c") +
-    'layer { name: "sum" type: "Eltwise" bottom: "b" bottom: "c" top: "s" }\n' + lossLayer("loss", "s");
-  const { network } = importCaffeNet(text, { seed: 3 });
-  const p = Object.fromEntries(network.namedParameters().map((e) => [e.name, data(e.tensor)]));
-  const x = values(6, rng(4), { avoid: 0.05 });
-  const rows = [Array.from(x.slice(0, 3)), Array.from(x.slice(3))];
-  const h = affine(rows, p["ip1.weight"], p["ip1.bias"]).map((r) => r.map((v) => Math.max(v, 0)));
-  const want = affine(h, p["ip2.weight"], p["ip2.bias"]).map((r, i) =>
-    r.map((v, j) => v + affine(h, p["ip3.weight"], p["ip3.bias"])[i][j])
+for (const explicit of [false, true]) {
+  Deno.test(
+    `caffe dag: an in-place ReLU is seen by every later reader; a blob read twice (${
+      explicit ? "an explicit Split layer" : "Caffe's implicit Split"
+    }) sums its gradients`,
+    () => {
+      // Mutations tried, each failing here: BlobTable.read returning the value before an in-place write
+      // (the readers see the pre-ReLU values); autograd's accumulate keeping only the last reader's
+      // gradient instead of adding (the Split gradient halves).
+      // Caffe's explicit Split layer: its tops are the bottom's value, read once each.
+      const split = explicit ? 'layer { name: "split" type: "Split" bottom: "a" top: "a1" top: "a2" }\n' : "";
+      const text = HEADER + ipLayer("ip1", "data", "a") + reluLayer("relu", "a") + split +
+        ipLayer("ip2", explicit ? "a1" : "a", "b") + ipLayer("ip3", explicit ? "a2" : "a", "c") +
+        'layer { name: "sum" type: "Eltwise" bottom: "b" bottom: "c" top: "s" }\n' + lossLayer("loss", "s");
+      const { network } = importCaffeNet(text, { seed: 3 });
+      const p = Object.fromEntries(network.namedParameters().map((e) => [e.name, data(e.tensor)]));
+      const x = values(6, rng(4), { avoid: 0.05 });
+      const rows = [Array.from(x.slice(0, 3)), Array.from(x.slice(3))];
+      const h = affine(rows, p["ip1.weight"], p["ip1.bias"]).map((r) => r.map((v) => Math.max(v, 0)));
+      const want = affine(h, p["ip2.weight"], p["ip2.bias"]).map((r, i) =>
+        r.map((v, j) => v + affine(h, p["ip3.weight"], p["ip3.bias"])[i][j])
+      );
+      const R = values(6, rng(5));
+      tidy(() => {
+        const y = network.forward(tensor(x, { shape: [2, 3, 1, 1] }));
+        data(y).forEach((v, i) =>
+          assert.ok(Math.abs(v - want.flat()[i]) < 1e-5, `y[${i}] ${v} vs ${want.flat()[i]}`)
+        );
+        ops.sum(ops.mul(y, tensor(R, { shape: [2, 3] }))).backward();
+      });
+      // d/dh of Σ R·(W2 h + W3 h) = (W2 + W3)ᵀ R: both readers' gradients, through the ReLU to ip1.bias.
+      const w2 = p["ip2.weight"], w3 = p["ip3.weight"];
+      const pre = affine(rows, p["ip1.weight"], p["ip1.bias"]);
+      const dBias = [0, 0, 0];
+      for (let n = 0; n < 2; n++) {
+        for (let i = 0; i < 3; i++) {
+          if (pre[n][i] <= 0) continue;
+          for (let o = 0; o < 3; o++) dBias[i] += R[n * 3 + o] * (w2[o * 3 + i] + w3[o * 3 + i]);
+        }
+      }
+      const grad = data(network.namedParameters().find((e) => e.name === "ip1.bias")!.tensor.grad!);
+      dBias.forEach((g, i) => assert.ok(Math.abs(grad[i] - g) < 1e-5, `d ip1.bias[${i}] ${grad[i]} vs ${g}`));
+      network.dispose();
+    },
   );
-  const R = values(6, rng(5));
-  tidy(() => {
-    const y = network.forward(tensor(x, { shape: [2, 3, 1, 1] }));
-    data(y).forEach((v, i) =>
-      assert.ok(Math.abs(v - want.flat()[i]) < 1e-5, `y[${i}] ${v} vs ${want.flat()[i]}`)
-    );
-    ops.sum(ops.mul(y, tensor(R, { shape: [2, 3] }))).backward();
-  });
-  // d/dh of Σ R·(W2 h + W3 h) = (W2 + W3)ᵀ R: both readers' gradients, through the ReLU to ip1.bias.
-  const w2 = p["ip2.weight"], w3 = p["ip3.weight"];
-  const pre = affine(rows, p["ip1.weight"], p["ip1.bias"]);
-  const dBias = [0, 0, 0];
-  for (let n = 0; n < 2; n++) {
-    for (let i = 0; i < 3; i++) {
-      if (pre[n][i] <= 0) continue;
-      for (let o = 0; o < 3; o++) dBias[i] += R[n * 3 + o] * (w2[o * 3 + i] + w3[o * 3 + i]);
-    }
-  }
-  const grad = data(network.namedParameters().find((e) => e.name === "ip1.bias")!.tensor.grad!);
-  dBias.forEach((g, i) => assert.ok(Math.abs(grad[i] - g) < 1e-5, `d ip1.bias[${i}] ${grad[i]} vs ${g}`));
-  network.dispose();
-});
+}
 
 Deno.test("caffe dag: the training loss is Σ loss_weight · loss; the main classifier is the heaviest, last on ties", () => {
   // Mutations tried, each failing here: the weights ignored (plain sum); the main classifier taken
