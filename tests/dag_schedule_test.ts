@@ -1,8 +1,8 @@
 /**
  * Schedules for Caffe DAG nets: the profile is measured node by node on the graph (topological
  * order, each node on its own bottoms), the AlexNet-like test judges it — a net with little FC
- * weight is not AlexNet-like and `auto` picks DDP-style buckets — and `--schedule auto` trains the
- * tiny ResNet to the same bits as a built-in schedule. `hybrid` runs a graph whose head is a chain
+ * weight is not AlexNet-like and `auto` picks DDP-style buckets (`--schedule auto` through the CLI
+ * is in tests/dag_training_test.ts). `hybrid` runs a graph whose head is a chain
  * (the body as a graph) and refuses, with a `ScheduleError`, one whose head is not.
  */
 
@@ -18,7 +18,6 @@ import type { Plan } from "../schedule/plan/plan.ts";
 import { DataParallelTrainer } from "../schedule/runtime/trainer.ts";
 import { autoSchedule, DEFAULT_LINK, judgeNetwork } from "../schedule/simulator/auto.ts";
 import { measureProfile } from "../schedule/simulator/measure.ts";
-import { runTrain } from "../cli/train.ts";
 import { rng, values } from "./gradcheck.ts";
 
 const RESNET = "examples/caffe/resnet_tiny_train_test.prototxt";
@@ -56,35 +55,6 @@ Deno.test("dag schedule: the tiny ResNet is measured on its graph and is not Ale
   } finally {
     network.dispose();
   }
-});
-
-/** `cli/train.ts` in this process with `--json`; returns its JSON and what it said. */
-async function trainJson(argv: string[]): Promise<{ json: Record<string, unknown>; said: string }> {
-  const out: string[] = [], err: string[] = [];
-  const { log, error } = console;
-  console.log = (...parts: unknown[]) => void out.push(parts.map(String).join(" "));
-  console.error = (...parts: unknown[]) => void err.push(parts.map(String).join(" "));
-  try {
-    assert.equal(await runTrain([...argv, "--json"]), 0);
-  } finally {
-    console.log = log;
-    console.error = error;
-  }
-  return { json: JSON.parse(out.at(-1)!), said: err.join("\n") };
-}
-
-Deno.test("dag schedule CLI: --schedule auto on the tiny ResNet says why, buckets it and trains to sequential's bits", async () => {
-  const common = ["--model", RESNET, "--data", "synthetic", "--steps", "2", "--batch", "8", "--devices", "2"];
-  const auto = await trainJson([...common, "--schedule", "auto"]);
-  const sequential = await trainJson([...common, "--schedule", "sequential"]);
-  assert.match(auto.said, /^auto schedule: bucketed over groups bucket1 \(/m);
-  assert.match(
-    auto.said,
-    /why: not AlexNet-like: the fully-connected layers hold 0\.8% of the parameter bytes/,
-  );
-  assert.equal(auto.json.schedule, "bucketed");
-  assert.equal(auto.json.paramsSha256, sequential.json.paramsSha256);
-  assert.equal(auto.json.buffersSha256, sequential.json.buffersSha256);
 });
 
 // -----------------------------------------------------------------------------------------------
@@ -131,7 +101,6 @@ Deno.test("dag schedule: hybrid shards a graph's chain head (the body runs as a 
   const dataParallel = await run(overlapPlan(["fc", "conv"]));
   const worst = hybrid.reduce((m, v, i) => Math.max(m, Math.abs(v - dataParallel[i])), 0);
   assert.ok(worst < 1e-5, `hybrid differs from data-parallel by ${worst}`);
-  assert.ok(hybrid.some((v, i) => v !== dataParallel[i]) || worst === 0);
 });
 
 Deno.test("dag schedule: hybrid refuses, with a ScheduleError naming the layer, a graph whose head is not a chain", () => {

@@ -242,22 +242,22 @@ Deno.test("dag training: paths that cannot carry BatchNorm statistics refuse bef
 const RESNET = "examples/caffe/resnet_tiny_train_test.prototxt";
 const CIFAR_FULL = "tests/fixtures/caffe/cifar10_full_train_test.prototxt";
 
-/** `cli/train.ts` in this process with `--json`; returns its JSON line and its exit status. */
+/** `cli/train.ts` in this process with `--json`; returns its JSON line (and what it said, `said`). */
 async function trainJson(argv: string[]): Promise<Record<string, unknown>> {
-  const out: string[] = [];
+  const out: string[] = [], err: string[] = [];
   const { log, error } = console;
   console.log = (...parts: unknown[]) => void out.push(parts.map(String).join(" "));
-  console.error = () => {};
+  console.error = (...parts: unknown[]) => void err.push(parts.map(String).join(" "));
   try {
     assert.equal(await runTrain([...argv, "--json"]), 0);
   } finally {
     console.log = log;
     console.error = error;
   }
-  return JSON.parse(out.at(-1)!);
+  return { ...JSON.parse(out.at(-1)!), said: err.join("\n") };
 }
 
-Deno.test("dag training CLI: the tiny ResNet on 2 devices, the same bits under sequential and overlap, evaluated with device 0's statistics", async () => {
+Deno.test("dag training CLI: the tiny ResNet on 2 devices, the same bits under sequential, overlap and auto (buckets), evaluated with device 0's statistics", async () => {
   // Mutation tried: copyMasterInto in cli/train.ts leaving the statistics out (the evaluated model
   // normalises with zeros) changes the held-out loss and fails the comparison below.
   const dir = await Deno.makeTempDir({ prefix: "tandem_dag_cli_" });
@@ -277,8 +277,18 @@ Deno.test("dag training CLI: the tiny ResNet on 2 devices, the same bits under s
     const checkpoint = `${dir}/resnet.safetensors`;
     const sequential = await trainJson([...common, "--schedule", "sequential"]);
     const overlap = await trainJson([...common, "--schedule", "overlap", "--checkpoint", checkpoint]);
-    assert.equal(overlap.paramsSha256, sequential.paramsSha256);
-    assert.equal(overlap.buffersSha256, sequential.buffersSha256);
+    // --schedule auto measures the graph, says why and buckets it (tests/dag_schedule_test.ts).
+    const auto = await trainJson([...common, "--schedule", "auto"]);
+    assert.match(auto.said as string, /^auto schedule: bucketed over groups bucket1 \(/m);
+    assert.match(
+      auto.said as string,
+      /why: not AlexNet-like: the fully-connected layers hold 0\.8% of the parameter bytes/,
+    );
+    assert.equal(auto.schedule, "bucketed");
+    for (const run of [overlap, auto]) {
+      assert.equal(run.paramsSha256, sequential.paramsSha256, `${run.schedule}`);
+      assert.equal(run.buffersSha256, sequential.buffersSha256, `${run.schedule}`);
+    }
     assert.equal(overlap.parameters, 78_042);
     assert.equal(overlap.buffers, 681);
     assert.ok(Number.isFinite(overlap.trainLoss as number));
