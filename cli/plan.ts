@@ -65,7 +65,9 @@ export async function choosePlan(
     const micro = measureProfile(local, perDevice, { description: `${local.name}, batch ${perDevice}` });
     // Priced per step: K micro-batches' compute and activations, the gradients once.
     const profile = accumulatedProfile(micro, args.accumulate);
-    const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, { allowHybrid: true });
+    // Hybrid cannot carry BatchNorm statistics yet, nor split a graph with several losses.
+    const allowHybrid = local.namedBuffers().length === 0 && (local.graph?.losses.length ?? 0) <= 1;
+    const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, { allowHybrid });
     say(
       `auto schedule: ${plan.name} over groups ${describeGroups(plan, local)} (priced at ${
         link ? link.label : "12 GB/s, 10 µs (PCIe 3 x16, assumed)"

@@ -41,6 +41,7 @@ import {
 import type { ParameterEntry } from "../engine/nn/mod.ts";
 import { writeFileAtomic } from "../engine/io/mod.ts";
 import { checkDeviceCount, DEFAULTS, helpText, parseTrainArgs } from "./args.ts";
+import { copyBuffers } from "../schedule/devices/buffer_layout.ts";
 import { fitToModel, loadImages } from "./data.ts";
 import { CliError, describeError, EXIT_FAILURE, EXIT_USAGE } from "./errors.ts";
 import { buildLocal, chooseModelForData } from "./model.ts";
@@ -101,6 +102,35 @@ async function copyMasterInto(model: Network, trainer: DataParallelTrainer): Pro
     const source = tensor(flat.slice(slot.offset, slot.offset + slot.size), { shape: slot.shape });
     entry.tensor.assign(source);
     source.dispose();
+  }
+  // Device 0's BatchNorm statistics, as Caffe's root solver tests with.
+  copyBuffers(trainer.bufferLayout, model.namedBuffers(), trainer.masterBuffers(), "tensors");
+}
+
+/**
+ * Refuses, before any device starts, a model with buffers (BatchNorm statistics) on a path that
+ * cannot keep each replica's own yet: WebGPU devices, MPI ranks, the hybrid schedule.
+ */
+function checkBuffersSupported(
+  network: Network,
+  args: { model: string; backend: string; transport: string },
+  plan: Plan,
+): void {
+  const count = network.namedBuffers().length;
+  if (count === 0) return;
+  const what = `--model ${args.model}: the net keeps BatchNorm statistics (${count} buffers)`;
+  const path = args.backend === "webgpu"
+    ? "--backend webgpu (GPU-resident replicas)"
+    : args.transport === "mpi"
+    ? "--transport mpi"
+    : plan.sharded?.length
+    ? `--schedule ${plan.name} (the hybrid head's shards)`
+    : undefined;
+  if (path) {
+    throw new CliError(
+      `${what}, which ${path} cannot carry yet; train it on CPU devices (the default) with a data-parallel schedule`,
+      EXIT_FAILURE,
+    );
   }
 }
 
@@ -207,6 +237,12 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     ) as { plan: Plan; spec: ModelSpec }
     : await choosePlan(args, local, baseSpec, link, say);
   validatePlan(plan, { mode: args.reduce });
+  try {
+    checkBuffersSupported(local, args, plan);
+  } catch (error) {
+    local.dispose();
+    throw error;
+  }
 
   const preprocess = {
     scale: data.scale,
@@ -242,6 +278,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     try {
       await loadCheckpoint(args.resume!, {
         parameters: local.namedParameters(),
+        buffers: local.namedBuffers(),
         optimizer: probe,
         modelName: local.name,
         dryRun: true,
@@ -261,7 +298,11 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
   if (args.weights !== undefined && root) {
     try {
       caffeWeights = parseCaffeModel(await Deno.readFile(args.weights), args.weights);
-      loadCaffeWeights(local.namedParameters(), caffeWeights, { fileName: args.weights, dryRun: true });
+      loadCaffeWeights(local.namedParameters(), caffeWeights, {
+        fileName: args.weights,
+        dryRun: true,
+        buffers: local.namedBuffers(),
+      });
     } catch (error) {
       local.dispose();
       throw error;
@@ -303,6 +344,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
       const loaded = root
         ? await loadCheckpoint(args.resume, {
           parameters: trainer.parameterEntries,
+          buffers: trainer.bufferEntries,
           optimizer: trainer.optimizer,
           modelName: local.name,
           file: resumeFile,
@@ -320,15 +362,21 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     }
     if (args.weights !== undefined) {
       if (caffeWeights) {
-        loadCaffeWeights(trainer.parameterEntries, caffeWeights, { fileName: args.weights });
+        loadCaffeWeights(trainer.parameterEntries, caffeWeights, {
+          fileName: args.weights,
+          buffers: trainer.bufferEntries,
+        });
       }
       await trainer.broadcastParameters();
       say(`fine-tuning from ${args.weights}`);
     }
     const first = trainer.iteration;
     const parameterCount = trainer.layout.total;
+    const bufferCount = trainer.bufferLayout.total;
     say(
-      `training ${choice.name} (${parameterCount.toLocaleString("en-US")} parameters) on ${data.description}`,
+      `training ${choice.name} (${parameterCount.toLocaleString("en-US")} parameters${
+        bufferCount ? `, ${bufferCount.toLocaleString("en-US")} BatchNorm statistics` : ""
+      }) on ${data.description}`,
     );
     const where = transport
       ? `${args.devices} MPI rank${args.devices === 1 ? "" : "s"}, one ${deviceKind} device each`
@@ -369,6 +417,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     const save = (path: string, step: number) =>
       saveCheckpoint(path, {
         parameters: trainer.parameterEntries,
+        buffers: trainer.bufferEntries,
         optimizer: trainer.optimizer,
         step,
         modelName: local.name,
@@ -482,6 +531,10 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     const test = await evaluate(local, testLoader);
     heldOut.push({ step, accuracy: test.accuracy });
     const sha = await parametersSha256(trainer.layout, await trainer.masterParameters());
+    // Device 0's BatchNorm statistics, fingerprinted as the parameters are.
+    const buffersSha = bufferCount
+      ? await parametersSha256(trainer.bufferLayout, trainer.masterBuffers())
+      : undefined;
     const files: Record<string, string> = {};
     if (snapshots && args.checkpoint !== undefined) {
       await snapshots.save(step);
@@ -545,7 +598,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         formatDuration(seconds)
       }`,
       `step time ${timeSplit}${link ? ` over an emulated link (${link.label})` : ""}`,
-      `parameters sha256 ${sha}`,
+      `parameters sha256 ${sha}${buffersSha ? `, BatchNorm statistics sha256 ${buffersSha}` : ""}`,
       Object.keys(files).length
         ? `files: ${Object.entries(files).map(([k, v]) => `${k} ${v}`).join(", ")}`
         : "files: none written (see --checkpoint, --trace, --report)",
@@ -562,6 +615,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         imagesPerSecond,
         seconds,
         paramsSha256: sha,
+        ...(buffersSha ? { buffers: bufferCount, buffersSha256: buffersSha } : {}),
         model: choice.name,
         data: args.data,
         devices: args.devices,

@@ -66,7 +66,12 @@ export {
   trainStep,
   type TrainStepOptions,
 } from "./train/trainer.ts";
-export { averageGradients, replicaStep, type ReplicaStepOptions } from "./train/replica_step.ts";
+export {
+  averageGradients,
+  replicaStep,
+  type ReplicaStepOptions,
+  trainingLoss,
+} from "./train/replica_step.ts";
 export * from "./nn/mod.ts";
 export * from "./optim/mod.ts";
 export * from "./io/mod.ts";

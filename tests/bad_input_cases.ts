@@ -142,6 +142,20 @@ const PROTOTXT: Record<string, [string, (string | RegExp)[]]> = {
     [":2:", "nothing"],
   ],
   "binary": ["\u0000\u0001\u0002PK\u0003\u0004", [":1:1:"]],
+  "eltwise-operation": [
+    `${INPUT}layer { name: "e" type: "Eltwise" bottom: "data" bottom: "data" top: "e" eltwise_param { operation: MIN } }\n`,
+    [":2:", 'layer "e"', "MIN", "PROD, SUM, MAX"],
+  ],
+  "concat-shapes": [
+    `${INPUT}layer { name: "p" type: "Pooling" bottom: "data" top: "p" pooling_param { kernel_size: 2 stride: 2 } }\n` +
+    `layer { name: "cat" type: "Concat" bottom: "data" bottom: "p" top: "cat" }\n`,
+    [":3:", 'layer "cat" (Concat)', '"data" [1, 8, 8]', '"p" [1, 4, 4]'],
+  ],
+  "bottom-read-early": [
+    `${INPUT}layer { name: "a" type: "Eltwise" bottom: "data" bottom: "b" top: "a" }\n` +
+    `layer { name: "b" type: "ReLU" bottom: "a" top: "b" }\n`,
+    [":2:", 'reads blob "b"', 'layer "b" (line 3) writes it later'],
+  ],
 };
 
 /** Bad schedule files (for LeNet's groups fc, conv): name → [text, words of the message]. */
@@ -328,6 +342,14 @@ export async function writeFixtures(
   await Deno.writeTextFile(
     f.meanNet,
     `layer { name: "d" type: "Data" top: "data" top: "label" transform_param { crop_size: 8 force_gray: true mean_value: 1 mean_value: 2 } }\n${ip}`,
+  );
+  // A net with BatchNorm statistics (buffers), for the paths that cannot carry them yet.
+  f.bnNet = `${dir}/bn_net.prototxt`;
+  await Deno.writeTextFile(
+    f.bnNet,
+    `${INPUT}layer { name: "c" type: "Convolution" bottom: "data" top: "c" convolution_param { num_output: 2 kernel_size: 3 } }\n` +
+      'layer { name: "bn" type: "BatchNorm" bottom: "c" top: "c" }\n' +
+      'layer { name: "ip" type: "InnerProduct" bottom: "c" top: "ip" inner_product_param { num_output: 10 } }\n',
   );
   for (const [name, [text]] of Object.entries(SCHEDULES)) {
     f[`sched-${name}`] = `${dir}/${name}.sched`;
@@ -570,6 +592,17 @@ export function badInputs(f: Fixtures): BadInput[] {
     f.missing,
     "no such file",
   );
+  // BatchNorm statistics are buffers each CPU device keeps; refused where a path cannot carry them.
+  for (const [flag, path] of [["--backend", "webgpu"], ["--schedule", "hybrid"]]) {
+    add(
+      `BatchNorm net with ${flag} ${path}`,
+      ["--model", f.bnNet, "--data", "synthetic", "--batch", "8", "--steps", "1", flag, path],
+      "bn_net.prototxt: the net keeps BatchNorm statistics (3 buffers)",
+      `${flag} ${path}`,
+      "cannot carry yet",
+    );
+  }
+
   // .caffemodel weights: read and checked against the net before any device starts.
   add("--weights missing", [...TINY(f), "--steps", "2", "--weights", f.missing], "--weights", "no such file");
   add(

@@ -239,3 +239,48 @@ Deno.test("caffemodel: --weights fine-tunes from the file's values (train comman
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+// Mutation: loadCaffeWeights looking a BatchNorm layer's blobs up as `weight`/`bias` parameters
+// (ignoring `buffers`) left them "in the file, not in the net" and fails here.
+Deno.test("caffemodel: a BatchNorm layer's three blobs load into its statistics buffers; Scale's into weight and bias", () => {
+  const text = `name: "bn"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 2 dim: 3 dim: 3 } } }
+layer { name: "bn" type: "BatchNorm" bottom: "data" top: "data" }
+layer { name: "scale" type: "Scale" bottom: "data" top: "data" scale_param { bias_term: true } }
+`;
+  const layers = [
+    { name: "data", type: "Input" },
+    {
+      name: "bn",
+      type: "BatchNorm",
+      blobs: [
+        { shape: { dim: [2] }, data: [4, 6] },
+        { shape: { dim: [2] }, data: [8, 10] },
+        { shape: { dim: [1] }, data: [2] },
+      ],
+    },
+    {
+      name: "scale",
+      type: "Scale",
+      blobs: [{ shape: { dim: [2] }, data: [3, 5] }, { shape: { dim: [2] }, data: [-1, 1] }],
+    },
+  ];
+  const bytes = encode("NetParameter", { name: "bn", layer: layers });
+  const { network } = importCaffeNet(text, { seed: 1 });
+  const parsed = parseCaffeModel(bytes, "bn.caffemodel");
+  assert.throws(
+    () => loadCaffeWeights(network.namedParameters(), parsed),
+    /in the file, not in the net: layer "bn" blob 0/,
+  );
+  loadCaffeWeights(network.namedParameters(), parsed, { buffers: network.namedBuffers() });
+  assert.deepEqual(network.namedBuffers().map((b) => [b.name, [...b.tensor.dataSync()]]), [
+    ["bn.mean", [4, 6]],
+    ["bn.variance", [8, 10]],
+    ["bn.scale_factor", [2]],
+  ]);
+  assert.deepEqual(network.namedParameters().map((p) => [p.name, [...p.tensor.dataSync()]]), [
+    ["scale.weight", [3, 5]],
+    ["scale.bias", [-1, 1]],
+  ]);
+  network.dispose();
+});

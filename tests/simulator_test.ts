@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { ValueError } from "../engine/errors.ts";
-import { autoSchedule } from "../mod.ts";
 import {
   accumulatedProfile,
   alexnetScalingTable,
+  autoSchedule,
   checkProfile,
   type CostOptions,
   hybridCandidate,
@@ -20,6 +20,7 @@ import { activationCollectiveSeconds, commStepSeconds } from "../schedule/simula
 import { groupTimes } from "../schedule/simulator/profile.ts";
 import { tinyAlexNet } from "./fixtures/networks.ts";
 import {
+  bucketedPlan,
   dependenciesOf,
   hybridPlan,
   overlapPlan,
@@ -410,8 +411,24 @@ Deno.test("judgeNetwork: a network with evenly spread parameters is not AlexNet-
     verdict.reason,
     "not AlexNet-like: the output-side layers conv5..fc hold 52.9% of the parameter bytes (4.5 MB of 8.5 MB) " +
       "and take 50.6% of the backward time (41.00 ms of 81.00 ms); more than 35.0% of the backward time, so " +
-      "most parameters are ready too late to hide their communication; use sequential",
+      "most parameters are ready too late to hide their communication; use bucketed: 3 buckets of about " +
+      "equal bytes (DDP-style: conv6..fc, conv3..conv5, conv1..conv2) hide 1.32 ms of communication at " +
+      "12.0 GB/s with 2 devices (master), 121.91 ms against 123.21 ms sequential",
   );
+  // The buckets: contiguous, output side first, each about a third of the 8.5 MB.
+  const buckets = verdict.buckets!;
+  assert.deepEqual(buckets.groups, ["bucket1", "bucket2", "bucket3"]);
+  assert.equal(buckets.assignment.fc, "bucket1");
+  assert.equal(buckets.assignment.conv5, "bucket2");
+  assert.equal(buckets.assignment.conv1, "bucket3");
+  assert.ok(buckets.bucketedSeconds < buckets.sequentialSeconds);
+  // One group of its own, on a link where every transfer costs far more latency than the backward
+  // it could hide behind: more transfers only cost more, and the verdict says sequential.
+  const oneGroup = regroupProfile(resnetLikeProfile(), { fc: "conv" });
+  const slowLink = { bandwidthBytesPerSecond: 12e9, latencySeconds: 1 };
+  const fast = judgeNetwork(oneGroup, { link: slowLink });
+  assert.equal(fast.buckets, undefined);
+  assert.ok(fast.reason.endsWith("; use sequential (no bucketing is predicted faster)"), fast.reason);
   // Looser thresholds make it pass; the verdict follows the stated numbers.
   assert.equal(
     judgeNetwork(resnetLikeProfile(), { thresholds: { maxSuffixBackwardFraction: 0.6 } }).alexnetLike,
@@ -424,7 +441,9 @@ Deno.test("judgeNetwork: a network with evenly spread parameters is not AlexNet-
   assert.ok(lonely.reason.includes("no layer before them has parameters"), lonely.reason);
 });
 
-Deno.test("autoSchedule: overlap on the split for AlexNet, sequential with the reason otherwise", () => {
+Deno.test("autoSchedule: overlap on the split for AlexNet, DDP-style buckets with the reason otherwise", () => {
+  // Mutation tried: autoSchedule ignoring judgement.buckets (sequential for every network that is
+  // not AlexNet-like) fails here.
   const link = STANDARD_LINKS[0];
   const alex = autoSchedule(alexnetProfile(), link, 4);
   assert.equal(alex.name, "overlap");
@@ -432,13 +451,22 @@ Deno.test("autoSchedule: overlap on the split for AlexNet, sequential with the r
   assert.equal(alex.assignment.fc6, alex.groups[0]);
   validatePlan(alex, { mode: "master" });
   const resnet = autoSchedule(resnetLikeProfile(), link, 4);
-  assert.equal(resnet.name, "sequential");
-  assert.deepEqual(resnet.groups, ["fc", "conv"]);
-  assert.equal(resnet.assignment.conv3, "conv");
+  assert.equal(resnet.name, "bucketed");
+  assert.deepEqual(resnet.groups, resnet.judgement.buckets!.groups);
+  assert.equal(resnet.assignment.conv3, resnet.judgement.buckets!.assignment.conv3);
   assert.ok(resnet.judgement.reason.startsWith("not AlexNet-like"));
-  const builtIn = scheduleBuilder(["fc", "conv"]).forward().backward("all").reduce("all").update("all")
+  assert.match(resnet.judgement.reason, /; use bucketed: \d buckets of about equal bytes/);
+  assert.deepEqual(resnet.steps, bucketedPlan(resnet.groups).steps);
+  validatePlan(resnet, { mode: "master" });
+  // Where bucketing does not pay, the sequential plan on the profile's own groups.
+  const oneGroup = regroupProfile(resnetLikeProfile(), { fc: "conv" });
+  const fast = autoSchedule(oneGroup, { bandwidthBytesPerSecond: 12e9, latencySeconds: 1 }, 4);
+  assert.equal(fast.name, "sequential");
+  assert.deepEqual(fast.groups, ["conv"]);
+  assert.equal(fast.assignment.fc, "conv");
+  const builtIn = scheduleBuilder(["conv"]).forward().backward("all").reduce("all").update("all")
     .broadcast("all").build("sequential");
-  assert.deepEqual(resnet.steps, builtIn.steps);
+  assert.deepEqual(fast.steps, builtIn.steps);
 });
 
 Deno.test("alexnetScalingTable: every link, device count and mode; overlap never loses", () => {
@@ -858,7 +886,7 @@ Deno.test("autoSchedule: hybrid when allowed and predicted faster, with the reas
   );
   assert.equal(
     autoSchedule(resnetLikeProfile(), pcie3, 4, { allowHybrid: true }).name,
-    "sequential",
+    "bucketed",
   );
   // The candidate on its own; a convolutional output side has none.
   const found = hybridCandidate(profile, { link: pcie3, devices: 4, mode: "master" });

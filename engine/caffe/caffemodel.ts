@@ -11,9 +11,9 @@
  */
 
 import { formatShape, TandemError } from "../errors.ts";
-import type { ParameterEntry } from "../nn/parameter.ts";
+import type { BufferEntry, ParameterEntry } from "../nn/parameter.ts";
 import { Tensor } from "../tensor.ts";
-import { caffeModuleName } from "./import.ts";
+import { caffeModuleName } from "./reader.ts";
 
 /**
  * A `.caffemodel` that cannot be read, or whose weights do not fit the net; the message is one line,
@@ -335,6 +335,12 @@ export interface LoadCaffeWeightsOptions {
   fileName?: string;
   /** Only check that everything fits; load nothing. */
   dryRun?: boolean;
+  /**
+   * The net's buffers (`namedBuffers()`): a BatchNorm layer's three blobs (mean, variance, moving
+   * average factor) load into its `mean`, `variance` and `scale_factor` buffers, in that order.
+   * Without them a file with BatchNorm blobs does not fit.
+   */
+  buffers?: readonly BufferEntry[];
 }
 
 /**
@@ -343,7 +349,8 @@ export interface LoadCaffeWeightsOptions {
  * as the importer makes module names). Every shape is checked first — InnerProduct `[out, in]`,
  * Convolution `[out, in/groups, kh, kw]`, legacy 4-D blobs (`[1, 1, out, in]`) reshaped as Caffe
  * does — and every parameter must have a blob and every blob a parameter; otherwise one
- * {@link CaffeModelError} lists the first few problems and nothing is loaded.
+ * {@link CaffeModelError} lists the first few problems and nothing is loaded. With `buffers`, a
+ * BatchNorm layer's three blobs load into its statistics buffers.
  *
  * @example
  * ```ts ignore
@@ -359,8 +366,13 @@ export function loadCaffeWeights(
 ): void {
   const fileName = options.fileName ?? "<caffemodel>";
   const byName = new Map(parameters.map((p) => [p.name, p]));
+  const moduleOf = (name: string) => name.slice(0, name.lastIndexOf("."));
+  const buffersOf = new Map<string, BufferEntry[]>();
+  for (const b of options.buffers ?? []) {
+    buffersOf.set(moduleOf(b.name), [...buffersOf.get(moduleOf(b.name)) ?? [], b]);
+  }
   const problems: string[] = [];
-  const planned: [ParameterEntry, CaffeBlob][] = [];
+  const planned: [{ name: string; tensor: Tensor }, CaffeBlob][] = [];
   const matched = new Set<string>(); // parameters with a blob, fitting or not
   const seen = new Map<string, CaffeLayerWeights>();
   for (const layer of layers) {
@@ -374,8 +386,12 @@ export function loadCaffeWeights(
     }
     if (layer.blobs.length) seen.set(module, layer);
     layer.blobs.forEach((blob, i) => {
-      const key = `${module}.${BLOB_NAMES[i] ?? `blob${i}`}`;
-      const target = byName.get(key);
+      // A module with buffers (BatchNorm) takes its blobs into them, in order.
+      const statistics = buffersOf.get(module);
+      const key = statistics
+        ? statistics[i]?.name ?? `${module}.blob${i}`
+        : `${module}.${BLOB_NAMES[i] ?? `blob${i}`}`;
+      const target = statistics ? statistics[i] : byName.get(key);
       if (target) matched.add(key);
       if (!target) {
         problems.push(
@@ -390,7 +406,7 @@ export function loadCaffeWeights(
       } else planned.push([target, blob]);
     });
   }
-  for (const p of parameters) {
+  for (const p of [...parameters, ...options.buffers ?? []]) {
     if (matched.has(p.name)) continue;
     const module = p.name.slice(0, p.name.lastIndexOf("."));
     problems.push(

@@ -1,8 +1,19 @@
 /**
  * Imports a Caffe net definition (`train_val.prototxt`, `deploy.prototxt`) as a Tandem `Network`:
- * the layers of sequential CNNs (Convolution, Pooling, LRN, ReLU, Dropout, InnerProduct, Flatten)
- * with Caffe's fillers and `param` multipliers, parameters named after the Caffe layers so the same
- * seed gives the same values as the matching model factory.
+ * Convolution, Pooling, LRN (ACROSS_CHANNELS and WITHIN_CHANNEL), ReLU, Dropout, InnerProduct and
+ * Flatten, and for nets whose graph branches and joins Concat, Eltwise (SUM with coefficients, PROD,
+ * MAX), BatchNorm (its statistics as buffers) and Scale, with Caffe's fillers and `param`
+ * multipliers, parameters named after the Caffe layers (`<layer>.<blob>`) so the same seed gives the
+ * same values as the matching model factory.
+ *
+ * Blobs follow Caffe's semantics (`graph.ts`): layers run in file order, an in-place layer (top ==
+ * bottom) rewrites its blob for every later reader, a blob read twice is Caffe's `Split` (an explicit
+ * `Split` layer too), and a bottom no earlier layer writes is refused. A net where every layer reads
+ * the one before imports as a chain (a `Sequential` network, exactly as before graphs were
+ * supported); any other as a network on a `Graph` (`engine/nn/graph.ts`). Every SoftmaxWithLoss
+ * counts with its `loss_weight` (Caffe's weighted sum, GoogLeNet's 0.3, 0.3, 1); the main classifier,
+ * which accuracy and evaluation use, is the loss with the largest weight, the last on ties. The new
+ * layers' builders are in `dag_layers.ts`, the shared reading helpers in `reader.ts`.
  *
  * Input shape: the `inputShape` option wins; otherwise an `Input` layer's or the legacy
  * `input_shape`/`input_dim` shape, a `MemoryData` layer's size, or `transform_param.crop_size`
@@ -14,55 +25,30 @@
  */
 
 import { TandemError } from "../errors.ts";
-import type { Filler, VarianceNorm } from "../nn/init.ts";
+import { AvgPool2d, Conv2d, Dropout, Flatten, Linear, LRN, MaxPool2d, ReLU } from "../nn/layers.ts";
+import { JoinModule } from "../nn/join.ts";
+import type { Network } from "../nn/network.ts";
+import { WithinChannelLRN } from "../nn/lrn_within_channel.ts";
+import { buildDagModule, DAG_TYPES, JOIN_TYPES } from "./dag_layers.ts";
+import { assembleNetwork, BlobTable, type CaffeNode, type NetworkParts } from "./graph.ts";
+import { parsePrototxt, PrototxtError, type PrototxtField, type PrototxtMessage } from "./prototxt.ts";
 import {
-  AvgPool2d,
-  Conv2d,
-  Dropout,
-  Flatten,
-  Linear,
-  LRN,
-  MaxPool2d,
-  type Multipliers,
-  ReLU,
-} from "../nn/layers.ts";
-import type { Module } from "../nn/module.ts";
-import { Network } from "../nn/network.ts";
-import {
-  parsePrototxt,
-  PrototxtError,
-  type PrototxtField,
-  PrototxtMessage,
-  type PrototxtScalar,
-} from "./prototxt.ts";
+  type Built,
+  CaffeImportError,
+  caffeModuleName,
+  fillerOf,
+  KERNEL,
+  type LayerRef,
+  multipliersOf,
+  PAD,
+  pairOf,
+  paramsOf,
+  Reader,
+  spatial,
+  STRIDE,
+} from "./reader.ts";
 
-/**
- * A well-formed net definition that Tandem cannot import as given (unknown layer type, bad value,
- * branching graph), with the file position of the offending layer or value.
- *
- * @example
- * ```ts
- * import { CaffeImportError, importCaffeNet } from "./import.ts";
- * try {
- *   importCaffeNet('layer { name: "e" type: "Eltwise" bottom: "a" top: "b" }');
- * } catch (e) {
- *   if (e instanceof CaffeImportError) console.log(e.layer, e.line, e.column); // e 1 1
- * }
- * ```
- */
-export class CaffeImportError extends PrototxtError {
-  /** An error about `layer` (if any) at `line`:`column` of `fileName`. */
-  constructor(
-    fileName: string,
-    line: number,
-    column: number,
-    detail: string,
-    /** Name of the Caffe layer at fault, when the problem is in a layer. */
-    readonly layer?: string,
-  ) {
-    super(fileName, line, column, detail);
-  }
-}
+export { CaffeImportError, caffeModuleName };
 
 /** Caffe's phase a net is instantiated for. */
 export type CaffePhase = "TRAIN" | "TEST";
@@ -131,7 +117,7 @@ export interface CaffeTransform {
  * ```
  */
 export interface CaffeImport {
-  /** The sequential network, initialised with the seed. */
+  /** The network (a chain, or a graph), initialised with the seed. */
   network: Network;
   /** What was left out or assumed (data layers, accuracy, phase-filtered layers, renamed layers…). */
   notes: string[];
@@ -142,11 +128,20 @@ export interface CaffeImport {
 }
 
 /** Layer types that become modules of the network. */
-const MODULE_TYPES = ["Convolution", "Pooling", "LRN", "ReLU", "Dropout", "InnerProduct", "Flatten"];
+const MODULE_TYPES = [
+  "Convolution",
+  "Pooling",
+  "LRN",
+  "ReLU",
+  "Dropout",
+  "InnerProduct",
+  "Flatten",
+  ...DAG_TYPES,
+];
 /** Layer types that only provide blobs. */
 const DATA_TYPES = ["Data", "ImageData", "Input", "MemoryData"];
 /** Every supported type, for messages. */
-const SUPPORTED = [...DATA_TYPES, ...MODULE_TYPES, "SoftmaxWithLoss", "Softmax", "Accuracy"];
+const SUPPORTED = [...DATA_TYPES, ...MODULE_TYPES, "Split", "SoftmaxWithLoss", "Softmax", "Accuracy"];
 
 const LAYER_FIELDS = new Set([
   "name",
@@ -162,14 +157,6 @@ const LAYER_FIELDS = new Set([
   "exclude",
 ]);
 
-/** Where a layer sits in the file, for errors. */
-interface LayerRef {
-  name: string;
-  type: string;
-  field: PrototxtField;
-  message: PrototxtMessage;
-}
-
 /** An input blob and what is known of its per-sample shape. */
 interface DataBlob {
   shape: number[] | undefined;
@@ -181,146 +168,6 @@ interface DataBlob {
   transform?: CaffeTransform;
 }
 
-class Reader {
-  constructor(readonly fileName: string) {}
-
-  fail(at: { line: number; column: number }, detail: string, layer?: string): never {
-    throw new CaffeImportError(this.fileName, at.line, at.column, detail, layer);
-  }
-
-  failValue(field: PrototxtField, detail: string, layer?: string): never {
-    return this.fail({ line: field.valueLine, column: field.valueColumn }, detail, layer);
-  }
-
-  /** The only occurrence of a singular field, as protobuf rejects a second one. */
-  single(message: PrototxtMessage, name: string, where: string): PrototxtField | undefined {
-    const fields = message.all(name);
-    if (fields.length > 1) {
-      this.fail(fields[1], `${where}: field "${name}" is not repeated but is given twice`);
-    }
-    return fields[0];
-  }
-
-  /** Rejects fields outside `allowed`: in interpreted blocks a typo or an unsupported option would otherwise be silently dropped. */
-  checkFields(message: PrototxtMessage, allowed: readonly string[], where: string, layer?: string): void {
-    for (const field of message.fields) {
-      if (!allowed.includes(field.name)) {
-        this.fail(field, `${where}: unknown field "${field.name}" (known: ${allowed.join(", ")})`, layer);
-      }
-    }
-  }
-
-  scalar(field: PrototxtField, where: string, layer?: string): PrototxtScalar {
-    if (field.value instanceof PrototxtMessage) {
-      this.failValue(field, `${where}: "${field.name}" must be a value, not a message`, layer);
-    }
-    return field.value;
-  }
-
-  messageOf(field: PrototxtField, where: string, layer?: string): PrototxtMessage {
-    if (!(field.value instanceof PrototxtMessage)) {
-      this.failValue(field, `${where}: "${field.name}" must be a message { … }`, layer);
-    }
-    return field.value;
-  }
-
-  number(field: PrototxtField, where: string, layer?: string): number {
-    const v = this.scalar(field, where, layer);
-    if (v.kind !== "number") {
-      this.failValue(field, `${where}: "${field.name}" must be a number, got ${show(v)}`, layer);
-    }
-    return v.value;
-  }
-
-  /** An integer ≥ `min` (Caffe's uint32/int32 fields). */
-  integer(field: PrototxtField, where: string, min: number, layer?: string): number {
-    const v = this.number(field, where, layer);
-    if (!Number.isInteger(v) || v < min) {
-      this.failValue(
-        field,
-        `${where}: "${field.name}" must be an integer ≥ ${min}, got ${fieldText(field)}`,
-        layer,
-      );
-    }
-    return v;
-  }
-
-  string(field: PrototxtField, where: string, layer?: string): string {
-    const v = this.scalar(field, where, layer);
-    if (v.kind !== "string") {
-      this.failValue(field, `${where}: "${field.name}" must be a quoted string, got ${show(v)}`, layer);
-    }
-    return v.value;
-  }
-
-  bool(field: PrototxtField, where: string, layer?: string): boolean {
-    const v = this.scalar(field, where, layer);
-    if (v.kind === "bool") return v.value;
-    if (v.kind === "identifier" && (v.value === "t" || v.value === "f")) return v.value === "t";
-    if (v.kind === "number" && (v.value === 0 || v.value === 1)) return v.value === 1;
-    return this.failValue(field, `${where}: "${field.name}" must be true or false, got ${show(v)}`, layer);
-  }
-
-  /** An enum value by name or by number (`pool: MAX` or `pool: 0`). */
-  enumValue<T extends string>(field: PrototxtField, values: readonly T[], where: string, layer?: string): T {
-    const v = this.scalar(field, where, layer);
-    if (v.kind === "identifier" && (values as readonly string[]).includes(v.value)) return v.value as T;
-    if (v.kind === "number" && Number.isInteger(v.value) && v.value >= 0 && v.value < values.length) {
-      return values[v.value];
-    }
-    return this.failValue(
-      field,
-      `${where}: "${field.name}" must be one of ${values.join(", ")}, got ${show(v)}`,
-      layer,
-    );
-  }
-
-  optNumber(m: PrototxtMessage, name: string, where: string, fallback: number, layer?: string): number {
-    const f = this.single(m, name, where);
-    return f ? this.number(f, where, layer) : fallback;
-  }
-
-  optInteger(
-    m: PrototxtMessage,
-    name: string,
-    where: string,
-    fallback: number,
-    min: number,
-    layer?: string,
-  ): number {
-    const f = this.single(m, name, where);
-    return f ? this.integer(f, where, min, layer) : fallback;
-  }
-
-  optBool(m: PrototxtMessage, name: string, where: string, fallback: boolean, layer?: string): boolean {
-    const f = this.single(m, name, where);
-    return f ? this.bool(f, where, layer) : fallback;
-  }
-}
-
-function show(v: PrototxtScalar): string {
-  switch (v.kind) {
-    case "string":
-      return `string ${JSON.stringify(v.value)}`;
-    case "number":
-      return v.text;
-    case "bool":
-      return String(v.value);
-    default:
-      return v.value;
-  }
-}
-
-function fieldText(field: PrototxtField): string {
-  return field.value instanceof PrototxtMessage ? "a message" : show(field.value);
-}
-
-/** `[h, w]` collapsed to one number when square, so options read like the hand-written models. */
-function pairOf(h: number, w: number): number | [number, number] {
-  return h === w ? h : [h, w];
-}
-
-/** Caffe's `NetStateRule` semantics: every condition a rule states must hold. */
 function ruleMet(
   reader: Reader,
   rule: PrototxtMessage,
@@ -339,140 +186,6 @@ function ruleMet(
   for (const s of rule.all("stage")) if (!stages.includes(reader.string(s, where))) return false;
   for (const s of rule.all("not_stage")) if (stages.includes(reader.string(s, where))) return false;
   return true;
-}
-
-const FILLER_TYPES = ["constant", "gaussian", "uniform", "xavier", "msra"] as const;
-const VARIANCE_NORMS = ["FAN_IN", "FAN_OUT", "AVERAGE"] as const;
-const VARIANCE_NORM_OF: Record<(typeof VARIANCE_NORMS)[number], VarianceNorm> = {
-  FAN_IN: "fanIn",
-  FAN_OUT: "fanOut",
-  AVERAGE: "average",
-};
-
-/** Caffe's `FillerParameter` with Caffe's defaults (type constant, value 0, std 1, max 1). */
-function fillerOf(reader: Reader, field: PrototxtField | undefined, where: string, layer: string): Filler {
-  if (!field) return { type: "constant", value: 0 };
-  const m = reader.messageOf(field, where, layer);
-  reader.checkFields(
-    m,
-    ["type", "value", "min", "max", "mean", "std", "sparse", "variance_norm"],
-    where,
-    layer,
-  );
-  const typeField = reader.single(m, "type", where);
-  const type = typeField ? reader.string(typeField, where, layer) : "constant";
-  if (!(FILLER_TYPES as readonly string[]).includes(type)) {
-    reader.failValue(
-      typeField!,
-      `${where}: filler type "${type}" is not supported (supported: ${FILLER_TYPES.join(", ")})`,
-      layer,
-    );
-  }
-  const sparse = reader.single(m, "sparse", where);
-  if (sparse && reader.number(sparse, where, layer) !== -1) {
-    reader.failValue(sparse, `${where}: sparse fillers are not supported`, layer);
-  }
-  const varianceNorm = () => {
-    const f = reader.single(m, "variance_norm", where);
-    return VARIANCE_NORM_OF[f ? reader.enumValue(f, VARIANCE_NORMS, where, layer) : "FAN_IN"];
-  };
-  switch (type as (typeof FILLER_TYPES)[number]) {
-    case "constant":
-      return { type: "constant", value: reader.optNumber(m, "value", where, 0, layer) };
-    case "gaussian": {
-      const std = reader.optNumber(m, "std", where, 1, layer);
-      if (!(std >= 0)) {
-        reader.failValue(reader.single(m, "std", where)!, `${where}: std must be ≥ 0, got ${std}`, layer);
-      }
-      return { type: "gaussian", std, mean: reader.optNumber(m, "mean", where, 0, layer) };
-    }
-    case "uniform": {
-      const min = reader.optNumber(m, "min", where, 0, layer),
-        max = reader.optNumber(m, "max", where, 1, layer);
-      if (!(max > min)) {
-        reader.fail(field, `${where}: uniform filler needs max (${max}) > min (${min})`, layer);
-      }
-      return { type: "uniform", min, max };
-    }
-    case "xavier":
-      return { type: "xavier", varianceNorm: varianceNorm() };
-    case "msra":
-      return { type: "msra", varianceNorm: varianceNorm() };
-  }
-}
-
-/**
- * A spatial size given as `name` (repeated in ConvolutionParameter: 1 or 2 values; singular in
- * PoolingParameter) or as the `_h`/`_w` pair.
- */
-function spatial(
-  reader: Reader,
-  m: PrototxtMessage,
-  names: { both: string; h: string; w: string; repeated: boolean },
-  where: string,
-  layer: string,
-  fallback: number | undefined,
-  min: number,
-): [number, number] | undefined {
-  const fields = names.repeated
-    ? m.all(names.both)
-    : [reader.single(m, names.both, where)].filter((f) => f !== undefined);
-  const values = fields.map((f) => reader.integer(f, where, min, layer));
-  const h = reader.single(m, names.h, where), w = reader.single(m, names.w, where);
-  if (h || w) {
-    if (values.length) {
-      reader.fail(h ?? w!, `${where}: give either ${names.both} or ${names.h}/${names.w}, not both`, layer);
-    }
-    if (!h || !w) reader.fail(h ?? w!, `${where}: ${names.h} and ${names.w} must be given together`, layer);
-    return [reader.integer(h, where, min, layer), reader.integer(w, where, min, layer)];
-  }
-  if (values.length > 2) {
-    reader.fail(fields[2], `${where}: ${names.both} takes at most 2 values (2-D only)`, layer);
-  }
-  if (values.length === 2) return [values[0], values[1]];
-  if (values.length === 1) return [values[0], values[0]];
-  return fallback === undefined ? undefined : [fallback, fallback];
-}
-
-const KERNEL = { both: "kernel_size", h: "kernel_h", w: "kernel_w" };
-const STRIDE = { both: "stride", h: "stride_h", w: "stride_w" };
-const PAD = { both: "pad", h: "pad_h", w: "pad_w" };
-
-/** Weight and bias multipliers from `param { lr_mult decay_mult }` blocks (Caffe default 1 and 1). */
-function multipliersOf(reader: Reader, ref: LayerRef, blobs: number): Multipliers[] {
-  const params = ref.message.all("param");
-  if (params.length > blobs) {
-    reader.fail(
-      params[blobs],
-      `layer "${ref.name}" (${ref.type}) has ${params.length} param blocks but only ${blobs} parameter blob(s)`,
-      ref.name,
-    );
-  }
-  return Array.from({ length: blobs }, (_, i) => {
-    if (!params[i]) return { lrMult: 1, decayMult: 1 };
-    const where = `layer "${ref.name}" param`;
-    const m = reader.messageOf(params[i], where, ref.name);
-    reader.checkFields(m, ["name", "lr_mult", "decay_mult", "share_mode"], where, ref.name);
-    const shared = reader.single(m, "name", where);
-    if (shared) reader.fail(shared, `${where}: shared parameters (param name) are not supported`, ref.name);
-    return {
-      lrMult: reader.optNumber(m, "lr_mult", where, 1, ref.name),
-      decayMult: reader.optNumber(m, "decay_mult", where, 1, ref.name),
-    };
-  });
-}
-
-/** The `*_param` block of a layer, or an empty one. */
-function paramsOf(reader: Reader, ref: LayerRef, name: string): PrototxtMessage {
-  const field = reader.single(ref.message, name, `layer "${ref.name}"`);
-  return field
-    ? reader.messageOf(field, `layer "${ref.name}"`, ref.name)
-    : new PrototxtMessage(reader.fileName, ref.field.line, ref.field.column);
-}
-
-interface Built {
-  module: Module;
-  notes: string[];
 }
 
 function buildModule(reader: Reader, ref: LayerRef, shape: readonly number[]): Built {
@@ -663,17 +376,9 @@ function buildModule(reader: Reader, ref: LayerRef, shape: readonly number[]): B
       reader.checkFields(m, ["local_size", "alpha", "beta", "norm_region", "k", "engine"], where, layer);
       multipliersOf(reader, ref, 0);
       const region = reader.single(m, "norm_region", where);
-      if (
-        region &&
+      const within = region !== undefined &&
         reader.enumValue(region, ["ACROSS_CHANNELS", "WITHIN_CHANNEL"] as const, where, layer) ===
-          "WITHIN_CHANNEL"
-      ) {
-        reader.failValue(
-          region,
-          `${where}: norm_region WITHIN_CHANNEL is not supported (only ACROSS_CHANNELS)`,
-          layer,
-        );
-      }
+          "WITHIN_CHANNEL";
       const size = reader.optInteger(m, "local_size", where, 5, 1, layer);
       if (size % 2 === 0) {
         reader.fail(
@@ -681,6 +386,21 @@ function buildModule(reader: Reader, ref: LayerRef, shape: readonly number[]): B
           `${where}: local_size must be odd, got ${size}`,
           layer,
         );
+      }
+      if (within) {
+        if (shape.length !== 4) reader.fail(ref.field, `${where}: WITHIN_CHANNEL needs an NCHW input`, layer);
+        const k = reader.single(m, "k", where);
+        if (k && reader.number(k, where, layer) !== 1) {
+          notes.push(`${layer} (LRN): k ignored, as Caffe ignores it for WITHIN_CHANNEL (the shift is 1)`);
+        }
+        return {
+          module: new WithinChannelLRN({
+            size,
+            alpha: reader.optNumber(m, "alpha", where, 1, layer),
+            beta: reader.optNumber(m, "beta", where, 0.75, layer),
+          }),
+          notes,
+        };
       }
       return {
         module: new LRN({
@@ -851,31 +571,14 @@ function blobShape(reader: Reader, field: PrototxtField, where: string, layer?: 
 }
 
 /**
- * A Caffe layer name as the network's module name (Tandem allows letters, digits, `_` and `-`), so
- * `conv/1` names parameters `conv_1.weight` and `conv_1.bias`; `.caffemodel` loading matches by it.
- *
- * @example
- * ```ts
- * import { caffeModuleName } from "./import.ts";
- * caffeModuleName("conv/1"); // "conv_1"
- * ```
- */
-export function caffeModuleName(name: string): string {
-  let out = name.replace(/[^A-Za-z0-9_\-]/g, "_");
-  // An integer-like key would jump to the front of the layer record (JS property order).
-  if (/^(?:0|[1-9][0-9]*)$/.test(out)) out = `layer_${out}`;
-  return out;
-}
-
-/**
  * Builds a {@link Network} from a Caffe net definition (text or a tree from
- * {@link parsePrototxt}). Keeps the layers of `phase`, follows the chain of blobs from the data
- * layer to the loss, and maps Convolution, Pooling (MAX/AVE), LRN (ACROSS_CHANNELS), ReLU, Dropout,
- * InnerProduct and Flatten to Tandem layers named as in Caffe, with the file's fillers and
- * `param` multipliers (Caffe's default `lr_mult: 1 decay_mult: 1` where a block is missing).
- * SoftmaxWithLoss is recorded as the loss; Accuracy, Softmax and data layers are left out with a
- * note. Unknown layer types, bad values and branching graphs throw {@link CaffeImportError} with
- * the file position; malformed text throws {@link PrototxtError}.
+ * {@link parsePrototxt}). Keeps the layers of `phase`, follows Caffe's blobs from the data layer to
+ * the losses (see the module notes), and maps each layer to a Tandem layer named as in Caffe, with
+ * the file's fillers and `param` multipliers (Caffe's default `lr_mult: 1 decay_mult: 1` where a
+ * block is missing). SoftmaxWithLoss layers are the losses; Accuracy, Softmax and data layers are
+ * left out with a note. Unknown layer types, bad values and graphs that cannot run (a bottom nothing
+ * writes before it, a cycle, shapes a Concat or Eltwise cannot join) throw {@link CaffeImportError}
+ * with the layer and its file position; malformed text throws {@link PrototxtError}.
  *
  * @example
  * ```ts
@@ -977,22 +680,42 @@ export function importCaffeNet(
     layers.push(ref);
   }
 
-  const modules: Record<string, Module> = {};
+  const blobs = new BlobTable(reader, layers);
+  const nodes: CaffeNode[] = [];
+  const losses: NetworkParts["losses"][number][] = [];
   const usedNames = new Set<string>();
-  let current: string | undefined; // the blob the chain has reached
-  let shape: number[] | undefined; // its shape, with a batch axis of 1
-  let loss: CaffeImport["loss"];
-  let finished: LayerRef | undefined; // the loss or softmax that ended the chain
+  let input: { blob: string; id: string; ref: LayerRef } | undefined;
   let inputShape: number[] | undefined;
   let transform: CaffeTransform | undefined; // the feeding data layer's preprocessing
-  const produced = new Set(dataBlobs.keys());
+  let softmaxOutput: string | undefined;
+  let loss: CaffeImport["loss"];
+  const shapes = new Map<string, number[]>();
+
+  /** The value a module layer reads: a written blob, or (once) the data layer's images. */
+  const readBottom = (name: string, ref: LayerRef, where: string) => {
+    if (blobs.has(name)) return blobs.read(name, ref);
+    const data = dataBlobs.get(name);
+    if (!data) return blobs.read(name, ref); // refused there, naming a later writer if there is one
+    if (data.isLabel) reader.fail(ref.field, `${where} reads the label blob "${name}"`, ref.name);
+    if (input) {
+      reader.fail(
+        ref.field,
+        `${where} reads a second input blob "${name}" (the first is "${input.blob}", read by layer "${input.ref.name}"); Tandem networks take one input`,
+        ref.name,
+      );
+    }
+    inputShape = resolveInputShape(reader, options, name, data, ref, notes);
+    transform = data.transform;
+    const id = blobs.write(name, [1, ...inputShape]);
+    shapes.set(id, [1, ...inputShape]);
+    input = { blob: name, id, ref };
+    return blobs.read(name, ref);
+  };
 
   for (const ref of layers) {
     const where = `layer "${ref.name}" (${ref.type})`;
     const bottoms = ref.message.all("bottom").map((f) => reader.string(f, where, ref.name));
     const tops = ref.message.all("top").map((f) => reader.string(f, where, ref.name));
-    const bottomKnown = bottoms.length > 0 && produced.has(bottoms[0]);
-    for (const top of tops) produced.add(top);
     if (DATA_TYPES.includes(ref.type)) {
       for (const [blob, info] of dataBlobsOf(reader, ref, notes)) dataBlobs.set(blob, info);
       continue;
@@ -1001,58 +724,15 @@ export function importCaffeNet(
       notes.push(`${ref.name} (Accuracy): not part of the network; Tandem measures accuracy itself`);
       continue;
     }
-    if (finished) {
-      reader.fail(
-        ref.field,
-        `${where} comes after the chain ended at "${finished.name}" (${finished.type}); only sequential nets can be imported`,
-        ref.name,
-      );
-    }
-    const isLoss = ref.type === "SoftmaxWithLoss";
-    const expectedBottoms = isLoss ? 2 : 1;
-    if (bottoms.length !== expectedBottoms) {
-      reader.fail(
-        ref.field,
-        `${where} has ${bottoms.length} bottom blob(s); expected ${expectedBottoms}${
-          bottoms.length > expectedBottoms
-            ? " (a layer joining several blobs makes a non-sequential graph, which Tandem cannot import)"
-            : ""
-        }`,
-        ref.name,
-      );
-    }
-    if (!isLoss && tops.length !== 1) {
-      reader.fail(
-        ref.field,
-        `${where} has ${tops.length} top blobs; expected 1 (several tops make a non-sequential graph)`,
-        ref.name,
-      );
-    }
-    const bottom = bottoms[0];
-    if (current === undefined) {
-      const data = dataBlobs.get(bottom);
-      if (!data) {
+    if (ref.type === "SoftmaxWithLoss") {
+      if (bottoms.length !== 2) {
         reader.fail(
           ref.field,
-          `${where} reads blob "${bottom}", which no data or input layer produces`,
+          `${where} has ${bottoms.length} bottom blob(s); expected 2 (scores and labels)`,
           ref.name,
         );
       }
-      if (data.isLabel) reader.fail(ref.field, `${where} reads the label blob "${bottom}"`, ref.name);
-      inputShape = resolveInputShape(reader, options, bottom, data, ref, notes);
-      transform = data.transform;
-      current = bottom;
-      shape = [1, ...inputShape];
-    } else if (bottom !== current) {
-      reader.fail(
-        ref.field,
-        bottomKnown
-          ? `${where} reads blob "${bottom}" but the chain has reached "${current}": a branching (non-sequential) graph, which Tandem cannot import`
-          : `${where} reads blob "${bottom}", which no earlier layer produces`,
-        ref.name,
-      );
-    }
-    if (isLoss) {
+      const scores = readBottom(bottoms[0], ref, where);
       const label = dataBlobs.get(bottoms[1]);
       if (!label) {
         reader.fail(
@@ -1061,22 +741,30 @@ export function importCaffeNet(
           ref.name,
         );
       }
-      const weight = ref.message.first("loss_weight");
-      if (weight && reader.number(weight, where, ref.name) !== 1) {
-        notes.push(
-          `${ref.name} (SoftmaxWithLoss): loss_weight ${reader.number(weight, where, ref.name)} ignored`,
-        );
-      }
+      const weights = ref.message.all("loss_weight");
+      const weight = weights.length ? reader.number(weights[0], where, ref.name) : 1;
       if (ref.message.has("loss_param")) notes.push(`${ref.name} (SoftmaxWithLoss): loss_param ignored`);
+      losses.push({ name: ref.name, bottom: scores.id, weight, ref });
       loss = "SoftmaxWithLoss";
-      finished = ref;
       continue;
     }
     if (ref.type === "Softmax") {
+      if (bottoms.length !== 1) {
+        reader.fail(ref.field, `${where} has ${bottoms.length} bottom blob(s); expected 1`, ref.name);
+      }
+      softmaxOutput = readBottom(bottoms[0], ref, where).id;
       notes.push(
         `${ref.name} (Softmax): left out; the network outputs logits (apply softmax to get probabilities)`,
       );
-      finished = ref;
+      continue;
+    }
+    if (ref.type === "Split") {
+      // Caffe's explicit Split: every top is the bottom (their gradients are summed by autograd).
+      if (bottoms.length !== 1) {
+        reader.fail(ref.field, `${where} has ${bottoms.length} bottom blob(s); expected 1`, ref.name);
+      }
+      const value = readBottom(bottoms[0], ref, where);
+      for (const top of tops) blobs.alias(top, value);
       continue;
     }
     const weight = ref.message.first("loss_weight");
@@ -1091,16 +779,38 @@ export function importCaffeNet(
       );
     }
     if (ref.message.has("propagate_down")) notes.push(`${ref.name} (${ref.type}): propagate_down ignored`);
+    // Scale's second bottom (the scale as a blob) is refused by its builder, with the reason.
+    const joins = JOIN_TYPES.includes(ref.type) || ref.type === "Scale";
+    if (bottoms.length === 0 || (!joins && bottoms.length !== 1)) {
+      reader.fail(
+        ref.field,
+        `${where} has ${bottoms.length} bottom blob(s); expected ${
+          JOIN_TYPES.includes(ref.type) ? "at least 1" : "1"
+        }`,
+        ref.name,
+      );
+    }
+    if (tops.length !== 1) {
+      reader.fail(ref.field, `${where} has ${tops.length} top blobs; expected 1`, ref.name);
+    }
+    const values = bottoms.map((b) => readBottom(b, ref, where));
+    const shape = values[0].shape;
     let built: Built;
     let outputShape: number[];
     try {
-      built = buildModule(reader, ref, shape!);
-      outputShape = built.module.describe(shape!).outputShape;
+      built = DAG_TYPES.includes(ref.type)
+        ? buildDagModule(reader, ref, values.map((v, i) => ({ name: bottoms[i], shape: v.shape })))
+        : buildModule(reader, ref, shape);
+      outputShape = built.module instanceof JoinModule
+        ? built.module.describeAll(values.map((v) => v.shape)).outputShape
+        : built.module.describe(shape).outputShape;
     } catch (error) {
       if (error instanceof PrototxtError || !(error instanceof Error)) throw error;
       return reader.fail(
         ref.field,
-        `${where} does not fit its input [${shape!.slice(1).join(", ")}]: ${error.message}`,
+        `${where} does not fit its input ${
+          values.map((v) => `[${v.shape.slice(1).join(", ")}]`).join(", ")
+        }: ${error.message}`,
         ref.name,
       );
     }
@@ -1111,18 +821,28 @@ export function importCaffeNet(
       reader.fail(ref.field, `${where}: module name "${name}" is already taken`, ref.name);
     }
     usedNames.add(name);
-    modules[name] = built.module;
-    shape = outputShape;
-    current = tops[0];
+    const top = blobs.write(tops[0], outputShape);
+    shapes.set(top, outputShape);
+    nodes.push({ name, module: built.module, bottoms: values.map((v) => v.id), top, ref });
   }
 
-  if (current === undefined || Object.keys(modules).length === 0) {
+  if (!input || nodes.length === 0) {
     reader.fail(layers[0]?.field ?? root, `the net has no layers to import (after keeping phase ${phase})`);
   }
-  const classes = shape!.slice(1).reduce((a, b) => a * b, 1);
+  if (losses.length === 1 && losses[0].weight !== 1) {
+    notes.push(`${losses[0].ref.name} (SoftmaxWithLoss): loss_weight ${losses[0].weight} ignored`);
+  }
   const nameField = reader.single(root, "name", "net");
   const netName = nameField ? reader.string(nameField, "net") : "caffe-net";
-  const network = new Network(netName, inputShape!, classes, modules).initialize(options.seed ?? 0);
+  const network = assembleNetwork(reader, {
+    name: netName,
+    input: input.id,
+    inputShape: inputShape!,
+    nodes,
+    losses: losses.length === 1 ? [{ ...losses[0], weight: 1 }] : losses,
+    softmaxOutput,
+    shapes,
+  }, notes).initialize(options.seed ?? 0);
   return transform ? { network, notes, loss, transform } : { network, notes, loss };
 }
 

@@ -18,7 +18,7 @@
  */
 
 import { formatShape, TandemError } from "../errors.ts";
-import type { ParameterEntry } from "../nn/parameter.ts";
+import type { BufferEntry, ParameterEntry } from "../nn/parameter.ts";
 import type { Optimizer, OptimizerState, OptimizerStateInfo } from "../optim/optimizer.ts";
 import { tensor as makeTensor } from "../creation.ts";
 import { findNonFinite } from "../finite.ts";
@@ -533,6 +533,12 @@ function slotKey(parameter: string, slot: string): string {
 export interface CheckpointContents {
   /** The model's parameters, stored under their dotted names. */
   parameters: readonly ParameterEntry[];
+  /**
+   * The model's buffers (BatchNorm statistics, `Module.namedBuffers()`; a data-parallel trainer's
+   * `bufferEntries`, device 0's), stored under their dotted names and listed in the metadata
+   * `buffers`.
+   */
+  buffers?: readonly BufferEntry[];
   /** Optimizer whose state (tensors and iteration/hyper-parameters/update counts) is stored too. */
   optimizer?: Optimizer;
   /** Training step (non-negative integer), returned on load. */
@@ -553,10 +559,10 @@ export interface CheckpointContents {
 
 /**
  * Saves parameters, optimizer state and training metadata in one safetensors file, atomically.
- * Tensors: each parameter under its name; optimizer slots under `optimizer.<name>.<slot>`. Metadata
- * (strings): `format`, `model_name`, `step`, and JSON texts `optimizer` (kind, hyper-parameters,
- * iteration, update counts), `rng` and `extra` when given, and `extra_tensors` (the names of
- * `extraTensors`).
+ * Tensors: each parameter and buffer under its name; optimizer slots under
+ * `optimizer.<name>.<slot>`. Metadata (strings): `format`, `model_name`, `step`, and JSON texts
+ * `optimizer` (kind, hyper-parameters, iteration, update counts), `buffers` (the buffers' names),
+ * `rng` and `extra` when given, and `extra_tensors` (the names of `extraTensors`).
  *
  * @example
  * ```ts
@@ -580,6 +586,12 @@ export async function saveCheckpoint(path: string, contents: CheckpointContents)
     if (tensors.has(p.name)) throw new CheckpointError(path, [`parameter name "${p.name}" appears twice`]);
     tensors.set(p.name, p.tensor);
   }
+  for (const b of contents.buffers ?? []) {
+    if (tensors.has(b.name)) {
+      throw new CheckpointError(path, [`buffer "${b.name}" collides with another tensor of that name`]);
+    }
+    tensors.set(b.name, b.tensor);
+  }
   const metadata: Record<string, string> = {
     format: CHECKPOINT_FORMAT,
     model_name: modelName,
@@ -601,6 +613,7 @@ export async function saveCheckpoint(path: string, contents: CheckpointContents)
     const { iteration, hyper, updates } = state;
     metadata.optimizer = JSON.stringify({ iteration, hyper, updates });
   }
+  if (contents.buffers?.length) metadata.buffers = JSON.stringify(contents.buffers.map((b) => b.name));
   if (contents.rng !== undefined) metadata.rng = JSON.stringify(contents.rng);
   if (contents.extra !== undefined) metadata.extra = JSON.stringify(contents.extra);
   const extraTensors = Object.entries(contents.extraTensors ?? {});
@@ -635,6 +648,11 @@ export async function saveCheckpoint(path: string, contents: CheckpointContents)
 export interface LoadCheckpointOptions {
   /** The model's parameters; each must be in the checkpoint with the same shape and dtype. */
   parameters: readonly ParameterEntry[];
+  /**
+   * The model's buffers (BatchNorm statistics); each must be in the checkpoint, listed as a buffer,
+   * with the same shape. A checkpoint holding buffers cannot load without them.
+   */
+  buffers?: readonly BufferEntry[];
   /**
    * Optimizer to restore; the checkpoint must hold matching state. When omitted, stored optimizer
    * state is ignored (loading weights for evaluation or fine-tuning).
@@ -811,6 +829,16 @@ export async function loadCheckpoint(
     }
   };
   for (const p of parameters) checkTensor(p.name, p.tensor, `parameter "${p.name}"`);
+  const savedBuffers = parseJson(metadata.buffers, "buffers", problems) ?? [];
+  if (!Array.isArray(savedBuffers) || savedBuffers.some((n) => typeof n !== "string")) {
+    problems.push(`metadata "buffers" is not a list of tensor names`);
+  }
+  for (const b of options.buffers ?? []) {
+    if (Array.isArray(savedBuffers) && !savedBuffers.includes(b.name) && tensors.has(b.name)) {
+      problems.push(`buffer "${b.name}" is in the checkpoint but not listed as a buffer`);
+    }
+    checkTensor(b.name, b.tensor, `buffer "${b.name}"`);
+  }
 
   let optimizerInfo: OptimizerStateInfo | undefined;
   if (optimizer) {
@@ -841,6 +869,7 @@ export async function loadCheckpoint(
   if (options.dryRun) return { step, modelName: metadata.model_name, rng, extra, metadata, extraTensors };
 
   for (const p of parameters) assignHost(p.tensor, tensors.get(p.name)!);
+  for (const b of options.buffers ?? []) assignHost(b.tensor, tensors.get(b.name)!);
   if (optimizer && optimizerInfo) {
     const perParameter = new Map<string, Record<string, Tensor>>();
     const temporaries: Tensor[] = [];

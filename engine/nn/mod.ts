@@ -23,7 +23,11 @@
  */
 
 export { type ForwardContext, type LayerDescription, Module, type ParameterOptions } from "./module.ts";
-export type { ParameterEntry } from "./parameter.ts";
+export type { BufferEntry, ParameterEntry } from "./parameter.ts";
+export { BatchNorm, type BatchNormOptions } from "./batch_norm.ts";
+export { Concat, Eltwise, type EltwiseOperation, JoinModule } from "./join.ts";
+export { Scale, type ScaleOptions } from "./scale.ts";
+export { WithinChannelLRN } from "./lrn_within_channel.ts";
 export {
   AvgPool2d,
   Conv2d,
@@ -41,7 +45,8 @@ export {
   type SequentialLayers,
   type WeightedLayerOptions,
 } from "./layers.ts";
-export { Network } from "./network.ts";
+export { type LossOptions, Network } from "./network.ts";
+export { Graph, type GraphLoss, type GraphNode, type GraphSpec } from "./graph.ts";
 export { type Filler, fillerValues, type VarianceNorm } from "./init.ts";
 export {
   formatSummary,

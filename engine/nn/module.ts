@@ -6,12 +6,12 @@
  * @module
  */
 
-import { tensor, zeros } from "../creation.ts";
+import { full, tensor, zeros } from "../creation.ts";
 import { TandemError } from "../errors.ts";
 import { untrackFromScopes } from "../context.ts";
 import type { Tensor } from "../tensor.ts";
 import { type Filler, fillerValues, streamOf } from "./init.ts";
-import type { ParameterEntry } from "./parameter.ts";
+import type { BufferEntry, ParameterEntry } from "./parameter.ts";
 
 /** What a forward pass needs beyond its input: where the batch sits in training, for dropout. */
 export interface ForwardContext {
@@ -41,6 +41,11 @@ export interface ParameterOptions {
   decayMult?: number;
   /** Initialiser (Caffe filler). */
   filler?: Filler;
+}
+
+interface OwnBuffer {
+  tensor: Tensor;
+  value: number;
 }
 
 interface OwnParameter {
@@ -74,6 +79,7 @@ export abstract class Module {
   #training = true;
   #groupOverride: string | undefined;
   readonly #parameters = new Map<string, OwnParameter>();
+  readonly #buffers = new Map<string, OwnBuffer>();
   readonly #children = new Map<string, Module>();
   #parent: Module | undefined;
   #nameInParent = "";
@@ -117,7 +123,7 @@ export abstract class Module {
 
   /** Declares a parameter (zero-filled until {@link Module.initialize}); returns its tensor. */
   protected addParameter(name: string, shape: readonly number[], options: ParameterOptions = {}): Tensor {
-    if (this.#parameters.has(name) || this.#children.has(name)) {
+    if (this.#parameters.has(name) || this.#children.has(name) || this.#buffers.has(name)) {
       throw new TandemError(`${this.kind}: "${name}" is already a parameter or child of this module`);
     }
     const values = zeros(shape, { requiresGrad: true });
@@ -132,9 +138,24 @@ export abstract class Module {
     return values;
   }
 
+  /**
+   * Declares a buffer: state the module updates itself (BatchNorm's running statistics), with no
+   * gradient and no optimizer, never exchanged as a gradient; `initialize` fills it with `value`
+   * (default 0). Checkpoints save and load buffers beside the parameters.
+   */
+  protected addBuffer(name: string, shape: readonly number[], value = 0): Tensor {
+    if (this.#parameters.has(name) || this.#children.has(name) || this.#buffers.has(name)) {
+      throw new TandemError(`${this.kind}: "${name}" is already a parameter, buffer or child of this module`);
+    }
+    const values = full(shape, value);
+    untrackFromScopes(values); // buffers live as long as the model, not the enclosing tidy
+    this.#buffers.set(name, { tensor: values, value });
+    return values;
+  }
+
   /** Adds a child module under `name` (its parameters become `name.…`). */
   protected addModule<M extends Module>(name: string, module: M): M {
-    if (this.#parameters.has(name) || this.#children.has(name)) {
+    if (this.#parameters.has(name) || this.#children.has(name) || this.#buffers.has(name)) {
       throw new TandemError(`${this.kind}: "${name}" is already a parameter or child of this module`);
     }
     if (!/^[A-Za-z0-9_\-]+$/.test(name)) {
@@ -173,6 +194,21 @@ export abstract class Module {
     for (const [name, child] of this.#children) child.#collect(`${prefix}${name}.`, into, group);
   }
 
+  /**
+   * Every buffer of this module and its descendants (see {@link Module.addBuffer}), in registration
+   * order, with dotted names like parameters'.
+   */
+  namedBuffers(): BufferEntry[] {
+    const entries: BufferEntry[] = [];
+    this.#collectBuffers(this.path ? `${this.path}.` : "", entries);
+    return entries;
+  }
+
+  #collectBuffers(prefix: string, into: BufferEntry[]): void {
+    for (const [name, b] of this.#buffers) into.push({ name: prefix + name, tensor: b.tensor });
+    for (const [name, child] of this.#children) child.#collectBuffers(`${prefix}${name}.`, into);
+  }
+
   /** Parameter tensors, optionally only those of one group. */
   parameters(group?: string): Tensor[] {
     return this.namedParameters().filter((p) => group === undefined || p.group === group).map((p) =>
@@ -207,12 +243,18 @@ export abstract class Module {
       p.tensor.assign(source);
       source.dispose();
     }
+    for (const b of this.#buffers.values()) {
+      const source = tensor(new Float32Array(b.tensor.size).fill(b.value), { shape: b.tensor.shape });
+      b.tensor.assign(source);
+      source.dispose();
+    }
     for (const [name, child] of this.#children) child.#initialize(`${prefix}${name}.`, seed);
   }
 
-  /** Frees every parameter (and its gradient). */
+  /** Frees every parameter (and its gradient) and buffer. */
   dispose(): void {
     for (const p of this.#parameters.values()) p.tensor.dispose();
+    for (const b of this.#buffers.values()) b.tensor.dispose();
     for (const child of this.#children.values()) child.dispose();
   }
 }

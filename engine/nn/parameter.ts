@@ -33,3 +33,21 @@ export interface ParameterEntry {
   /** Multiplier of the weight decay (Caffe's `decay_mult`; biases default to 0). */
   readonly decayMult: number;
 }
+
+/**
+ * One buffer of a model: state a module updates itself in its forward pass (BatchNorm's running
+ * mean, variance and moving-average factor), without gradient or optimizer. Data-parallel replicas
+ * each keep their own; the evaluated and checkpointed model carries device 0's.
+ *
+ * @example
+ * ```ts
+ * import type { BufferEntry } from "./parameter.ts";
+ * const describe = (b: BufferEntry) => `${b.name} [${b.tensor.shape}]`;
+ * ```
+ */
+export interface BufferEntry {
+  /** Stable dotted name, e.g. `bn1.mean`; the key in checkpoints. */
+  readonly name: string;
+  /** The values; the module updates them in place with `assign`. */
+  readonly tensor: Tensor;
+}

@@ -7,9 +7,10 @@
 
 import { GeometryError } from "../../backends/geometry.ts";
 import { ShapeError } from "../errors.ts";
-import type { Module } from "./module.ts";
+import type { LayerDescription, Module } from "./module.ts";
+import { Network } from "./network.ts";
 
-/** One leaf layer of the summary. */
+/** One leaf layer of the summary (a graph's layers in node order, each on its own bottoms). */
 export interface SummaryRow {
   /** Dotted path, e.g. `conv2`. */
   name: string;
@@ -67,10 +68,14 @@ function leaves(module: Module): Module[] {
 export function summarize(model: Module, inputShape: readonly number[]): NetworkSummary {
   let shape = [1, ...inputShape];
   const rows: SummaryRow[] = [];
-  for (const layer of leaves(model)) {
-    let description;
+  // A graph's layers each read their own bottoms: described by the graph, in node order.
+  const graph = model instanceof Network ? model.graph : undefined;
+  const described = graph?.describe(shape).nodes;
+  const layers = graph ? graph.nodes.map((n) => n.module) : leaves(model);
+  for (const [index, layer] of layers.entries()) {
+    let description: LayerDescription;
     try {
-      description = layer.describe(shape);
+      description = described ? described[index] : layer.describe(shape);
     } catch (error) {
       if (error instanceof GeometryError) throw new ShapeError(`${layer.kind} ${layer.path}`, error.detail);
       throw error;

@@ -264,3 +264,38 @@ export function relu(x: Tensor): Tensor {
   recordOp("relu", [x], out, [out], (dy) => [binaryRaw("reluGrad", dy, out)]);
   return out;
 }
+
+/**
+ * Elementwise maximum of `a` and `b`, broadcasting, with Caffe's routing of the gradient (Eltwise
+ * MAX): each output's gradient goes to one operand only, `b` where `b > a` strictly and `a`
+ * otherwise, so on a tie the first operand takes it all. (A composition such as `a + relu(b − a)`
+ * routes the same way but can miss the maximum by a rounding; `max` over a stacked axis shares a
+ * tie's gradient; hence this op, on the backends' `max` and `greater` kernels.)
+ *
+ * @example
+ * ```ts
+ * import { ops, tensor } from "../../mod.ts";
+ * const y = ops.maximum(tensor([1, 5, 2]), tensor([3, 5, 0])); // [3, 5, 2]; the tie's gradient goes to a
+ * ```
+ */
+export function maximum(a: TensorLike, b: TensorLike): Tensor {
+  return binary("maximum", a, b, (ta, tb) => {
+    const out = binaryRaw("max", ta, tb, "maximum");
+    recordOp("maximum", [ta, tb], out, [ta, tb], (dy) => {
+      // 1 where b wins (b > a), else 0: exact masks, so dy·mask and dy − dy·mask are exact too.
+      const bWins = binaryRaw("greater", tb, ta);
+      const toB = binaryRaw("mul", dy, bWins);
+      let ga: Tensor | null = null, gb: Tensor | null = null;
+      if (ta.requiresGrad) {
+        const toA = binaryRaw("sub", dy, toB);
+        ga = sumToShape(toA, ta.shape);
+        if (ga !== toA) toA.dispose();
+      }
+      if (tb.requiresGrad) gb = sumToShape(toB, tb.shape);
+      bWins.dispose();
+      if (gb !== toB) toB.dispose();
+      return [ga, gb];
+    });
+    return out;
+  });
+}

@@ -10,7 +10,20 @@
  * @module
  */
 
-export { add, div, exp, log, mul, neg, pow, relu, sqrt, sub, type TensorLike } from "./elementwise.ts";
+export {
+  add,
+  div,
+  exp,
+  log,
+  maximum,
+  mul,
+  neg,
+  pow,
+  relu,
+  sqrt,
+  sub,
+  type TensorLike,
+} from "./elementwise.ts";
 export { max, mean, type ReduceOptions, sum } from "./reduce.ts";
 export { concat, flatten, permute, reshape, slice, transpose } from "./movement.ts";
 export { linear, matmul, type MatmulOptions } from "./matmul.ts";

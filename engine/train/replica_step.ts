@@ -2,7 +2,8 @@
  * The compute half of one training step, written once for every place that runs it: one-device
  * training (`trainStep`), a CPU device's Worker and a device driven from the main thread (WebGPU).
  *
- * Forward, softmax cross-entropy, then backward — either in one pass, leaving every gradient in its
+ * Forward, the loss (a network's `lossAndLogits`: softmax cross-entropy, or a graph's weighted sum of
+ * its losses), then backward — either in one pass, leaving every gradient in its
  * parameter's `.grad`, or segmented by parameter group: after each group's gradients are final the
  * caller takes them (`onGroup`), so they can travel while the next group's backward runs. A segmented
  * backward performs the same kernels on the same values as one pass (see `autograd.ts`), which is
@@ -23,6 +24,7 @@
 
 import { backwardPass } from "../autograd.ts";
 import type { ForwardContext, Module } from "../nn/module.ts";
+import { Network } from "../nn/network.ts";
 import type { ParameterEntry } from "../nn/parameter.ts";
 import { softmaxCrossEntropy } from "../ops/softmax.ts";
 import { tidy } from "../context.ts";
@@ -200,10 +202,7 @@ async function microStep(
   options: ReplicaStepOptions & { finish?: (members: readonly ParameterEntry[]) => void },
   last: boolean,
 ): Promise<StepMetrics> {
-  const { loss, logits } = tidy(() => {
-    const logits = model.forward(images, options.context);
-    return { loss: softmaxCrossEntropy(logits, labels), logits };
-  });
+  const { loss, logits } = tidy(() => trainingLoss(model, images, labels, options.context));
   try {
     options.onForward?.();
     const pass = backwardPass(loss);
@@ -230,6 +229,28 @@ async function microStep(
     loss.dispose();
     logits.dispose();
   }
+}
+
+/**
+ * The loss a training step minimises and the logits it counts hits on: a {@link Network}'s
+ * {@link Network.lossAndLogits} (Caffe's weighted sum of a graph's losses; for a chain, the
+ * cross-entropy of its output), else the softmax cross-entropy of any module's output.
+ *
+ * @example
+ * ```ts
+ * import { trainingLoss } from "./replica_step.ts";
+ * // const { loss, logits } = tidy(() => trainingLoss(model, images, labels, { seed: 0, step: 3 }));
+ * ```
+ */
+export function trainingLoss(
+  model: Module,
+  images: Tensor,
+  labels: Tensor,
+  context?: ForwardContext,
+): { loss: Tensor; logits: Tensor } {
+  if (model instanceof Network) return model.lossAndLogits(images, labels, { context });
+  const logits = model.forward(images, context);
+  return { loss: softmaxCrossEntropy(logits, labels), logits };
 }
 
 /** Frees every parameter's `.grad`. */

@@ -12,6 +12,7 @@
 import type { Batch, DataLoader } from "../data/loader.ts";
 import { TandemError } from "../errors.ts";
 import type { ForwardContext, Module } from "../nn/module.ts";
+import { Network } from "../nn/network.ts";
 import { softmaxCrossEntropy } from "../ops/softmax.ts";
 import { countCorrect, replicaStep, type StepMetrics } from "./replica_step.ts";
 import type { Optimizer } from "../optim/optimizer.ts";
@@ -92,7 +93,8 @@ export interface EvaluationResult {
 
 /**
  * Evaluates `model` (in eval mode, without gradients) on every batch of `loader`'s epoch 0; the
- * model's previous mode is restored afterwards.
+ * model's previous mode is restored afterwards. A network is judged by its main classifier (for a
+ * graph with several losses, the heaviest: GoogLeNet's `loss3`), loss unweighted.
  *
  * @example
  * ```ts
@@ -108,6 +110,11 @@ export async function evaluate(model: Module, loader: DataLoader): Promise<Evalu
     for (const batch of loader.batches(0)) {
       const { losses, logits } = tidy(() =>
         noGrad(() => {
+          // A network's main classifier (a graph's auxiliary heads do not run).
+          if (model instanceof Network) {
+            const out = model.lossAndLogits(batch.images, batch.labels, { reduction: "sum", heads: "main" });
+            return { losses: out.loss, logits: out.logits };
+          }
           const logits = model.forward(batch.images);
           return { losses: softmaxCrossEntropy(logits, batch.labels, { reduction: "sum" }), logits };
         })

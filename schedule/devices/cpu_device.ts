@@ -65,6 +65,8 @@ export class CpuDevice implements Device {
   readonly kind = "cpu-worker";
   readonly parameters: Float32Array;
   readonly gradients: Float32Array;
+  /** The replica's buffers (BatchNorm statistics), shared with its worker; absent without any. */
+  buffers: Float32Array | undefined;
   readonly #signals: Int32Array;
   readonly #groups: string[];
   readonly #worker: Worker;
@@ -275,6 +277,7 @@ export class CpuDevice implements Device {
 
   #receive(reply: WorkerReply): void {
     if (reply.type === "ready") {
+      this.buffers = reply.buffers;
       this.#starting?.resolve();
       return;
     }

@@ -24,6 +24,7 @@ import {
 } from "../../engine/mod.ts";
 import { fromStorage } from "../../engine/creation.ts";
 import { buildModel } from "./model_spec.ts";
+import { type BufferLayout, bufferLayoutOf, copyBuffers } from "./buffer_layout.ts";
 import type {
   ComputeSpan,
   HeadPhaseMessage,
@@ -65,6 +66,9 @@ let sharedParameters: Float32Array;
 let head: HeadShard | undefined;
 /** The head slice's home: the shared flat buffers the runtime's slice optimizer updates. */
 let slices: SliceStore;
+/** The replica's buffers (BatchNorm statistics) and their shared home (see `WorkerReply` ready). */
+let bufferLayout: BufferLayout = { slots: [], total: 0 };
+let sharedBuffers: Float32Array | undefined;
 /** Where each step's images are (see `InputMessage`). */
 let input: Float32Array = new Float32Array(0);
 
@@ -108,7 +112,12 @@ async function init(message: InitMessage): Promise<void> {
       gradient: view(gradients),
     });
   }
-  reply({ type: "ready", device });
+  bufferLayout = bufferLayoutOf(model.namedBuffers());
+  if (bufferLayout.total > 0) {
+    sharedBuffers = new Float32Array(new SharedArrayBuffer(4 * bufferLayout.total));
+    copyBuffers(bufferLayout, model.namedBuffers(), sharedBuffers, "flat");
+    reply({ type: "ready", device, buffers: sharedBuffers });
+  } else reply({ type: "ready", device });
 }
 
 /**
@@ -182,6 +191,8 @@ async function step(message: StepMessage): Promise<void> {
   // group's backward from the end of the forward or of the group before.
   let start = now();
   loadParameters();
+  // The statistics as the runtime left them (its own after the last step, or restored, or loaded).
+  if (sharedBuffers) copyBuffers(bufferLayout, model.namedBuffers(), sharedBuffers, "tensors");
   const images = tensor(input.subarray(0, message.imageCount), { shape: message.shape });
   const labels = tensor(message.labels, { dtype: "int32" });
   try {
@@ -202,6 +213,7 @@ async function step(message: StepMessage): Promise<void> {
         signal(group, message.iteration);
       },
     });
+    if (sharedBuffers) copyBuffers(bufferLayout, model.namedBuffers(), sharedBuffers, "flat");
     reply({ type: "done", device, iteration: message.iteration, ...metrics, spans });
   } finally {
     images.dispose();

@@ -200,6 +200,14 @@ export interface Device {
    * {@link ResidentReplica} in use: not filled, the gradients stay on the device).
    */
   readonly gradients: Float32Array;
+  /**
+   * The replica's buffers (BatchNorm statistics) as a host array in `bufferLayoutOf(model
+   * .namedBuffers())` order, for a model that has any: the device loads them into its replica before
+   * each compute and writes them back after it, so the runtime may read (device 0's: the evaluated
+   * and checkpointed statistics) or replace them (undoing a step, loading a checkpoint) between
+   * steps. A device without it cannot train a model with buffers; the runtime refuses such a run.
+   */
+  readonly buffers?: Float32Array;
   /** Present when the replica can stay in the device's own memory; see {@link ResidentReplica}. */
   readonly resident?: ResidentReplica;
   /** Present when the device can run hybrid schedules; see {@link ShardedReplica}. */

@@ -27,6 +27,13 @@ export {
   type ResidentRole,
   type ShardedReplica,
 } from "./device.ts";
+export {
+  type BufferLayout,
+  bufferLayoutOf,
+  type BufferSlot,
+  copyBuffers,
+  hostBufferEntries,
+} from "./buffer_layout.ts";
 export { CpuDevice } from "./cpu_device.ts";
 export { BackendDevice } from "./backend_device.ts";
 export { buildModel, type ModelSpec } from "./model_spec.ts";

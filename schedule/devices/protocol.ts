@@ -138,7 +138,17 @@ export interface ComputeSpan {
 
 /** Worker → main. */
 export type WorkerReply =
-  | { type: "ready"; device: number }
+  | {
+    type: "ready";
+    device: number;
+    /**
+     * The replica's buffers (BatchNorm statistics), flat in `bufferLayoutOf(model.namedBuffers())`
+     * order over a `SharedArrayBuffer` the worker made; absent for a model without buffers. The
+     * worker loads them into its replica before each step and writes them back after it, so between
+     * steps they are the replica's and the runtime may read or replace them.
+     */
+    buffers?: Float32Array;
+  }
   | {
     type: "done";
     device: number;

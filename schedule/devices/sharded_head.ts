@@ -31,6 +31,7 @@ import {
   backwardPass,
   countCorrect,
   type ForwardContext,
+  type Graph,
   type Module,
   type Network,
   ops,
@@ -47,6 +48,7 @@ import type { ParameterLayout, ParameterSlot } from "./parameter_layout.ts";
 import type { ComputeSpan } from "./protocol.ts";
 import { gatheredSamples, type MicroBatch, SliceGradientSum, WHOLE_SHARD } from "./head_micro_batches.ts";
 import type { SliceStore } from "./head_slices.ts";
+import { ScheduleError } from "../plan/errors.ts";
 
 /** One model-parallel layer and the parameter-free layers after it. */
 export interface HeadStage {
@@ -66,6 +68,11 @@ export interface HeadStage {
 export interface HeadLayout {
   /** Number of top-level layers in the body. */
   readonly bodyLayers: number;
+  /**
+   * For a network on a graph: the blob the head reads, which the body's graph computes (the body
+   * runs as a graph, the head as a chain). Absent for a chain.
+   */
+  readonly bodyOutput?: string;
   /** The head's stages in forward order. */
   readonly stages: readonly HeadStage[];
   /** Devices the head is split over. */
@@ -101,7 +108,12 @@ const HEAD_ELEMENTWISE = new Set(["ReLU", "Dropout"]);
  * // headLayout(alexnetLike(), ["fc"], 2).stages.map((s) => s.linear); // ["fc6", "fc7", "fc8"]
  * ```
  */
-export function headLayout(network: Network, sharded: readonly string[], devices: number): HeadLayout {
+export function headLayout(
+  network: Network,
+  sharded: readonly string[],
+  devices: number,
+  schedule = "hybrid",
+): HeadLayout {
   const layers = network.layers();
   const groupsOf = (layer: Module) => new Set(layer.namedParameters().map((p) => p.group));
   const isSharded = (layer: Module) => [...groupsOf(layer)].some((g) => sharded.includes(g));
@@ -110,6 +122,9 @@ export function headLayout(network: Network, sharded: readonly string[], devices
   if (first < 0) {
     throw new TandemError(`${where}: no layer holds parameters of the sharded groups ${sharded.join(", ")}`);
   }
+  const bodyOutput = network.graph
+    ? graphBodyOutput(network.graph, first, network.name, schedule)
+    : undefined;
   const stages: { linear: string; group: string; after: string[]; inFeatures: number; units: number }[] = [];
   for (const [name, layer] of layers.slice(first)) {
     if (layer.kind === "Linear") {
@@ -149,7 +164,52 @@ export function headLayout(network: Network, sharded: readonly string[], devices
       throw new TandemError(`${where}: layer ${name} before the head holds parameters of a sharded group`);
     }
   }
-  return { bodyLayers: first, stages, devices, sharded: [...sharded] };
+  return { bodyLayers: first, stages, devices, sharded: [...sharded], ...(bodyOutput ? { bodyOutput } : {}) };
+}
+
+/**
+ * For a network on a graph: the blob a hybrid head starting at node `first` reads, when the head is
+ * a chain — each node reads the one before it, one loss on the last, nothing else reads the head —
+ * and every node before it feeds that blob (the body). Anything else (GoogLeNet's auxiliary
+ * classifiers, a branch inside the head) is refused with a {@link ScheduleError} naming the node.
+ */
+function graphBodyOutput(graph: Graph, first: number, name: string, schedule: string): string {
+  const refuse = (why: string): never => {
+    throw new ScheduleError(`the hybrid head of ${name} must be a chain: ${why}`, {
+      schedule,
+      line: 0,
+      column: 0,
+    });
+  };
+  const head = graph.nodes.slice(first);
+  head.forEach((node, i) => {
+    if (node.bottoms.length !== 1) {
+      refuse(`layer ${node.name} joins ${node.bottoms.length} blobs`);
+    }
+    if (i > 0 && node.bottoms[0] !== head[i - 1].top) {
+      refuse(`layer ${node.name} reads "${node.bottoms[0]}", not the output of ${head[i - 1].name}`);
+    }
+  });
+  const last = head[head.length - 1].top;
+  if (graph.losses.length > 1) {
+    refuse(
+      `the net has ${graph.losses.length} losses (${
+        graph.losses.map((l) => l.name).join(", ")
+      }); the head ends in one`,
+    );
+  }
+  if (graph.output !== last) refuse(`its classifier "${graph.output}" is not the head's last layer`);
+  const bodyOutput = head[0].bottoms[0];
+  const body = new Set(graph.needed([bodyOutput]));
+  const outside = graph.nodes.slice(0, first).findIndex((_, i) => !body.has(i));
+  if (outside >= 0) {
+    refuse(
+      `layer ${graph.nodes[outside].name} is neither in the body (what ${
+        head[0].name
+      } reads) nor in the head`,
+    );
+  }
+  return bodyOutput;
 }
 
 /**
@@ -389,7 +449,10 @@ export class HeadShard {
     this.#network.train();
     const images = fromStorage(backend, backend.upload(phase.images), phase.shape);
     try {
+      const graph = this.#network.graph, bodyOutput = this.#setup.head.bodyOutput;
       this.#bodyOutput = tidy(() => {
+        // A graph's body runs as a graph, up to the blob the head reads.
+        if (graph && bodyOutput) return graph.run(images, [bodyOutput], this.#context)[0];
         let h = images;
         for (const [, layer] of this.#network.layers().slice(0, this.#setup.head.bodyLayers)) {
           const next = layer.forward(h, this.#context);

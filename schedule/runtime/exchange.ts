@@ -21,6 +21,7 @@
 import type { Optimizer, ParameterEntry } from "../../engine/mod.ts";
 import type { ComputeResult, Device } from "../devices/device.ts";
 import type { ParameterLayout } from "../devices/parameter_layout.ts";
+import type { BufferLayout } from "../devices/buffer_layout.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import type { LinkSpec } from "./link.ts";
 import type { TraceRecorder } from "./trace.ts";
@@ -34,6 +35,10 @@ export interface ReplicaReference {
   initial: Float32Array;
   /** The model's name (MPI ranks compare it). */
   modelName: string;
+  /** The model's buffers (BatchNorm statistics; `total` 0 without any), see `buffer_layout.ts`. */
+  buffers?: BufferLayout;
+  /** Their initial values, flat in `buffers` order. */
+  initialBuffers?: Float32Array;
 }
 
 /** What an exchange step may use from the step that runs it. */

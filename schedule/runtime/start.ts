@@ -7,10 +7,11 @@
  * @module
  */
 
-import { ValueError } from "../../engine/mod.ts";
+import { TandemError, ValueError } from "../../engine/mod.ts";
 import { CpuDevice } from "../devices/cpu_device.ts";
 import type { Device } from "../devices/device.ts";
 import { layoutOf } from "../devices/parameter_layout.ts";
+import { bufferLayoutOf, copyBuffers } from "../devices/buffer_layout.ts";
 import { buildModel } from "../devices/model_spec.ts";
 import { type HeadLayout, headLayout } from "../devices/sharded_head.ts";
 import type { Exchange, ReplicaReference } from "./exchange.ts";
@@ -51,10 +52,13 @@ export async function referenceOf(
     initial.set(entries.find((e) => e.name === slot.name)!.tensor.dataSync() as Float32Array, slot.offset);
   }
   const modelName = reference.name;
+  const buffers = bufferLayoutOf(reference.namedBuffers());
+  const initialBuffers = new Float32Array(buffers.total);
+  copyBuffers(buffers, reference.namedBuffers(), initialBuffers, "flat");
   try {
     const sharded = options.plan.sharded ?? [];
-    const head = sharded.length ? headLayout(reference, sharded, devices) : undefined;
-    return { layout, initial, modelName, head };
+    const head = sharded.length ? headLayout(reference, sharded, devices, options.plan.name) : undefined;
+    return { layout, initial, modelName, head, buffers, initialBuffers };
   } finally {
     reference.dispose();
   }
@@ -73,7 +77,7 @@ export async function referenceOf(
  */
 export async function startInProcess(
   options: DataParallelOptions,
-  { layout, initial }: ReplicaReference,
+  { layout, initial, buffers, initialBuffers }: ReplicaReference,
   count: number,
 ): Promise<Exchange> {
   const timeoutSeconds = options.timeoutSeconds ?? 120;
@@ -88,6 +92,18 @@ export async function startInProcess(
       );
     }
     for (const device of devices) device.parameters.set(initial);
+    if (buffers && buffers.total > 0) {
+      // Each replica keeps its own statistics from here on; all start from the reference's.
+      const lacking = devices.find((d) => d.buffers?.length !== buffers.total);
+      if (lacking) {
+        throw new TandemError(
+          `DataParallelTrainer: the model has ${buffers.slots.length} buffers (BatchNorm statistics, ` +
+            `${buffers.total} values) and device ${lacking.index} (${lacking.kind}) cannot carry them yet; ` +
+            `train it on CPU Worker devices`,
+        );
+      }
+      for (const device of devices) device.buffers!.set(initialBuffers!);
+    }
     // A hybrid plan's body is exchanged like any plan's; its head slices stay on resident devices
     // too (`HybridHead` over each device's `residentSlice`).
     return devices.every((device) => device.resident)

@@ -31,12 +31,15 @@
  */
 
 import {
+  type BufferEntry,
   type LrPolicy,
   type Optimizer,
   type ParameterEntry,
   TandemError,
   ValueError,
 } from "../../engine/mod.ts";
+import { type BufferLayout, hostBufferEntries } from "../devices/buffer_layout.ts";
+import { ScheduleError } from "../plan/errors.ts";
 import { type ComputeResult, type Device, DeviceError } from "../devices/device.ts";
 import type { ParameterLayout } from "../devices/parameter_layout.ts";
 import type { ModelSpec } from "../devices/model_spec.ts";
@@ -192,6 +195,9 @@ export class DataParallelTrainer {
   readonly #timeoutMs: number;
   /** The model-parallel head of a hybrid plan (see `hybrid.ts`); absent for data-parallel plans. */
   readonly #hybrid: HybridHead | undefined;
+  /** The model's buffers (BatchNorm statistics), one set per device, never exchanged. */
+  readonly #buffers: BufferLayout;
+  #bufferEntries: BufferEntry[] | undefined;
   /** Completed iterations, for a process without an optimizer (an MPI rank in master mode). */
   #iteration = 0;
   #failed: Error | undefined;
@@ -202,8 +208,10 @@ export class DataParallelTrainer {
     layout: ParameterLayout,
     options: DataParallelOptions,
     hybrid: HybridHead | undefined,
+    buffers: BufferLayout,
   ) {
     this.#exchange = exchange;
+    this.#buffers = buffers;
     this.#hybrid = hybrid;
     this.#layout = layout;
     this.#plan = options.plan;
@@ -231,6 +239,22 @@ export class DataParallelTrainer {
     checkWireOptions(options);
     // Under MPI the ranks are counted once the transport is up; the split is checked again then.
     const reference = await referenceOf(options, options.transport ? 1 : count);
+    const buffers = reference.buffers ?? { slots: [], total: 0 };
+    if (buffers.total > 0) {
+      // Refused before any device starts, where a path cannot keep each replica's statistics yet.
+      const what = `the model has ${buffers.slots.length} buffers (BatchNorm statistics)`;
+      if (options.transport) {
+        throw new TandemError(
+          `DataParallelTrainer: ${what}, which MPI ranks cannot carry yet; train it with in-process CPU devices`,
+        );
+      }
+      if (reference.head) {
+        throw new ScheduleError(
+          `${what}, which a hybrid schedule's head shards cannot carry yet; use a data-parallel schedule`,
+          { schedule: options.plan.name, line: 0, column: 0 },
+        );
+      }
+    }
     const exchange = options.transport
       ? await MpiExchange.create(options, reference)
       : await startInProcess(options, reference, count);
@@ -249,7 +273,7 @@ export class DataParallelTrainer {
         throw error;
       }
     }
-    return new DataParallelTrainer(exchange, reference.layout, options, hybrid);
+    return new DataParallelTrainer(exchange, reference.layout, options, hybrid, buffers);
   }
 
   /** How the devices are joined: `shared memory`, `GPU-resident` or `MPI`. */
@@ -309,6 +333,28 @@ export class DataParallelTrainer {
     return this.#exchange.parameterEntries;
   }
 
+  /** Where the model's buffers (BatchNorm statistics) lie in each device's `buffers` (`total` 0: none). */
+  get bufferLayout(): BufferLayout {
+    return this.#buffers;
+  }
+
+  /**
+   * Device 0's buffers as named entries over its host array (empty without buffers): the statistics
+   * of the model to evaluate and checkpoint, as Caffe's root solver and PyTorch DDP's rank 0 keep
+   * them. A checkpoint loaded into them reaches every replica with
+   * {@link DataParallelTrainer.broadcastParameters}. Each device keeps its own statistics otherwise.
+   */
+  get bufferEntries(): readonly BufferEntry[] {
+    if (this.#buffers.total === 0) return [];
+    this.#bufferEntries ??= hostBufferEntries(this.#buffers, this.#exchange.local[0].buffers!);
+    return this.#bufferEntries;
+  }
+
+  /** A flat copy of device 0's buffers, in {@link DataParallelTrainer.bufferLayout} order. */
+  masterBuffers(): Float32Array {
+    return this.#buffers.total ? this.#exchange.local[0].buffers!.slice() : new Float32Array(0);
+  }
+
   /**
    * Gives every optimizer of this process (the replicas' and a hybrid head's slices) the learning-
    * rate policy `lr` from the next update on: a resumed run's new `--lr` or batch. Under MPI every
@@ -337,6 +383,11 @@ export class DataParallelTrainer {
    */
   async broadcastParameters(): Promise<void> {
     this.#iteration = await this.#exchange.broadcastParameters(this.iteration);
+    // Device 0's buffers (a loaded checkpoint's statistics) become every replica's.
+    if (this.#buffers.total > 0) {
+      const master = this.#exchange.local[0].buffers!;
+      for (const device of this.#exchange.local.slice(1)) device.buffers!.set(master);
+    }
     // Hybrid: every device took the whole head's parameters; each slice optimizer takes its state.
     await this.#hybrid?.scatter(this.rank === 0 ? this.#exchange.optimizers[0] : undefined);
   }
@@ -429,6 +480,8 @@ export class DataParallelTrainer {
       );
     }
     await exchange.beforeStep();
+    // Each replica's statistics as they were, to put back if the step is undone.
+    const savedBuffers = this.#buffers.total ? exchange.local.map((d) => d.buffers!.slice()) : undefined;
     const iteration = this.iteration;
     const started = performance.now();
     const spans: LaneSpan[] = [];
@@ -619,13 +672,22 @@ export class DataParallelTrainer {
         hiddenFraction: ms.communication > 0 ? ms.hiddenCommunication / ms.communication : 0,
       };
     } catch (error) {
-      throw await this.#fail(error, computes, iteration);
+      throw await this.#fail(error, computes, iteration, savedBuffers);
     }
   }
 
   /** Undoes the step's updates where the exchange can, and returns the error that names the cause. */
-  async #fail(error: unknown, computes: Promise<ComputeResult>[], iteration: number): Promise<unknown> {
+  async #fail(
+    error: unknown,
+    computes: Promise<ComputeResult>[],
+    iteration: number,
+    savedBuffers: Float32Array[] | undefined,
+  ): Promise<unknown> {
     await Promise.allSettled(computes);
+    // The forward already moved the statistics; an undone step leaves them as they were.
+    if (savedBuffers && this.#exchange.rollsBack) {
+      this.#exchange.local.forEach((d, i) => d.buffers?.set(savedBuffers[i]));
+    }
     let cause = error instanceof DeviceError ? error : await firstDeviceError(computes) ?? error;
     if (isNonFiniteLoss(cause)) {
       // A device's loss check: divergence, not a broken device.

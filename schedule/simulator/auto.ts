@@ -6,7 +6,16 @@
  * AlexNet-like when that suffix costs at most `maxSuffixBackwardFraction` (default 35%) of the
  * backward time and some layer before it has parameters: most of the bytes are then ready early,
  * with most of the backward work still to do behind which to send them. (AlexNet: fc6–fc8 hold 96%
- * of the bytes at ~5–20% of the compute. A ResNet, parameters spread evenly, fails it.)
+ * of the bytes at ~5–20% of the compute. A ResNet, parameters spread evenly, fails it.) A profile
+ * that names its layers' kinds must also keep at least `minFcParameterFraction` (default 25%) of
+ * the bytes in fully-connected layers: a net with little FC weight is not AlexNet-like. For a
+ * network on a graph the profile is in topological order, the reverse of backward's, so the output
+ * side is still the end of the list.
+ *
+ * A network that is not AlexNet-like gets DDP-style buckets instead (`bucketed`, 2 to 4 contiguous
+ * groups of about equal bytes, output side first) when the simulator predicts them faster than
+ * `sequential`, which it does whenever some communication can hide behind an earlier bucket's
+ * backward; else `sequential`.
  *
  * The split: every boundary before a layer with parameters that leaves parameters on both sides is a
  * candidate; each is priced by {@link simulate} as a two-group overlap plan, and the one hiding the
@@ -24,7 +33,7 @@
  * @module
  */
 
-import { hybridPlan, overlapPlan, sequentialPlan } from "../plan/builtins.ts";
+import { bucketedPlan, hybridPlan, overlapPlan, sequentialPlan } from "../plan/builtins.ts";
 import type { Plan } from "../plan/plan.ts";
 import { checkProfile, groupTimes, type LayerProfile, type Profile, regroupProfile } from "./profile.ts";
 import { commStepSeconds, type CostOptions, type HybridTraffic, type Link, simulate } from "./simulator.ts";
@@ -43,10 +52,17 @@ export interface AlexnetThresholds {
   readonly minSuffixParameterFraction: number;
   /** Most share of the backward time that suffix may cost; default 0.35. */
   readonly maxSuffixBackwardFraction: number;
+  /**
+   * Least share of the parameter bytes the fully-connected layers (profile `kind` `Linear`) must
+   * hold, when the profile says which layers are; default 0.25. A net with little FC weight (a
+   * ResNet: one small classifier) is not AlexNet-like, however its convolutions are distributed.
+   */
+  readonly minFcParameterFraction: number;
 }
 
 /**
- * The default thresholds: ≥ 50% of the bytes in ≤ 35% of the backward time.
+ * The default thresholds: ≥ 50% of the bytes in ≤ 35% of the backward time, and (when the profile
+ * names its layers' kinds) ≥ 25% of the bytes fully connected.
  *
  * @example
  * ```ts
@@ -57,6 +73,7 @@ export interface AlexnetThresholds {
 export const DEFAULT_THRESHOLDS: AlexnetThresholds = {
   minSuffixParameterFraction: 0.5,
   maxSuffixBackwardFraction: 0.35,
+  minFcParameterFraction: 0.25,
 };
 
 /**
@@ -98,6 +115,33 @@ export interface NetworkSplit {
 }
 
 /**
+ * Buckets for a network that is not AlexNet-like (parameters spread over the layers, little FC
+ * weight, as in a ResNet or GoogLeNet), the way PyTorch DDP buckets gradients: the layers cut into
+ * contiguous groups of about equal parameter bytes, the output side first, each reduced, updated and
+ * broadcast as soon as its backward is done while the next one's backward runs.
+ *
+ * @example
+ * ```ts
+ * import type { BucketSplit } from "./auto.ts";
+ * const describe = (b: BucketSplit) => `${b.groups.length} buckets, ${b.bucketedSeconds} s per step`;
+ * ```
+ */
+export interface BucketSplit {
+  /** The buckets in backward order, `bucket1` (output side) to `bucketK`. */
+  readonly groups: readonly string[];
+  /** Every layer's bucket; the runtime must group parameters this way. */
+  readonly assignment: Readonly<Record<string, string>>;
+  /** Each bucket's layers with parameters, `first..last` in forward order, in `groups` order. */
+  readonly ranges: readonly string[];
+  /** Predicted iteration seconds with the bucketed plan. */
+  readonly bucketedSeconds: number;
+  /** Predicted communication it hides per iteration, seconds. */
+  readonly hiddenCommSeconds: number;
+  /** Predicted iteration seconds with the sequential plan on the profile's own groups. */
+  readonly sequentialSeconds: number;
+}
+
+/**
  * The verdict of {@link judgeNetwork}.
  *
  * @example
@@ -119,6 +163,12 @@ export interface NetworkJudgement {
   readonly suffixBackwardFraction: number;
   /** The hybrid schedule as priced by {@link autoSchedule} with `allowHybrid`; absent otherwise. */
   readonly hybrid?: HybridCandidate;
+  /**
+   * For a network that is not AlexNet-like, the buckets that beat the sequential plan (see
+   * {@link BucketSplit}); absent when none does (fewer than two layers with parameters, or
+   * communication too short to be worth hiding).
+   */
+  readonly buckets?: BucketSplit;
 }
 
 /**
@@ -224,6 +274,17 @@ export function judgeNetwork(profile: Profile, options: JudgeOptions = {}): Netw
     (costs.link.bandwidthBytesPerSecond / 1e9).toFixed(1)
   } GB/s with ${costs.devices} devices (${costs.mode})`;
 
+  // Not AlexNet-like: buckets of about equal bytes, when they are predicted to beat sequential.
+  const buckets = bestBuckets(profile, costs);
+  const fallback = (unused: string) =>
+    buckets
+      ? `; use bucketed: ${buckets.groups.length} buckets of about equal bytes (DDP-style: ${
+        buckets.ranges.join(", ")
+      }) hide ${ms(buckets.hiddenCommSeconds)} of communication ${at}, ${
+        ms(buckets.bucketedSeconds)
+      } against ${ms(buckets.sequentialSeconds)} sequential`
+      : `; use sequential${unused}`;
+
   if (totalBytes === 0 || totalBackward === 0) {
     const reason = `not AlexNet-like: the profile has ${
       totalBytes === 0 ? "no parameter bytes" : "no backward time"
@@ -241,10 +302,22 @@ export function judgeNetwork(profile: Profile, options: JudgeOptions = {}): Netw
   } hold ${pct(byteShare)} of the parameter bytes (${mb(suffixBytes)} of ${mb(totalBytes)}) and take ${
     pct(timeShare)
   } of the backward time (${ms(suffixBackward)} of ${ms(totalBackward)})`;
-  const alexnetLike = split !== undefined && prefixHasParameters &&
+  // Only a profile that names every parametrised layer's kind can say how much of it is FC.
+  const kindsKnown = layers.every((l) => l.parameterBytes === 0 || l.kind !== undefined);
+  const fcBytes = layers.filter((l) => l.kind === "Linear").reduce((n, l) => n + l.parameterBytes, 0);
+  const littleFc = kindsKnown && fcBytes < thresholds.minFcParameterFraction * totalBytes;
+  const alexnetLike = split !== undefined && prefixHasParameters && !littleFc &&
     timeShare <= thresholds.maxSuffixBackwardFraction;
   let reason: string;
-  if (alexnetLike) {
+  if (littleFc) {
+    reason = `not AlexNet-like: the fully-connected layers hold ${
+      pct(fcBytes / totalBytes)
+    } of the parameter bytes (${mb(fcBytes)} of ${mb(totalBytes)}), less than ${
+      pct(thresholds.minFcParameterFraction)
+    }: the parameters sit in the convolutions, not in an FC head to send early${
+      fallback(" (no bucketing is predicted faster)")
+    }`;
+  } else if (alexnetLike) {
     // Each group with the layers it holds: the split rarely falls where the suffix test stopped.
     const [head, body] = split.groups.map((g) => `${g} (${range(layersOf(layers, split.assignment, g))})`);
     reason =
@@ -258,11 +331,15 @@ export function judgeNetwork(profile: Profile, options: JudgeOptions = {}): Netw
       } sequential`;
   } else if (!prefixHasParameters || split === undefined) {
     reason =
-      `not AlexNet-like: ${suffixText}, but no layer before them has parameters, so there is no later backward to hide their communication behind; use sequential`;
+      `not AlexNet-like: ${suffixText}, but no layer before them has parameters, so there is no later backward to hide their communication behind${
+        fallback("")
+      }`;
   } else {
     reason = `not AlexNet-like: ${suffixText}; more than ${
       pct(thresholds.maxSuffixBackwardFraction)
-    } of the backward time, so most parameters are ready too late to hide their communication; use sequential`;
+    } of the backward time, so most parameters are ready too late to hide their communication${
+      fallback(" (no bucketing is predicted faster)")
+    }`;
   }
   return {
     alexnetLike,
@@ -270,7 +347,60 @@ export function judgeNetwork(profile: Profile, options: JudgeOptions = {}): Netw
     split,
     suffixParameterFraction: byteShare,
     suffixBackwardFraction: timeShare,
+    ...(!alexnetLike && buckets ? { buckets } : {}),
   };
+}
+
+/** Most buckets {@link bestBuckets} tries. */
+const MAX_BUCKETS = 4;
+
+/**
+ * The best of 2 … {@link MAX_BUCKETS} buckets of about equal parameter bytes (see
+ * {@link BucketSplit}), priced by {@link simulate}; `undefined` unless it beats the sequential plan
+ * on the profile's own groups (on a tie the fewer buckets win).
+ */
+function bestBuckets(profile: Profile, costs: CostOptions): BucketSplit | undefined {
+  const layers = profile.layers;
+  const withParameters = layers.flatMap((l, i) => (l.parameterBytes > 0 ? [i] : []));
+  const total = layers.reduce((s, l) => s + l.parameterBytes, 0);
+  if (withParameters.length < 2 || total === 0) return undefined;
+  const sequentialSeconds = simulate(sequentialPlan(groupTimes(profile).map((t) => t.group)), profile, costs)
+    .stepSeconds;
+  let best: BucketSplit | undefined;
+  for (let k = 2; k <= Math.min(MAX_BUCKETS, withParameters.length); k++) {
+    // From the output side: each bucket takes layers until it holds its share of the bytes not yet
+    // bucketed (so one big layer does not leave the next bucket a sliver).
+    const starts: number[] = []; // each bucket's first layer with parameters, output side first
+    let consumed = 0, current = 0;
+    for (let i = withParameters.length - 1; i >= 0 && starts.length < k - 1; i--) {
+      current += layers[withParameters[i]].parameterBytes;
+      const left = k - starts.length; // buckets still to fill, this one included
+      // Leave at least one layer with parameters for each remaining bucket.
+      if (current >= (total - consumed) / left && i >= left - 1) {
+        starts.push(withParameters[i]);
+        consumed += current;
+        current = 0;
+      }
+    }
+    if (starts.length !== k - 1) continue;
+    const groups = Array.from({ length: k }, (_, j) => `bucket${j + 1}`);
+    const assignment = Object.fromEntries(layers.map((l, i) => {
+      const j = starts.findIndex((start) => i >= start);
+      return [l.name, groups[j < 0 ? k - 1 : j]];
+    }));
+    const simulated = simulate(bucketedPlan(groups), regroupProfile(profile, assignment), costs);
+    if (best === undefined || simulated.stepSeconds < best.bucketedSeconds) {
+      best = {
+        groups,
+        assignment,
+        ranges: groups.map((g) => range(layersOf(layers, assignment, g))),
+        bucketedSeconds: simulated.stepSeconds,
+        hiddenCommSeconds: simulated.hiddenCommSeconds,
+        sequentialSeconds,
+      };
+    }
+  }
+  return best && best.bucketedSeconds < sequentialSeconds ? best : undefined;
 }
 
 /** The layers with parameters that `assignment` puts in `group`, forward order. */
@@ -462,6 +592,8 @@ export function autoSchedule(
   const judgement = judgeNetwork(profile, { ...judgeOptions, link, devices });
   const dataParallel: AutoPlan = judgement.alexnetLike && judgement.split !== undefined
     ? { ...overlapPlan(judgement.split.groups), judgement, assignment: judgement.split.assignment }
+    : judgement.buckets
+    ? { ...bucketedPlan(judgement.buckets.groups), judgement, assignment: judgement.buckets.assignment }
     : {
       ...sequentialPlan(groupTimes(profile).map((t) => t.group)),
       judgement,
@@ -480,6 +612,8 @@ export function autoSchedule(
   const h = found.candidate;
   const dataParallelSeconds = judgement.alexnetLike && judgement.split !== undefined
     ? judgement.split.overlapSeconds
+    : judgement.buckets
+    ? judgement.buckets.bucketedSeconds
     : simulate(dataParallel, profile, costs).stepSeconds;
   const at = `at ${
     (link.bandwidthBytesPerSecond / 1e9).toFixed(1)

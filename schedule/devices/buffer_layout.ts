@@ -1,0 +1,98 @@
+/**
+ * Where a replica's buffers (BatchNorm's running statistics, see `Module.addBuffer`) live in a
+ * device's flat host array. Buffers are not parameters: they have no gradient, are never averaged or
+ * exchanged, and each data-parallel replica keeps its own (as Caffe's solvers and PyTorch DDP
+ * without buffer broadcast do); the runtime reads device 0's for the model it evaluates and
+ * checkpoints, restores them when a step is undone, and copies device 0's to every replica when a
+ * checkpoint is loaded.
+ *
+ * @module
+ */
+
+import { type BufferEntry, getBackend, TandemError } from "../../engine/mod.ts";
+import { fromStorage } from "../../engine/creation.ts";
+
+/** One buffer's place in the flat array. */
+export interface BufferSlot {
+  /** Dotted name, e.g. `bn1.mean`. */
+  readonly name: string;
+  /** Shape. */
+  readonly shape: readonly number[];
+  /** First element. */
+  readonly offset: number;
+  /** Number of elements. */
+  readonly size: number;
+}
+
+/** Every buffer of a model, in registration order. */
+export interface BufferLayout {
+  /** The buffers. */
+  readonly slots: readonly BufferSlot[];
+  /** Total number of elements (0: the model has no buffers). */
+  readonly total: number;
+}
+
+/**
+ * Lays out `entries` (a model's `namedBuffers()`) one after another.
+ *
+ * @example
+ * ```ts
+ * import { bufferLayoutOf } from "./buffer_layout.ts";
+ * // bufferLayoutOf(network.namedBuffers()).slots[0] → { name: "bn_conv1.mean", shape: [16], offset: 0, size: 16 }
+ * ```
+ */
+export function bufferLayoutOf(entries: readonly BufferEntry[]): BufferLayout {
+  let offset = 0;
+  const slots = entries.map((e) => {
+    const slot = { name: e.name, shape: [...e.tensor.shape], offset, size: e.tensor.size };
+    offset += e.tensor.size;
+    return slot;
+  });
+  return { slots, total: offset };
+}
+
+/** Copies `entries` (in layout order) into `flat`, or back with `into: "tensors"`. */
+export function copyBuffers(
+  layout: BufferLayout,
+  entries: readonly BufferEntry[],
+  flat: Float32Array,
+  into: "flat" | "tensors",
+): void {
+  const backend = getBackend();
+  layout.slots.forEach((slot, i) => {
+    const entry = entries[i];
+    if (!entry || entry.name !== slot.name || entry.tensor.size !== slot.size) {
+      throw new TandemError(`buffer "${slot.name}" does not match the replica's buffers`);
+    }
+    const view = flat.subarray(slot.offset, slot.offset + slot.size);
+    if (into === "flat") view.set(entry.tensor.dataSync() as Float32Array);
+    else {
+      const source = fromStorage(backend, backend.upload(view), slot.shape);
+      entry.tensor.assign(source);
+      source.dispose();
+    }
+  });
+}
+
+/**
+ * Named buffer entries over a flat host array laid out by `layout` (zero-copy tensors of the
+ * current backend): device 0's statistics, for saving and loading checkpoints in place.
+ *
+ * @example
+ * ```ts
+ * import { bufferLayoutOf, hostBufferEntries } from "./buffer_layout.ts";
+ * // const entries = hostBufferEntries(layout, device0.buffers!);
+ * ```
+ */
+export function hostBufferEntries(layout: BufferLayout, flat: Float32Array): BufferEntry[] {
+  const backend = getBackend();
+  if (!backend.wrap) throw new TandemError(`backend "${backend.name}" cannot wrap host memory`);
+  return layout.slots.map((slot) => ({
+    name: slot.name,
+    tensor: fromStorage(
+      backend,
+      backend.wrap!(flat.subarray(slot.offset, slot.offset + slot.size)),
+      slot.shape,
+    ),
+  }));
+}
