@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import "../mod.ts"; // registers the CPU backend
 import { ValueError } from "../engine/errors.ts";
 import {
   accumulatedProfile,

@@ -62,6 +62,7 @@ export {
   type AutoOptions,
   type AutoPlan,
   autoSchedule,
+  type BucketSplit,
   DEFAULT_LINK,
   DEFAULT_THRESHOLDS,
   type HybridCandidate,
