@@ -19,7 +19,7 @@ import { TandemError } from "../engine/errors.ts";
 import { slowTest } from "./fixtures/slow.ts";
 import { rng, values } from "./gradcheck.ts";
 
-const fixtures = new URL("./fixtures/caffe/", import.meta.url);
+const fixtures = new URL("../examples/caffe/", import.meta.url);
 const CIFAR_FULL = new URL("cifar10_full_train_test.prototxt", fixtures);
 const GOOGLENET = new URL("bvlc_googlenet_train_val.prototxt", fixtures);
 const RESNET = new URL("../examples/caffe/resnet_tiny_train_test.prototxt", import.meta.url);

@@ -240,7 +240,7 @@ Deno.test("dag training: paths that cannot carry BatchNorm statistics refuse bef
 // The command line
 
 const RESNET = "examples/caffe/resnet_tiny_train_test.prototxt";
-const CIFAR_FULL = "tests/fixtures/caffe/cifar10_full_train_test.prototxt";
+const CIFAR_FULL = "examples/caffe/cifar10_full_train_test.prototxt";
 
 /** `cli/train.ts` in this process with `--json`; returns its JSON line (and what it said, `said`). */
 async function trainJson(argv: string[]): Promise<Record<string, unknown>> {
