@@ -28,7 +28,7 @@ import {
 import { averageInDeviceOrder } from "../schedule/runtime/host_parameters.ts";
 import { calibrateProfile, measureProfile, type Profile, simulate } from "../schedule/simulator/mod.ts";
 import { groupTimes } from "../schedule/simulator/profile.ts";
-import { type LinkSpec, parseLink, spanKind, type TraceSpan } from "../schedule/runtime/mod.ts";
+import { type Link, parseLink, spanKind, type TraceSpan } from "../schedule/runtime/mod.ts";
 import type { ModelSpec } from "../schedule/devices/mod.ts";
 import { uniformValues } from "../engine/mod.ts";
 import { writeFileAtomic } from "../engine/io/mod.ts";
@@ -59,7 +59,7 @@ const models: { label: string; spec: ModelSpec }[] = [
   },
 ];
 
-const links: (LinkSpec | undefined)[] = [
+const links: (Link | undefined)[] = [
   undefined,
   parseLink("12GB/s"),
   parseLink("1.2GB/s"),
@@ -95,7 +95,7 @@ async function run(
   spec: ModelSpec,
   plan: Plan,
   devices: number,
-  link: LinkSpec | undefined,
+  link: Link | undefined,
   input: number[],
   classes: number,
 ): Promise<Run> {

@@ -9,7 +9,7 @@ import { basename } from "node:path";
 import { autoSchedule, builtinPlan, type Network, type Plan } from "../mod.ts";
 import { accumulatedProfile, DEFAULT_LINK, measureProfile } from "../schedule/simulator/mod.ts";
 import { layoutOf, type ModelSpec } from "../schedule/devices/mod.ts";
-import type { LinkSpec } from "../schedule/runtime/mod.ts";
+import type { Link } from "../schedule/runtime/mod.ts";
 import { loadSchedule } from "../schedule/mod.ts";
 import { SCHEDULE_NAMES, type TrainArgs } from "./args.ts";
 import { CliError, closest } from "./errors.ts";
@@ -51,7 +51,7 @@ export async function choosePlan(
   args: TrainArgs,
   local: Network,
   spec: ModelSpec,
-  link: LinkSpec | undefined,
+  link: Link | undefined,
   say: (line: string) => void,
 ): Promise<{ plan: Plan; spec: ModelSpec }> {
   const groups = layoutOf(local.namedParameters()).groups.map((g) => g.name);

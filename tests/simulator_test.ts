@@ -361,7 +361,7 @@ Deno.test("judgeNetwork: AlexNet is AlexNet-like; the split hides the most commu
     profile.layers.reduce((s, l) => s + l.forwardSeconds + l.backwardSeconds, 0);
   assert.ok(fcShare > 0.05 && fcShare < 0.2, `FC share of compute ${fcShare}`);
 
-  const link = STANDARD_LINKS.find((l) => l.name === "PCIe 3")!;
+  const link = STANDARD_LINKS.find((l) => l.label === "PCIe 3")!;
   const verdict = judgeNetwork(profile, { link, devices: 2 });
   assert.equal(verdict.alexnetLike, true);
   near(verdict.suffixParameterFraction, 58_631_144 / 60_965_224, "byte share");
@@ -398,7 +398,7 @@ Deno.test("judgeNetwork: AlexNet is AlexNet-like; the split hides the most commu
   assert.ok(verdict.reason.includes(`Split before conv4 into head (conv4..fc8) and body (conv1..conv3)`));
 
   // Over 10 GbE the FC traffic dwarfs the conv backward; the best cut leaves fc6 with the input side.
-  const slow = judgeNetwork(profile, { link: STANDARD_LINKS.find((l) => l.name === "10 GbE")!, devices: 2 });
+  const slow = judgeNetwork(profile, { link: STANDARD_LINKS.find((l) => l.label === "10 GbE")!, devices: 2 });
   assert.equal(slow.alexnetLike, true);
   assert.equal(slow.split!.boundaryLayer, "fc7");
 });
@@ -797,7 +797,7 @@ function alexnetWithActivations(): Profile {
 // `outputBytes` unscaled prices hybrid's activations once per step and fails the traffic check.
 Deno.test("accumulatedProfile prices K micro-batches as one step: compute and activations K times, gradients once", () => {
   const profile = alexnetWithActivations();
-  const pcie3 = STANDARD_LINKS.find((l) => l.name === "PCIe 3")!;
+  const pcie3 = STANDARD_LINKS.find((l) => l.label === "PCIe 3")!;
   const once = autoSchedule(profile, pcie3, 4, { allowHybrid: true }).judgement.hybrid!;
   const four = accumulatedProfile(profile, 4);
   assert.equal(four.batchSize, 4 * profile.batchSize);
@@ -815,7 +815,7 @@ Deno.test("accumulatedProfile prices K micro-batches as one step: compute and ac
 
 Deno.test("autoSchedule: hybrid when allowed and predicted faster, with the reason in numbers", () => {
   const profile = alexnetWithActivations();
-  const pcie3 = STANDARD_LINKS.find((l) => l.name === "PCIe 3")!;
+  const pcie3 = STANDARD_LINKS.find((l) => l.label === "PCIe 3")!;
   // Off by default: exactly the data-parallel choice, as without activation sizes.
   const plain = autoSchedule(profile, pcie3, 4);
   assert.equal(plain.name, "overlap");
@@ -865,7 +865,7 @@ Deno.test("autoSchedule: hybrid when allowed and predicted faster, with the reas
   assert.ok(auto.judgement.reason.endsWith(plain.judgement.reason));
 
   // Over NVLink the FC exchange hides under the conv backward: overlap stays, and the reason says why.
-  const nvlink = STANDARD_LINKS.find((l) => l.name === "NVLink")!;
+  const nvlink = STANDARD_LINKS.find((l) => l.label === "NVLink")!;
   const fast = autoSchedule(profile, nvlink, 2, { allowHybrid: true });
   assert.equal(fast.name, "overlap");
   assert.equal(fast.sharded, undefined);

@@ -23,7 +23,7 @@ import type { ComputeResult, Device } from "../devices/device.ts";
 import type { ParameterLayout } from "../devices/parameter_layout.ts";
 import type { BufferLayout } from "../devices/buffer_layout.ts";
 import type { ReductionMode } from "../plan/plan.ts";
-import type { LinkSpec } from "./link.ts";
+import type { Link } from "./link.ts";
 import type { TraceRecorder } from "./trace.ts";
 import type { GradientWire } from "./wire.ts";
 
@@ -204,10 +204,10 @@ export abstract class InProcessExchange {
   /** How gradients are combined. */
   protected readonly mode: ReductionMode;
   /** The emulated link between devices, if any. */
-  protected readonly link: LinkSpec | undefined;
+  protected readonly link: Link | undefined;
 
   /** Joins `devices`, master first. */
-  constructor(devices: readonly Device[], layout: ParameterLayout, mode: ReductionMode, link?: LinkSpec) {
+  constructor(devices: readonly Device[], layout: ParameterLayout, mode: ReductionMode, link?: Link) {
     this.local = devices;
     this.layout = layout;
     this.mode = mode;

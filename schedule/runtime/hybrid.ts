@@ -49,7 +49,7 @@ import {
 import type { Deferred } from "./deferred.ts";
 import { hostParameterEntries } from "./host_parameters.ts";
 import { divergentFrom } from "./exchange.ts";
-import { type LinkSpec, timedMove } from "./link.ts";
+import { type Link, timedMove } from "./link.ts";
 
 /**
  * Records a communication span of `device` (milliseconds of `performance.now()`) and the bytes the
@@ -478,11 +478,11 @@ function concatenate(parts: readonly Float32Array[]): Float32Array {
 export class SharedActivations implements ActivationRoute {
   readonly size: number;
   readonly #head: HeadLayout;
-  readonly #link: LinkSpec | undefined;
+  readonly #link: Link | undefined;
   #batch = 0;
 
   /** The route for `size` devices in this process, with an optional emulated link. */
-  constructor(size: number, head: HeadLayout, link?: LinkSpec) {
+  constructor(size: number, head: HeadLayout, link?: Link) {
     this.size = size;
     this.#head = head;
     this.#link = link;

@@ -11,23 +11,48 @@
 
 import { ValueError } from "../../engine/mod.ts";
 
-/** A link's speed. */
-export interface LinkSpec {
-  /** Bytes per second. */
+/**
+ * A point-to-point link: what the simulator prices, the runtime emulates and `--link` names.
+ *
+ * @example
+ * ```ts
+ * import type { Link } from "./link.ts";
+ * const infiniband: Link = { bandwidthBytesPerSecond: 25e9, latencySeconds: 2e-6, label: "HDR IB" };
+ * ```
+ */
+export interface Link {
+  /** Sustained bytes per second in one direction. */
   readonly bandwidthBytesPerSecond: number;
-  /** Seconds added to every transfer. */
+  /** Seconds before the first byte arrives, per message (added to every emulated transfer). */
   readonly latencySeconds: number;
-  /** How to name it in output, e.g. `PCIe 3 x16 (emulated, 12 GB/s)`. */
-  readonly label: string;
+  /** How to name it in output, e.g. `PCIe 3` or `1.2 GB/s (emulated)`. */
+  readonly label?: string;
 }
 
-const NAMED_LINKS: Record<string, [number, number, string]> = {
-  "pcie3": [12e9, 5e-6, "PCIe 3 x16"],
-  "pcie4": [24e9, 5e-6, "PCIe 4 x16"],
-  "nvlink": [150e9, 2e-6, "NVLink"],
-  "10gbe": [1.2e9, 50e-6, "10 GbE"],
-  "100gbe": [12e9, 10e-6, "100 GbE"],
-};
+/**
+ * The links Tandem knows by name: what `--link pcie3` and the others emulate, and what the AlexNet
+ * scaling table prices by default. Bandwidths are sustained one-direction figures (PCIe 3 ×16
+ * 12 GB/s, PCIe 4 ×16 24 GB/s, NVLink 150 GB/s, 10 GbE 1.2 GB/s, 100 GbE 12 GB/s); latencies are
+ * typical per-message figures (PCIe 10 µs, NVLink 5 µs, 10 GbE TCP 50 µs, 100 GbE RDMA 10 µs).
+ *
+ * @example
+ * ```ts
+ * import { STANDARD_LINKS } from "./link.ts";
+ * console.log(STANDARD_LINKS.map((l) => l.label).join(", ")); // PCIe 3, PCIe 4, NVLink, 10 GbE, 100 GbE
+ * ```
+ */
+export const STANDARD_LINKS: readonly Required<Link>[] = [
+  { label: "PCIe 3", bandwidthBytesPerSecond: 12e9, latencySeconds: 10e-6 },
+  { label: "PCIe 4", bandwidthBytesPerSecond: 24e9, latencySeconds: 10e-6 },
+  { label: "NVLink", bandwidthBytesPerSecond: 150e9, latencySeconds: 5e-6 },
+  { label: "10 GbE", bandwidthBytesPerSecond: 1.2e9, latencySeconds: 50e-6 },
+  { label: "100 GbE", bandwidthBytesPerSecond: 12e9, latencySeconds: 10e-6 },
+];
+
+/** `--link` preset names: the labels lower-cased without spaces (`pcie3`, `10gbe`, …). */
+const NAMED_LINKS: Record<string, Required<Link>> = Object.fromEntries(
+  STANDARD_LINKS.map((link) => [link.label.toLowerCase().replaceAll(" ", ""), link]),
+);
 
 /** What {@link parseLink} accepts, for error messages (and `--help`). */
 export const LINK_GRAMMAR: string =
@@ -59,14 +84,14 @@ const LATENCY_UNIT: Record<string, number> = { s: 1, ms: 1e-3, us: 1e-6, "µs": 
  * parseLink("10Gb/s").bandwidthBytesPerSecond; // 1.25e9
  * ```
  */
-export function parseLink(text: string): LinkSpec {
+export function parseLink(text: string): Required<Link> {
   const named = NAMED_LINKS[text.trim().toLowerCase()];
   if (named) {
-    const [bandwidth, latency, name] = named;
+    const { bandwidthBytesPerSecond: bandwidth, latencySeconds: latency, label } = named;
     return {
       bandwidthBytesPerSecond: bandwidth,
       latencySeconds: latency,
-      label: `${name} (emulated, ${bandwidth / 1e9} GB/s, ${latency * 1e6} µs)`,
+      label: `${label} (emulated, ${bandwidth / 1e9} GB/s, ${latency * 1e6} µs)`,
     };
   }
   const refuse = (why: string): never => {
@@ -115,7 +140,7 @@ export interface TransferTiming {
 export async function transfer(
   source: Float32Array,
   target: Float32Array,
-  link?: LinkSpec,
+  link?: Link,
 ): Promise<TransferTiming> {
   return await timedMove(source.byteLength, link, () => target.set(source));
 }
@@ -132,7 +157,7 @@ export async function transfer(
  */
 export async function timedMove(
   bytes: number,
-  link: LinkSpec | undefined,
+  link: Link | undefined,
   move: () => void | Promise<void>,
 ): Promise<TransferTiming> {
   const start = performance.now();
@@ -156,7 +181,7 @@ export async function emulateRingAllreduce(
   start: number,
   bytes: number,
   devices: number,
-  link: LinkSpec | undefined,
+  link: Link | undefined,
 ): Promise<void> {
   if (!link || devices < 2) return;
   const seconds = (2 * (devices - 1) / devices) * bytes / link.bandwidthBytesPerSecond +

@@ -52,5 +52,5 @@ export {
   type WireOptions,
 } from "./wire.ts";
 export { residualsOf, residualTensors, resumeResiduals } from "./residuals.ts";
-export { type LinkSpec, parseLink } from "./link.ts";
+export { type Link, parseLink, STANDARD_LINKS } from "./link.ts";
 export { type DeviceCapacity, deviceCapacity, type MachineSize, machineSize } from "./start.ts";

@@ -33,7 +33,7 @@ import {
   InProcessExchange,
   settleAll,
 } from "./exchange.ts";
-import { emulateRingAllreduce, type LinkSpec, timedMove } from "./link.ts";
+import { emulateRingAllreduce, type Link, timedMove } from "./link.ts";
 import { checkWireOptions, type WireOptions } from "./wire.ts";
 
 /** See the module notes. */
@@ -59,7 +59,7 @@ export class ResidentExchange extends InProcessExchange implements Exchange {
     devices: readonly Device[],
     layout: ParameterLayout,
     mode: ReductionMode,
-    link: LinkSpec | undefined,
+    link: Link | undefined,
     optimizer: (parameters: ParameterEntry[]) => Optimizer,
     wire: WireOptions = {},
   ) {

@@ -20,7 +20,7 @@ import { groupRange, type ParameterLayout, sharedFloats } from "../devices/param
 import type { ReductionMode } from "../plan/plan.ts";
 import { divergentFrom, type Exchange, type ExchangeContext, InProcessExchange } from "./exchange.ts";
 import { averageInDeviceOrder, hostParameterEntries } from "./host_parameters.ts";
-import { emulateRingAllreduce, type LinkSpec, timedMove, transfer } from "./link.ts";
+import { emulateRingAllreduce, type Link, timedMove, transfer } from "./link.ts";
 import { GradientWire, type WireOptions } from "./wire.ts";
 
 /** See the module notes. */
@@ -47,7 +47,7 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
     devices: readonly Device[],
     layout: ParameterLayout,
     mode: ReductionMode,
-    link: LinkSpec | undefined,
+    link: Link | undefined,
     optimizer: (parameters: ParameterEntry[]) => Optimizer,
     wire: WireOptions = {},
   ) {

@@ -50,7 +50,7 @@ import { dependenciesOf, type Plan, type ReductionMode } from "../plan/plan.ts";
 import { type Deferred, deferred } from "./deferred.ts";
 import type { Exchange, ExchangeContext } from "./exchange.ts";
 import { type LaneSpan, type StepFigures, stepFigures } from "./figures.ts";
-import type { LinkSpec } from "./link.ts";
+import type { Link } from "./link.ts";
 import { HybridHead, SharedActivations } from "./hybrid.ts";
 import { ResidentExchange } from "./resident_exchange.ts";
 import { referenceOf, startInProcess } from "./start.ts";
@@ -81,7 +81,7 @@ export interface DataParallelOptions {
   /** Number of devices in this process (default 2). Under MPI: one per rank, this is ignored. */
   devices?: number;
   /** Emulated link between devices in this process; none means shared memory at full speed. */
-  link?: LinkSpec;
+  link?: Link;
   /**
    * Run across MPI ranks, one device per rank, rank 0 the master: the transport, or `true` for
    * `MpiTransport.init(transportOptions)`. Every rank must pass the same options.

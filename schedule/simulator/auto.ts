@@ -37,6 +37,7 @@ import { bucketedPlan, hybridPlan, overlapPlan, sequentialPlan } from "../plan/b
 import type { Plan } from "../plan/plan.ts";
 import { checkProfile, groupTimes, type LayerProfile, type Profile, regroupProfile } from "./profile.ts";
 import { commStepSeconds, type CostOptions, type HybridTraffic, type Link, simulate } from "./simulator.ts";
+import { STANDARD_LINKS } from "../runtime/link.ts";
 
 /**
  * The AlexNet-like test's thresholds.
@@ -213,7 +214,7 @@ export interface HybridCandidate {
  * console.log(DEFAULT_LINK.bandwidthBytesPerSecond); // 12000000000
  * ```
  */
-export const DEFAULT_LINK: Link = { bandwidthBytesPerSecond: 12e9, latencySeconds: 10e-6 };
+export const DEFAULT_LINK: Link = STANDARD_LINKS[0];
 
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
 const ms = (s: number) => `${(s * 1e3).toFixed(2)} ms`;

@@ -51,11 +51,9 @@ export {
 } from "./simulator.ts";
 export {
   alexnetScalingTable,
-  type NamedLink,
   type ScalingRow,
   type ScalingTable,
   type ScalingTableOptions,
-  STANDARD_LINKS,
 } from "./scaling.ts";
 export {
   type AlexnetThresholds,
@@ -73,3 +71,4 @@ export {
   type NetworkSplit,
 } from "./auto.ts";
 export { type MeasureOptions, measureProfile } from "./measure.ts";
+export { STANDARD_LINKS } from "../runtime/link.ts";

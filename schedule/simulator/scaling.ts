@@ -5,44 +5,11 @@
  * @module
  */
 
-import { overlapPlan as overlapPlan, sequentialPlan as sequentialPlan } from "../plan/builtins.ts";
+import { overlapPlan, sequentialPlan } from "../plan/builtins.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import { groupTimes, type Profile } from "./profile.ts";
-import { type Link, simulate, type Topology } from "./simulator.ts";
-
-/**
- * A named link for the scaling table.
- *
- * @example
- * ```ts
- * import type { NamedLink } from "./scaling.ts";
- * const infiniband: NamedLink = { name: "HDR IB", bandwidthBytesPerSecond: 25e9, latencySeconds: 2e-6 };
- * ```
- */
-export interface NamedLink extends Link {
-  /** e.g. `PCIe 3`. */
-  readonly name: string;
-}
-
-/**
- * The links {@link alexnetScalingTable} prices by default. Bandwidths are sustained one-direction
- * figures (PCIe 3 ×16 12 GB/s, PCIe 4 ×16 24 GB/s, NVLink 150 GB/s, 10 GbE 1.2 GB/s, 100 GbE
- * 12 GB/s); latencies are typical per-message figures (PCIe 10 µs, NVLink 5 µs, 10 GbE TCP 50 µs,
- * 100 GbE RDMA 10 µs).
- *
- * @example
- * ```ts
- * import { STANDARD_LINKS } from "./scaling.ts";
- * console.log(STANDARD_LINKS.map((l) => l.name).join(", "));
- * ```
- */
-export const STANDARD_LINKS: readonly NamedLink[] = [
-  { name: "PCIe 3", bandwidthBytesPerSecond: 12e9, latencySeconds: 10e-6 },
-  { name: "PCIe 4", bandwidthBytesPerSecond: 24e9, latencySeconds: 10e-6 },
-  { name: "NVLink", bandwidthBytesPerSecond: 150e9, latencySeconds: 5e-6 },
-  { name: "10 GbE", bandwidthBytesPerSecond: 1.2e9, latencySeconds: 50e-6 },
-  { name: "100 GbE", bandwidthBytesPerSecond: 12e9, latencySeconds: 10e-6 },
-];
+import { type Link, STANDARD_LINKS } from "../runtime/link.ts";
+import { simulate, type Topology } from "./simulator.ts";
 
 /**
  * One row of {@link alexnetScalingTable}.
@@ -85,7 +52,7 @@ export interface ScalingRow {
  */
 export interface ScalingTableOptions {
   /** Links to price; default {@link STANDARD_LINKS}. */
-  readonly links?: readonly NamedLink[];
+  readonly links?: readonly Required<Link>[];
   /** Device counts; default 2…8. */
   readonly devices?: readonly number[];
   /** Modes; default both. */
@@ -154,7 +121,7 @@ export function alexnetScalingTable(profile: Profile, options: ScalingTableOptio
         const seq = simulate(plans.sequential, profile, at);
         const ov = simulate(plans.overlap, profile, at);
         rows.push({
-          link: link.name,
+          link: link.label,
           devices,
           mode,
           sequentialSeconds: seq.stepSeconds,

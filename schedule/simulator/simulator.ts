@@ -59,21 +59,8 @@ import {
 import { checkProfile, groupTimes, type Profile } from "./profile.ts";
 import { validatePlan } from "../plan/validate.ts";
 
-/**
- * A point-to-point link.
- *
- * @example
- * ```ts
- * import type { Link } from "./simulator.ts";
- * const pcie3: Link = { bandwidthBytesPerSecond: 12e9, latencySeconds: 10e-6 };
- * ```
- */
-export interface Link {
-  /** Sustained bytes per second in one direction. */
-  readonly bandwidthBytesPerSecond: number;
-  /** Seconds before the first byte arrives, per message. */
-  readonly latencySeconds: number;
-}
+import type { Link } from "../runtime/link.ts";
+export type { Link };
 
 /**
  * How the master's links are laid out (see the module notes).
