@@ -9,6 +9,8 @@
 import assert from "node:assert/strict";
 import { bundle } from "../examples/browser/build.ts";
 
+import { runSlowTests } from "./fixtures/slow.ts";
+
 const CHROMIUM = "/usr/bin/chromium";
 /** Training steps the page runs; overridable to probe a slow adapter. */
 const STEPS = Number(Deno.env.get("TANDEM_BROWSER_STEPS") ?? 30);
@@ -81,7 +83,10 @@ const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
 Deno.test({
   name: "browser: the bundled page trains alexnet-like on WebGPU and the loss falls",
-  ignore: skipReason !== null,
+  // Slow (the suite's longest test, Chromium training for minutes on 2 cores): runs with the slow
+  // tests (`deno task test:all`, .ci/run). The default set type-checks the page and the library it
+  // bundles (`deno task check`) and runs the engine's WebGPU parity and WebGPU training tests.
+  ignore: !runSlowTests || skipReason !== null,
   // Chromium's and the server's resources outlive single awaits; both are closed in finally blocks.
   sanitizeResources: false,
   sanitizeOps: false,

@@ -20,6 +20,8 @@ import type { Module } from "../engine/nn/module.ts";
 import type { Network } from "../engine/nn/network.ts";
 import { TandemError } from "../engine/errors.ts";
 
+import { slowTest } from "./fixtures/slow.ts";
+
 const caffeDir = new URL("../examples/caffe/", import.meta.url);
 const alexnetUrl = new URL("bvlc_alexnet_train_val.prototxt", caffeDir);
 const cifarUrl = new URL("cifar10_quick_train_test.prototxt", caffeDir);
@@ -238,7 +240,10 @@ async function assertSameNetwork(imported: Network, built: Network): Promise<voi
   }
 }
 
-Deno.test("caffe: imported bvlc_alexnet equals alexnet() layer by layer, bit for bit", async () => {
+// Slow (two 61 M-parameter initialisations): runs with the slow tests. The default set parses the
+// same bvlc_alexnet file, imports cifar10_quick bit for bit against its factory, and checks
+// alexnet()'s parameter counts and shapes (models_test.ts).
+Deno.test("caffe: imported bvlc_alexnet equals alexnet() layer by layer, bit for bit", slowTest, async () => {
   const result = await loadCaffeNet(alexnetUrl, { seed: 3 });
   assert.equal(result.network.name, "AlexNet");
   assert.equal(result.loss, "SoftmaxWithLoss");

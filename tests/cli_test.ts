@@ -6,6 +6,8 @@
 import assert from "node:assert/strict";
 import { signalOnceTraining } from "./fixtures/process.ts";
 
+import { runSlowTests, slowTest } from "./fixtures/slow.ts";
+
 const FAST = ["--data", "synthetic", "--model", "lenet", "--batch", "8", "--devices", "2", "--seed", "3"];
 
 interface Run {
@@ -106,7 +108,9 @@ Deno.test("cli: --steps 0 builds the model and prints its summary", async () => 
   assert.match(run.stdout, /conv1/);
 });
 
-Deno.test("cli: resuming at step 4 and going on to 6 equals a straight run to 6", async () => {
+// Slow (three train commands): runs with the slow tests. The default set resumes through the train
+// command bit for bit in resume_test.ts.
+Deno.test("cli: resuming at step 4 and going on to 6 equals a straight run to 6", slowTest, async () => {
   const checkpoint = `${dir}/four.safetensors`;
   const four = await trainJson("--steps", "4", "--checkpoint", checkpoint);
   assert.equal(four.step, 4);
@@ -186,7 +190,9 @@ if (!adapter) console.log("cli: no WebGPU adapter, skipping the --backend webgpu
 
 Deno.test({
   name: "cli: --backend webgpu trains on two GPU devices and agrees with the CPU devices",
-  ignore: !adapter,
+  // Slow (two train commands, one on the software adapter): runs with the slow tests. The default set
+  // trains two WebGPU devices against two CPU devices in process (webgpu_data_parallel_test.ts).
+  ignore: !runSlowTests || !adapter,
   fn: async () => {
     const [gpu, cpu] = await Promise.all([
       trainJson("--steps", "3", "--backend", "webgpu"),

@@ -7,6 +7,8 @@
 import assert from "node:assert/strict";
 import { createCluster, missingRequirement, removeCluster } from "../cli/cluster.ts";
 
+import { runSlowTests } from "./fixtures/slow.ts";
+
 const missing = await missingRequirement();
 if (missing) console.log(`cluster: skipping the cluster tests: ${missing}`);
 
@@ -50,7 +52,10 @@ const TRAIN = ["--steps", "4", "--batch", "32", "--json"];
 // (removing `removeCluster` leaves the namespaces listed).
 Deno.test({
   name: "cluster: 2 hosts over a 1 Gbit/s tc-shaped link equal 2 in-process Workers bit for bit",
-  ignore: missing !== undefined,
+  // Slow (four training runs as processes): runs with the slow tests. The default set runs the same
+  // MPI transport across 2 processes against in-process Workers (mpi_test.ts) and builds, shapes and
+  // removes the cluster (the next two tests).
+  ignore: !runSlowTests || missing !== undefined,
   fn: async () => {
     const before = await namespaces();
     for (const schedule of ["overlap", "sequential"]) {

@@ -37,6 +37,8 @@ import {
 import { gatedTrainerOptions } from "./fixtures/gated_device.ts";
 import { tinyAlexNet } from "./fixtures/networks.ts";
 
+import { slowTest } from "./fixtures/slow.ts";
+
 interface Run {
   plan: Plan;
   devices: number;
@@ -163,7 +165,13 @@ Deno.test("hybrid 2 devices × 2 micro-batches match data-parallel 2 × 2 within
 
 // Mutation: the slice gradients written after every micro-batch (`SliceGradientSum.add` returning
 // each micro-batch's gradient) trains other values and fails the first comparison with data-parallel.
-Deno.test("hybrid accumulation is lossless among hybrid runs: master, allreduce, sequential plan, 3 devices", async () => {
+// Slow (12 runs of 6 steps): runs with the slow tests. The default set checks hybrid accumulation
+// against data-parallel on 1 and 2 devices (above) and master = allreduce = the sequential hybrid
+// plan without accumulation (below).
+Deno.test({
+  name: "hybrid accumulation is lossless among hybrid runs: master, allreduce, sequential plan, 3 devices",
+  ...slowTest,
+}, async () => {
   const sequentialHybrid = parseSchedule(
     "shard fc\nforward\nbackward fc\nbackward conv\nupdate fc\nreduce conv\nupdate conv\nbroadcast conv",
     { groups, name: "hybrid-sequential", mode: "master" },
@@ -465,7 +473,9 @@ async function gpuRun(
 // rows (`offset: 0` for `slot.offset - fullSlot.offset`); and `DeviceSlices.gradient` not writing
 // the slice's gradient (`target.assign` dropped: the slices never move). (`HybridHead.update`
 // stepping only device 0's slice fails the CPU tests above, not this one: both paths share it.)
-gpuTest(
+// Slow (four WebGPU runs): runs with the slow tests. The default set runs resident hybrid on WebGPU
+// devices against data-parallel (within 1e-5) and on 1 device against resident data-parallel's bits.
+gpuTest.slow(
   "WebGPU devices run hybrid GPU-resident and give the host path's bits (master, allreduce)",
   async () => {
     const host = await gpuRun({ start: startHostPathGpuDevice }, 6);
@@ -488,7 +498,9 @@ gpuTest(
 // either way (measured: 0 differing parameters after 5 steps, master and allreduce). Mutation: the
 // resident device running its head on host slices (`this.#slices ??` dropped in
 // `BackendDevice.#runHead`: the stale host mirrors are read, the GPU slices' gradients stay zero).
-gpuTest("resident hybrid with Adam and 2 micro-batches gives the host path's bits", async () => {
+// Slow (three WebGPU runs): runs with the slow tests. The default set accumulates under hybrid on a
+// WebGPU device and trains Adam on GPU devices (optimizers_data_parallel_test.ts).
+gpuTest.slow("resident hybrid with Adam and 2 micro-batches gives the host path's bits", async () => {
   const options = { make: tinyOptimizers.adam, accumulate: 2 };
   const host = await gpuRun({ ...options, start: startHostPathGpuDevice }, 5);
   for (const mode of ["master", "allreduce"] as const) {
@@ -568,7 +580,9 @@ gpuTest("a resident hybrid step keeps every FC slice and its optimizer state on 
 // `scatter` not writing the slices' parameters (`parameter.assign` dropped: the slices resume from
 // their initial values), and `Tensor.assign` copying a tensor onto itself (`gather`'s `loadState`
 // of the body's own state: WebGPU refuses one buffer bound for reading and writing in a dispatch).
-gpuTest("resident hybrid checkpoints hold whole tensors and resume bit for bit", async () => {
+// Slow (five WebGPU runs): runs with the slow tests. The default set resumes hybrid checkpoints on
+// CPU devices (above) and data-parallel checkpoints on WebGPU devices (webgpu_data_parallel_test.ts).
+gpuTest.slow("resident hybrid checkpoints hold whole tensors and resume bit for bit", async () => {
   const dir = await Deno.makeTempDir();
   const run = async (
     start: DataParallelOptions["startDevice"],

@@ -11,6 +11,8 @@ import type { Module } from "../engine/nn/module.ts";
 import type { Network } from "../engine/nn/network.ts";
 import { formatSummary, summarize } from "../engine/nn/summary.ts";
 
+import { slowTest } from "./fixtures/slow.ts";
+
 // AlexNet takes seconds to initialise (61 M values), so the tests share one instance.
 let sharedAlexnet: Network | undefined;
 const alexnetOnce = () => (sharedAlexnet ??= alexnet({ seed: 0 }));
@@ -155,7 +157,9 @@ Deno.test("models: alexnet forward of one 227×227 image gives [1, 1000]", async
   assert.deepEqual(await forwardShape(alexnetOnce(), 1), [1, 1000]);
 });
 
-Deno.test("models: caffenet pools before normalising, same parameters as alexnet", async () => {
+// Slow (a second 61 M-parameter initialisation): runs with the slow tests. caffenet() is alexnet()'s
+// layer builder with the pool and norm swapped; the alexnet tests above run in the default set.
+Deno.test("models: caffenet pools before normalising, same parameters as alexnet", slowTest, async () => {
   const net = caffenet({ classes: 10 });
   const names = layerNames(net);
   assert.deepEqual(names.slice(0, 8), [

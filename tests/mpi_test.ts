@@ -22,6 +22,8 @@ import {
 import { mpi, probeMpirun, rank0Report } from "./fixtures/mpirun.ts";
 import { tempDirs } from "./fixtures/process.ts";
 
+import { runSlowTests } from "./fixtures/slow.ts";
+
 const mpirun = await probeMpirun("mpi");
 
 /**
@@ -114,7 +116,9 @@ Deno.test({
 // difference from the in-process run (gather order, averaging) that SGD would not expose.
 Deno.test({
   name: "mpi: Adam — overlap and sequential across 2 processes equal the in-process Worker run bit for bit",
-  ignore: !mpirun,
+  // Slow (an MPI job and four in-process runs): runs with the slow tests. The default set runs SGD's
+  // lossless job above and Adam across 2 processes, straight and resumed, in both modes (below).
+  ignore: !runSlowTests || !mpirun,
   fn: async () => {
     const hashes = rank0Report<Record<string, string>>(
       await mpi(["tests/fixtures/mpi_rank.ts", "--scenario", "lossless", "--optimizer", "adam"]),
@@ -156,7 +160,9 @@ Deno.test({
 
 Deno.test({
   name: "mpi: a rank that stops taking part makes the others time out naming rank, step and collective",
-  ignore: !mpirun,
+  // Slow (it waits its 8 s collective timeout out): runs with the slow tests. The default set fails a
+  // job whose rank exits mid-step, naming the step (above).
+  ignore: !runSlowTests || !mpirun,
   fn: async () => {
     const run = await mpi([
       "tests/fixtures/mpi_rank.ts",
@@ -274,7 +280,9 @@ Deno.test({
 // the body seeds of `MpiActivations.setup` read at row 0 for every rank (`offset: 0`).
 Deno.test({
   name: "mpi: hybrid with 2 micro-batches across 2 processes equals the in-process run bit for bit",
-  ignore: !mpirun,
+  // Slow (an MPI job and three in-process runs): runs with the slow tests. The default set runs hybrid
+  // across 2 processes (above) and hybrid accumulation in process (hybrid_test.ts).
+  ignore: !runSlowTests || !mpirun,
   fn: async () => {
     await withTempDir(async (dir) => {
       const hashes = rank0Report<Record<string, string>>(
@@ -292,7 +300,9 @@ Deno.test({
 Deno.test({
   name:
     "mpi: --schedule hybrid under mpirun equals the local 2-device hybrid run and checkpoints whole tensors",
-  ignore: !mpirun,
+  // Slow (an MPI job and two train commands): runs with the slow tests. The default set runs hybrid
+  // across 2 processes (above) and the train command under mpirun with its checkpoints.
+  ignore: !runSlowTests || !mpirun,
   fn: async () => {
     await withTempDir(async (dir) => {
       const checkpoint = `${dir}/hybrid.safetensors`;
@@ -354,7 +364,10 @@ Deno.test({
 // the MPI run named; every schedule and grouping gives the same bits, so the hashes must be equal.
 Deno.test({
   name: "mpi: --schedule auto under mpirun decides once on rank 0 and equals the local run of its choice",
-  ignore: !mpirun,
+  // Slow (an MPI job and two train commands): runs with the slow tests. The default set checks the
+  // auto choice and its explanation in process (cli_habits_test.ts) and the train command under
+  // mpirun (above).
+  ignore: !runSlowTests || !mpirun,
   fn: async () => {
     const run = await mpi(["cli/train.ts", ...FAST, "--steps", "3", "--schedule", "auto"]);
     const distributed = rank0Report<TrainReport>(run, "stdout must be one JSON line from rank 0");

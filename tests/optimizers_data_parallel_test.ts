@@ -203,7 +203,10 @@ Deno.test("shared memory: Adam training resumes from a checkpoint bit for bit in
 // Catches: a GPU Adam or SGD kernel whose result depends on the schedule or the mode (e.g. the
 // averaged gradients of a group read before they are final, or peers updating with other bits than
 // the master), and a GPU Adam kernel far from the CPU one (both modes wrong alike would still agree).
-gpuTest(
+// Slow (ten WebGPU and CPU runs): runs with the slow tests. The default set runs both optimizers'
+// schedules and modes on CPU devices (above), Adam on GPU devices (below), SGD's overlap against
+// sequential on GPU devices (webgpu_data_parallel_test.ts) and the fused kernels against the CPU's.
+gpuTest.slow(
   "SGD and Adam on GPU devices — overlap equals sequential and allreduce equals master, bit for bit, near the CPU",
   async () => {
     const gpu = await checkSchedulesAndModes("GPU-resident");

@@ -21,6 +21,8 @@ import assert from "node:assert/strict";
 import { type LabelledSpans, laneColour, laneKind, renderReport, renderRunsReport } from "../cli/report.ts";
 import type { TraceSpan } from "../schedule/runtime/mod.ts";
 
+import { runSlowTests } from "./fixtures/slow.ts";
+
 const CHROMIUM = "/usr/bin/chromium";
 
 type Part = [lane: "compute" | "comm", name: string, start: number, end: number];
@@ -162,7 +164,9 @@ const hex = (c: string) => [1, 3, 5].map((i) => parseInt(c.slice(i, i + 2), 16))
 Deno.test({
   name:
     "report: in Chromium, fc update runs under conv backward in the overlap block only, and no labels meet",
-  ignore: typeof playwright === "string",
+  // Slow (Chromium): runs with the slow tests. The palette, legend and one-step checks above run in
+  // the default set on the same renderer's output.
+  ignore: !runSlowTests || typeof playwright === "string",
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {

@@ -25,6 +25,8 @@ import type { StartDevice } from "./fixtures/wrapped_device.ts";
 import { mpi, probeMpirun, rank0Report } from "./fixtures/mpirun.ts";
 import { tempDirs } from "./fixtures/process.ts";
 
+import { runSlowTests } from "./fixtures/slow.ts";
+
 const mpirun = await probeMpirun("residuals");
 const withTempDir = tempDirs("tandem_residuals_test_");
 
@@ -216,7 +218,10 @@ Deno.test("train command: --error-feedback resumes bit for bit, and says in one 
 // `gatherResiduals` skipped (`undefined` on every rank: the checkpoint holds none).
 Deno.test({
   name: "mpi: --error-feedback split by a checkpoint across 2 processes equals the in-process straight run",
-  ignore: !mpirun,
+  // Slow (two MPI jobs and a train command): runs with the slow tests. The default set resumes error
+  // feedback bit for bit in process and through the train command (above), and resumes MPI runs
+  // from checkpoints (mpi_test.ts).
+  ignore: !runSlowTests || !mpirun,
   fn: async () => {
     await withTempDir(async (dir) => {
       const path = `${dir}/mpi.safetensors`;

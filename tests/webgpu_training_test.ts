@@ -20,6 +20,8 @@ import {
 import { uniformValues } from "../engine/mod.ts";
 import { tinyAlexNet } from "./fixtures/networks.ts";
 
+import { runSlowTests } from "./fixtures/slow.ts";
+
 const gpu: WebGpuBackend | null = await createWebGpuBackend();
 if (!gpu) console.log("webgpu: no adapter, skipping WebGPU training tests");
 else registerBackend(gpu);
@@ -96,7 +98,10 @@ Deno.test({
 
 Deno.test({
   name: "webgpu: 200 training steps keep the number of live GPU buffers flat",
-  ignore: gpu === null,
+  // Slow (200 steps): runs with the slow tests. The default set checks for leaked GPU buffers after
+  // every op and an engine forward and backward (webgpu_test.ts), and that live buffers stay flat
+  // over 3 data-parallel WebGPU training steps (webgpu_data_parallel_test.ts).
+  ignore: !runSlowTests || gpu === null,
   fn: async () => {
     await on("webgpu", async () => {
       const model = tinyAlexNet(2);

@@ -32,6 +32,8 @@ import {
 import { RUN_SEED, sha256, TRAIN_STEPS } from "./fixtures/mpi_rank.ts";
 import { mpi, probeMpirun, rank0Report } from "./fixtures/mpirun.ts";
 
+import { runSlowTests } from "./fixtures/slow.ts";
+
 const mpirun = await probeMpirun("wire");
 
 type Compressed = "fp16" | "bf16";
@@ -508,7 +510,9 @@ Deno.test("train command: --wire and --error-feedback parse, and are refused in 
 Deno.test({
   name:
     "mpi: fp16, and bf16 with error feedback, across 2 processes in 1000-byte chunks equal the in-process run",
-  ignore: !mpirun,
+  // Slow (two MPI jobs): runs with the slow tests. The default set runs both wires and error feedback
+  // in process (above) and the fp32 wire across 2 processes (mpi_test.ts).
+  ignore: !runSlowTests || !mpirun,
   fn: async () => {
     for (const [wire, errorFeedback] of [["fp16", false], ["bf16", true]] as const) {
       const run = await mpi([
