@@ -83,8 +83,8 @@ const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
 Deno.test({
   name: "browser: the bundled page trains alexnet-like on WebGPU and the loss falls",
-  // Slow (the suite's longest test, Chromium training for minutes on 2 cores): runs with the slow
-  // tests (`deno task test:all`, .ci/run). The default set type-checks the page and the library it
+  // Slow (the suite's longest test, Chromium training for about 2 minutes on 2 cores): runs with the
+  // slow tests (`deno task test:all`, .ci/run). The default set type-checks the page and the library it
   // bundles (`deno task check`) and runs the engine's WebGPU parity and WebGPU training tests.
   ignore: !runSlowTests || skipReason !== null,
   // Chromium's and the server's resources outlive single awaits; both are closed in finally blocks.

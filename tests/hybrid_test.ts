@@ -473,7 +473,7 @@ async function gpuRun(
 // rows (`offset: 0` for `slot.offset - fullSlot.offset`); and `DeviceSlices.gradient` not writing
 // the slice's gradient (`target.assign` dropped: the slices never move). (`HybridHead.update`
 // stepping only device 0's slice fails the CPU tests above, not this one: both paths share it.)
-// Slow (four WebGPU runs): runs with the slow tests. The default set runs resident hybrid on WebGPU
+// Slow (three WebGPU runs and a CPU one): runs with the slow tests. The default set runs resident hybrid on WebGPU
 // devices against data-parallel (within 1e-5) and on 1 device against resident data-parallel's bits.
 gpuTest.slow(
   "WebGPU devices run hybrid GPU-resident and give the host path's bits (master, allreduce)",
