@@ -360,7 +360,7 @@ Deno.test({
 // different plans or groupings (the choice is measured, so it varies from run to run: rank 0 must
 // decide and broadcast plan and grouping, else the ranks' configurations differ and the job fails,
 // or their results would); and a lossy auto plan. The choice is not deterministic (overlap over a
-// measured head/body split, or sequential), so the reference is the local run with the schedule
+// measured head/body split, bucketed, or sequential), so the reference is the local run with the schedule
 // the MPI run named; every schedule and grouping gives the same bits, so the hashes must be equal.
 Deno.test({
   name: "mpi: --schedule auto under mpirun decides once on rank 0 and equals the local run of its choice",
@@ -381,7 +381,7 @@ Deno.test({
     assert.equal(run.stderr.match(/^training lenet /gm)?.length, 1, run.stderr);
     const [, chosen, chosenGroups] = choices[0];
     console.log(`auto chose ${chosen} over groups ${chosenGroups}`);
-    assert.ok(["overlap", "sequential", "hybrid"].includes(chosen), chosen);
+    assert.ok(["overlap", "sequential", "bucketed", "hybrid"].includes(chosen), chosen);
     assert.equal(distributed.schedule, chosen);
     // A hybrid choice must shard what `--schedule hybrid` shards for the local run to be the same
     // computation: LeNet's whole FC part (ip1, ip2), the cut before ip1.
