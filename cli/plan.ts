@@ -70,7 +70,11 @@ export async function choosePlan(
     const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, { allowHybrid });
     say(
       `auto schedule: ${plan.name} over groups ${describeGroups(plan, local)} (priced at ${
-        link ? link.label : "12 GB/s, 10 µs (PCIe 3 x16, assumed)"
+        link
+          ? link.label
+          : `${DEFAULT_LINK.bandwidthBytesPerSecond / 1e9} GB/s, ${
+            DEFAULT_LINK.latencySeconds * 1e6
+          } µs (${DEFAULT_LINK.label}, assumed)`
       })`,
     );
     say(`  why: ${plan.judgement.reason}`);
