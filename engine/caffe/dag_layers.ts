@@ -10,7 +10,17 @@
 import { BatchNorm } from "../nn/batch_norm.ts";
 import { Concat, Eltwise, type EltwiseOperation } from "../nn/join.ts";
 import { Scale } from "../nn/scale.ts";
-import { type Built, fillerOf, type LayerRef, multipliersOf, paramsOf, type Reader } from "./reader.ts";
+import {
+  type Built,
+  fillerOf,
+  type LayerRef,
+  multipliersOf,
+  paramBlock,
+  paramsOf,
+  type Reader,
+  refuseSharedParam,
+  sampleShape,
+} from "./reader.ts";
 
 /** The layer types built here. */
 export const DAG_TYPES = ["Concat", "Eltwise", "BatchNorm", "Scale"];
@@ -26,9 +36,8 @@ export interface BottomShape {
   readonly shape: readonly number[];
 }
 
-const sample = (shape: readonly number[]) => `[${shape.slice(1).join(", ")}]`;
 const listed = (bottoms: readonly BottomShape[]) =>
-  bottoms.map((b) => `"${b.name}" ${sample(b.shape)}`).join(", ");
+  bottoms.map((b) => `"${b.name}" ${sampleShape(b.shape)}`).join(", ");
 
 /**
  * Builds a {@link DAG_TYPES} layer for its resolved bottoms.
@@ -60,7 +69,7 @@ export function buildDagModule(reader: Reader, ref: LayerRef, bottoms: readonly 
       if (axis >= shape.length) {
         reader.fail(
           axisField ?? dimField!,
-          `${where}: axis ${axis} is out of range for ${sample(shape)}`,
+          `${where}: axis ${axis} is out of range for ${sampleShape(shape)}`,
           layer,
         );
       }
@@ -150,13 +159,7 @@ export function buildDagModule(reader: Reader, ref: LayerRef, bottoms: readonly 
         );
       }
       for (const p of params) {
-        const pm = reader.messageOf(p, `layer "${layer}" param`, layer);
-        reader.checkFields(
-          pm,
-          ["name", "lr_mult", "decay_mult", "share_mode"],
-          `layer "${layer}" param`,
-          layer,
-        );
+        const pm = paramBlock(reader, ref, p);
         const lr = reader.single(pm, "lr_mult", `layer "${layer}" param`);
         if (!lr || reader.number(lr, where, layer) !== 0) {
           reader.fail(
@@ -165,14 +168,7 @@ export function buildDagModule(reader: Reader, ref: LayerRef, bottoms: readonly 
             layer,
           );
         }
-        const shared = reader.single(pm, "name", `layer "${layer}" param`);
-        if (shared) {
-          reader.fail(
-            shared,
-            `layer "${layer}" param: shared parameters (param name) are not supported`,
-            layer,
-          );
-        }
+        refuseSharedParam(reader, ref, pm);
       }
       if (shape.length < 2) {
         reader.fail(ref.field, `layer "${layer}" (BatchNorm) needs a channel axis`, layer);

@@ -16,7 +16,8 @@ import { Graph, type GraphLoss, type GraphNode } from "../nn/graph.ts";
 import { JoinModule } from "../nn/join.ts";
 import type { Module } from "../nn/module.ts";
 import { Network } from "../nn/network.ts";
-import type { LayerRef, Reader } from "./reader.ts";
+import { sizeOf } from "../shape.ts";
+import { type LayerRef, type Reader, sampleShape } from "./reader.ts";
 
 /** One written blob: its unique name in the graph and its shape (batch axis of 1). */
 interface BlobVersion {
@@ -148,7 +149,7 @@ export function assembleNetwork(reader: Reader, parts: NetworkParts, notes: stri
   });
   const output = main >= 0 ? losses[main].bottom : parts.softmaxOutput ?? parts.nodes.at(-1)!.top;
   const outputShape = parts.shapes.get(output)!;
-  const classes = outputShape.slice(1).reduce((a, b) => a * b, 1);
+  const classes = sizeOf(outputShape.slice(1));
   if (isChain(parts, output)) {
     const modules: Record<string, Module> = {};
     for (const node of parts.nodes) modules[node.name] = node.module;
@@ -158,13 +159,13 @@ export function assembleNetwork(reader: Reader, parts: NetworkParts, notes: stri
   // reads one score per class, as many classes as the main one.
   for (const loss of losses) {
     const shape = parts.shapes.get(loss.bottom)!;
-    const n = shape.slice(1).reduce((a, b) => a * b, 1);
+    const n = sizeOf(shape.slice(1));
     if (shape.length > 2 && shape.slice(2).some((d) => d !== 1)) {
       reader.fail(
         loss.ref.field,
-        `layer "${loss.ref.name}" (SoftmaxWithLoss) reads [${
-          shape.slice(1).join(", ")
-        }], not one score per class ([classes] or [classes, 1, 1])`,
+        `layer "${loss.ref.name}" (SoftmaxWithLoss) reads ${
+          sampleShape(shape)
+        }, not one score per class ([classes] or [classes, 1, 1])`,
         loss.ref.name,
       );
     }

@@ -1,11 +1,13 @@
 /**
  * What the Caffe importer's parts share: {@link CaffeImportError}, a strict reader of prototxt
- * values that reports the file position of every problem, and the blocks every layer builder reads
- * (`param` multipliers, fillers, `*_param` messages, spatial sizes).
+ * values that reports the file position of every problem, the blocks every layer builder reads
+ * (`param` blocks and multipliers, fillers, `*_param` messages, spatial sizes), and how messages
+ * show a blob's shape.
  *
  * @module
  */
 
+import { formatShape } from "../errors.ts";
 import type { Filler, VarianceNorm } from "../nn/init.ts";
 import type { Multipliers } from "../nn/layers.ts";
 import type { Module } from "../nn/module.ts";
@@ -17,7 +19,7 @@ import { PrototxtError, type PrototxtField, PrototxtMessage, type PrototxtScalar
  *
  * @example
  * ```ts
- * import { CaffeImportError, importCaffeNet } from "./import.ts";
+ * import { CaffeImportError, importCaffeNet } from "./mod.ts";
  * try {
  *   importCaffeNet('layer { name: "e" type: "Eltwise" bottom: "a" top: "b" }');
  * } catch (e) {
@@ -181,6 +183,14 @@ export function fieldText(field: PrototxtField): string {
   return field.value instanceof PrototxtMessage ? "a message" : show(field.value);
 }
 
+/**
+ * A shape without its batch axis of 1, as messages show blobs (`[C, H, W]`): the importer tracks
+ * shapes with the batch axis, the file's author thinks per sample.
+ */
+export function sampleShape(shape: readonly number[]): string {
+  return formatShape(shape.slice(1));
+}
+
 /** `[h, w]` collapsed to one number when square, so options read like the hand-written models. */
 export function pairOf(h: number, w: number): number | [number, number] {
   return h === w ? h : [h, w];
@@ -288,6 +298,25 @@ export const KERNEL = { both: "kernel_size", h: "kernel_h", w: "kernel_w" };
 export const STRIDE = { both: "stride", h: "stride_h", w: "stride_w" };
 export const PAD = { both: "pad", h: "pad_h", w: "pad_w" };
 
+/**
+ * One `param { … }` block of a layer (Caffe's `ParamSpec`), its fields checked. Learned blobs
+ * ({@link multipliersOf}) and BatchNorm's statistics read these blocks alike; each then refuses a
+ * shared parameter with {@link refuseSharedParam}, in its own order.
+ */
+export function paramBlock(reader: Reader, ref: LayerRef, field: PrototxtField): PrototxtMessage {
+  const where = `layer "${ref.name}" param`;
+  const m = reader.messageOf(field, where, ref.name);
+  reader.checkFields(m, ["name", "lr_mult", "decay_mult", "share_mode"], where, ref.name);
+  return m;
+}
+
+/** Refuses a `param` block's `name`: Caffe shares a parameter between layers by it; Tandem does not. */
+export function refuseSharedParam(reader: Reader, ref: LayerRef, block: PrototxtMessage): void {
+  const where = `layer "${ref.name}" param`;
+  const shared = reader.single(block, "name", where);
+  if (shared) reader.fail(shared, `${where}: shared parameters (param name) are not supported`, ref.name);
+}
+
 /** Weight and bias multipliers from `param { lr_mult decay_mult }` blocks (Caffe default 1 and 1). */
 export function multipliersOf(reader: Reader, ref: LayerRef, blobs: number): Multipliers[] {
   const params = ref.message.all("param");
@@ -301,10 +330,8 @@ export function multipliersOf(reader: Reader, ref: LayerRef, blobs: number): Mul
   return Array.from({ length: blobs }, (_, i) => {
     if (!params[i]) return { lrMult: 1, decayMult: 1 };
     const where = `layer "${ref.name}" param`;
-    const m = reader.messageOf(params[i], where, ref.name);
-    reader.checkFields(m, ["name", "lr_mult", "decay_mult", "share_mode"], where, ref.name);
-    const shared = reader.single(m, "name", where);
-    if (shared) reader.fail(shared, `${where}: shared parameters (param name) are not supported`, ref.name);
+    const m = paramBlock(reader, ref, params[i]);
+    refuseSharedParam(reader, ref, m);
     return {
       lrMult: reader.optNumber(m, "lr_mult", where, 1, ref.name),
       decayMult: reader.optNumber(m, "decay_mult", where, 1, ref.name),
@@ -331,7 +358,7 @@ export interface Built {
  *
  * @example
  * ```ts
- * import { caffeModuleName } from "./import.ts";
+ * import { caffeModuleName } from "./reader.ts";
  * caffeModuleName("conv/1"); // "conv_1"
  * ```
  */
