@@ -12,16 +12,10 @@
  * @module
  */
 
-export {
-  type CaffeImport,
-  CaffeImportError,
-  type CaffeImportOptions,
-  caffeModuleName,
-  type CaffePhase,
-  type CaffeTransform,
-  importCaffeNet,
-  loadCaffeNet,
-} from "./import.ts";
+export { type CaffeImport, type CaffeImportOptions, importCaffeNet, loadCaffeNet } from "./import.ts";
+export { CaffeImportError, caffeModuleName } from "./reader.ts";
+export { type CaffePhase } from "./net_filter.ts";
+export { type CaffeTransform } from "./data_layers.ts";
 export {
   type CaffeBlob,
   type CaffeLayerWeights,
