@@ -12,7 +12,10 @@
 
 import { TandemError } from "../errors.ts";
 import { AvgPool2d, Conv2d, Dropout, Flatten, Linear, LRN, MaxPool2d, ReLU } from "../nn/layers.ts";
+import type { WeightedLayerOptions } from "../nn/layers.ts";
 import { WithinChannelLRN } from "../nn/lrn_within_channel.ts";
+import { sizeOf } from "../shape.ts";
+import type { PrototxtMessage } from "./prototxt.ts";
 import {
   type Built,
   fillerOf,
@@ -29,6 +32,69 @@ import {
 
 /** The layer types built here, in the order messages list them. */
 export const CHAIN_TYPES = ["Convolution", "Pooling", "LRN", "ReLU", "Dropout", "InnerProduct", "Flatten"];
+
+/** A Convolution's or InnerProduct's required `num_output`. */
+function numOutputOf(reader: Reader, ref: LayerRef, m: PrototxtMessage, where: string): number {
+  const numOutput = reader.single(m, "num_output", where);
+  if (!numOutput) reader.fail(ref.field, `${where}: num_output is required`, ref.name);
+  return reader.integer(numOutput, where, 1, ref.name);
+}
+
+/** Refuses an `axis` other than 1: Tandem's layers take channels (or features) on axis 1 only. */
+function refuseAxis(reader: Reader, m: PrototxtMessage, where: string, layer: string): void {
+  const axis = reader.single(m, "axis", where);
+  if (axis && reader.number(axis, where, layer) !== 1) {
+    reader.failValue(axis, `${where}: only axis 1 is supported`, layer);
+  }
+}
+
+/**
+ * A Convolution's or Pooling's window: the kernel (required), stride (default 1) and padding
+ * (default 0). `repeated`: ConvolutionParameter repeats these fields (one value per spatial axis),
+ * PoolingParameter does not.
+ */
+function windowOf(
+  reader: Reader,
+  ref: LayerRef,
+  m: PrototxtMessage,
+  where: string,
+  repeated: boolean,
+): { kernel: [number, number]; stride: [number, number]; pad: [number, number] } {
+  const kernel = spatial(reader, m, { ...KERNEL, repeated }, where, ref.name, undefined, 1);
+  if (!kernel) {
+    reader.fail(ref.field, `${where}: kernel_size (or kernel_h and kernel_w) is required`, ref.name);
+  }
+  const stride = spatial(reader, m, { ...STRIDE, repeated }, where, ref.name, 1, 1)!;
+  const pad = spatial(reader, m, { ...PAD, repeated }, where, ref.name, 0, 0)!;
+  return { kernel, stride, pad };
+}
+
+/**
+ * The learned blobs of a Convolution or InnerProduct: their `param` multipliers and fillers, with
+ * Caffe's default filler (constant 0) where the file gives none — noted for the weights, since a net
+ * whose weights all start equal is rarely what the author meant, yet it is what Caffe would run.
+ */
+function weightsOf(
+  reader: Reader,
+  ref: LayerRef,
+  m: PrototxtMessage,
+  where: string,
+  bias: boolean,
+  notes: string[],
+): WeightedLayerOptions {
+  const [weightMultipliers, biasMultipliers] = multipliersOf(reader, ref, bias ? 2 : 1);
+  const weightField = reader.single(m, "weight_filler", where);
+  if (!weightField) {
+    notes.push(`${ref.name} (${ref.type}): no weight_filler, so the weights start at 0 as in Caffe`);
+  }
+  return {
+    bias,
+    weightFiller: fillerOf(reader, weightField, `${where}.weight_filler`, ref.name),
+    biasFiller: fillerOf(reader, reader.single(m, "bias_filler", where), `${where}.bias_filler`, ref.name),
+    weightMultipliers,
+    biasMultipliers: biasMultipliers ?? {},
+  };
+}
 
 /**
  * Builds a {@link CHAIN_TYPES} layer for its bottom's shape (batch axis of 1 included).
@@ -71,24 +137,14 @@ export function buildChainModule(reader: Reader, ref: LayerRef, shape: readonly 
         where,
         layer,
       );
-      const numOutput = reader.single(m, "num_output", where);
-      if (!numOutput) reader.fail(ref.field, `${where}: num_output is required`, layer);
-      const outChannels = reader.integer(numOutput, where, 1, layer);
-      const kernel = spatial(reader, m, { ...KERNEL, repeated: true }, where, layer, undefined, 1);
-      if (!kernel) {
-        reader.fail(ref.field, `${where}: kernel_size (or kernel_h and kernel_w) is required`, layer);
-      }
-      const stride = spatial(reader, m, { ...STRIDE, repeated: true }, where, layer, 1, 1)!;
-      const pad = spatial(reader, m, { ...PAD, repeated: true }, where, layer, 0, 0)!;
+      const outChannels = numOutputOf(reader, ref, m, where);
+      const { kernel, stride, pad } = windowOf(reader, ref, m, where, true);
       for (const d of m.all("dilation")) {
         if (reader.integer(d, where, 1, layer) !== 1) {
           reader.failValue(d, `${where}: dilation other than 1 is not supported`, layer);
         }
       }
-      const axis = reader.single(m, "axis", where);
-      if (axis && reader.number(axis, where, layer) !== 1) {
-        reader.failValue(axis, `${where}: only axis 1 is supported`, layer);
-      }
+      refuseAxis(reader, m, where, layer);
       const groups = reader.optInteger(m, "group", where, 1, 1, layer);
       const bias = reader.optBool(m, "bias_term", where, true, layer);
       const inChannels = shape[1];
@@ -99,21 +155,13 @@ export function buildChainModule(reader: Reader, ref: LayerRef, shape: readonly 
           layer,
         );
       }
-      const [weightMultipliers, biasMultipliers] = multipliersOf(reader, ref, bias ? 2 : 1);
-      const weightField = reader.single(m, "weight_filler", where);
-      if (!weightField) {
-        notes.push(`${layer} (Convolution): no weight_filler, so the weights start at 0 as in Caffe`);
-      }
+      const weights = weightsOf(reader, ref, m, where, bias, notes);
       return {
         module: new Conv2d(inChannels, outChannels, pairOf(kernel[0], kernel[1]), {
           stride: pairOf(stride[0], stride[1]),
           padding: pairOf(pad[0], pad[1]),
           groups,
-          bias,
-          weightFiller: fillerOf(reader, weightField, `${where}.weight_filler`, layer),
-          biasFiller: fillerOf(reader, reader.single(m, "bias_filler", where), `${where}.bias_filler`, layer),
-          weightMultipliers,
-          biasMultipliers: biasMultipliers ?? {},
+          ...weights,
         }),
         notes,
       };
@@ -127,35 +175,16 @@ export function buildChainModule(reader: Reader, ref: LayerRef, shape: readonly 
         where,
         layer,
       );
-      const numOutput = reader.single(m, "num_output", where);
-      if (!numOutput) reader.fail(ref.field, `${where}: num_output is required`, layer);
-      const outFeatures = reader.integer(numOutput, where, 1, layer);
-      const axis = reader.single(m, "axis", where);
-      if (axis && reader.number(axis, where, layer) !== 1) {
-        reader.failValue(axis, `${where}: only axis 1 is supported`, layer);
-      }
+      const outFeatures = numOutputOf(reader, ref, m, where);
+      refuseAxis(reader, m, where, layer);
       const transpose = reader.single(m, "transpose", where);
       if (transpose && reader.bool(transpose, where, layer)) {
         reader.failValue(transpose, `${where}: transpose: true is not supported`, layer);
       }
       const bias = reader.optBool(m, "bias_term", where, true, layer);
-      const [weightMultipliers, biasMultipliers] = multipliersOf(reader, ref, bias ? 2 : 1);
-      const weightField = reader.single(m, "weight_filler", where);
-      if (!weightField) {
-        notes.push(`${layer} (InnerProduct): no weight_filler, so the weights start at 0 as in Caffe`);
-      }
+      const weights = weightsOf(reader, ref, m, where, bias, notes);
       // Caffe flattens everything after the batch axis; the width follows from the shape flowing in.
-      const inFeatures = shape.slice(1).reduce((a, b) => a * b, 1);
-      return {
-        module: new Linear(inFeatures, outFeatures, {
-          bias,
-          weightFiller: fillerOf(reader, weightField, `${where}.weight_filler`, layer),
-          biasFiller: fillerOf(reader, reader.single(m, "bias_filler", where), `${where}.bias_filler`, layer),
-          weightMultipliers,
-          biasMultipliers: biasMultipliers ?? {},
-        }),
-        notes,
-      };
+      return { module: new Linear(sizeOf(shape.slice(1)), outFeatures, weights), notes };
     }
     case "Pooling": {
       const where = `layer "${layer}" pooling_param`;
@@ -200,19 +229,14 @@ export function buildChainModule(reader: Reader, ref: LayerRef, shape: readonly 
           layer,
         );
       }
-      let kernel: [number, number] | undefined, stride: [number, number], pad: [number, number];
+      let kernel: [number, number], stride: [number, number], pad: [number, number];
       if (reader.optBool(m, "global_pooling", where, false, layer)) {
         // Caffe's global pooling: one window over the whole map, stride 1, no padding.
         kernel = [shape[2], shape[3]];
         stride = [1, 1];
         pad = [0, 0];
       } else {
-        kernel = spatial(reader, m, { ...KERNEL, repeated: false }, where, layer, undefined, 1);
-        if (!kernel) {
-          reader.fail(ref.field, `${where}: kernel_size (or kernel_h and kernel_w) is required`, layer);
-        }
-        stride = spatial(reader, m, { ...STRIDE, repeated: false }, where, layer, 1, 1)!;
-        pad = spatial(reader, m, { ...PAD, repeated: false }, where, layer, 0, 0)!;
+        ({ kernel, stride, pad } = windowOf(reader, ref, m, where, false));
       }
       const options = {
         kernel: pairOf(kernel[0], kernel[1]),

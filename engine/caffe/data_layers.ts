@@ -128,7 +128,9 @@ export function dataBlobsOf(reader: Reader, ref: LayerRef, notes: string[]): Map
       channelSource = "image_data_param.is_color";
     }
     const cropSize = crop ? reader.integer(crop, `${where} transform_param`, 0, ref.name) : 0;
-    if (transform) pipelineTransform = transformOf(reader, transform, `${where} transform_param`, ref.name);
+    if (transform) {
+      pipelineTransform = transformOf(reader, transform, `${where} transform_param`, ref.name, cropSize);
+    }
     if (cropSize > 0) {
       shape = [channels, cropSize, cropSize];
       source = `transform_param.crop_size ${cropSize}` +
@@ -162,15 +164,23 @@ export function dataBlobsOf(reader: Reader, ref: LayerRef, notes: string[]): Map
   return blobs;
 }
 
-/** The fields of a `transform_param` a data pipeline can apply (see {@link CaffeTransform}). */
-function transformOf(reader: Reader, m: PrototxtMessage, where: string, layer: string): CaffeTransform {
+/**
+ * The fields of a `transform_param` a data pipeline can apply (see {@link CaffeTransform}).
+ * `cropSize` is the one {@link dataBlobsOf} already read (and checked) for the input shape.
+ */
+function transformOf(
+  reader: Reader,
+  m: PrototxtMessage,
+  where: string,
+  layer: string,
+  cropSize: number,
+): CaffeTransform {
   const out: CaffeTransform = {};
   const scale = reader.single(m, "scale", where);
   if (scale) out.scale = reader.number(scale, where, layer);
   const means = m.all("mean_value").map((f) => reader.number(f, where, layer));
   if (means.length > 0) out.meanValue = means;
-  const crop = reader.single(m, "crop_size", where);
-  if (crop && reader.integer(crop, where, 0, layer) > 0) out.cropSize = reader.integer(crop, where, 0, layer);
+  if (cropSize > 0) out.cropSize = cropSize;
   const mirror = reader.single(m, "mirror", where);
   if (mirror) out.mirror = reader.bool(mirror, where, layer);
   const meanFile = reader.single(m, "mean_file", where);

@@ -30,7 +30,7 @@ import { type CaffeTransform, DATA_TYPES, dataBlobsOf, netInputs, resolveInputSh
 import { assembleNetwork, BlobTable, type CaffeNode, type NetworkParts } from "./graph.ts";
 import { type CaffePhase, filterLayers } from "./net_filter.ts";
 import { parsePrototxt, PrototxtError, type PrototxtMessage } from "./prototxt.ts";
-import { type Built, caffeModuleName, type LayerRef, Reader } from "./reader.ts";
+import { type Built, caffeModuleName, type LayerRef, Reader, sampleShape } from "./reader.ts";
 
 /**
  * Options of {@link importCaffeNet}.
@@ -178,6 +178,8 @@ export function importCaffeNet(
     const where = `layer "${ref.name}" (${ref.type})`;
     const bottoms = ref.message.all("bottom").map((f) => reader.string(f, where, ref.name));
     const tops = ref.message.all("top").map((f) => reader.string(f, where, ref.name));
+    const refuseBottoms = (expected: string) =>
+      reader.fail(ref.field, `${where} has ${bottoms.length} bottom blob(s); expected ${expected}`, ref.name);
     if (DATA_TYPES.includes(ref.type)) {
       for (const [blob, info] of dataBlobsOf(reader, ref, notes)) dataBlobs.set(blob, info);
       continue;
@@ -187,13 +189,7 @@ export function importCaffeNet(
       continue;
     }
     if (ref.type === "SoftmaxWithLoss") {
-      if (bottoms.length !== 2) {
-        reader.fail(
-          ref.field,
-          `${where} has ${bottoms.length} bottom blob(s); expected 2 (scores and labels)`,
-          ref.name,
-        );
-      }
+      if (bottoms.length !== 2) refuseBottoms("2 (scores and labels)");
       const scores = readBottom(bottoms[0], ref, where);
       const label = dataBlobs.get(bottoms[1]);
       if (!label) {
@@ -211,9 +207,7 @@ export function importCaffeNet(
       continue;
     }
     if (ref.type === "Softmax") {
-      if (bottoms.length !== 1) {
-        reader.fail(ref.field, `${where} has ${bottoms.length} bottom blob(s); expected 1`, ref.name);
-      }
+      if (bottoms.length !== 1) refuseBottoms("1");
       softmaxOutput = readBottom(bottoms[0], ref, where).id;
       notes.push(
         `${ref.name} (Softmax): left out; the network outputs logits (apply softmax to get probabilities)`,
@@ -222,9 +216,7 @@ export function importCaffeNet(
     }
     if (ref.type === "Split") {
       // Caffe's explicit Split: every top is the bottom (their gradients are summed by autograd).
-      if (bottoms.length !== 1) {
-        reader.fail(ref.field, `${where} has ${bottoms.length} bottom blob(s); expected 1`, ref.name);
-      }
+      if (bottoms.length !== 1) refuseBottoms("1");
       const value = readBottom(bottoms[0], ref, where);
       for (const top of tops) blobs.alias(top, value);
       continue;
@@ -244,13 +236,7 @@ export function importCaffeNet(
     // Scale's second bottom (the scale as a blob) is refused by its builder, with the reason.
     const joins = JOIN_TYPES.includes(ref.type) || ref.type === "Scale";
     if (bottoms.length === 0 || (!joins && bottoms.length !== 1)) {
-      reader.fail(
-        ref.field,
-        `${where} has ${bottoms.length} bottom blob(s); expected ${
-          JOIN_TYPES.includes(ref.type) ? "at least 1" : "1"
-        }`,
-        ref.name,
-      );
+      refuseBottoms(JOIN_TYPES.includes(ref.type) ? "at least 1" : "1");
     }
     if (tops.length !== 1) {
       reader.fail(ref.field, `${where} has ${tops.length} top blobs; expected 1`, ref.name);
@@ -271,7 +257,7 @@ export function importCaffeNet(
       return reader.fail(
         ref.field,
         `${where} does not fit its input ${
-          values.map((v) => `[${v.shape.slice(1).join(", ")}]`).join(", ")
+          values.map((v) => sampleShape(v.shape)).join(", ")
         }: ${error.message}`,
         ref.name,
       );
