@@ -5,7 +5,7 @@
  *
  * Each device's compute lane runs forward and the backward groups in plan order and announces each
  * group's gradients as they become final. The communication lane (this thread) walks the plan's
- * `reduce`, `update` and `broadcast` steps in order, each starting as soon as the backward steps it
+ * `reduce`, `update` and `broadcast` actions in order, each starting as soon as the backward actions it
  * depends on are done on every device of this process — so under `overlap` the FC gradients are
  * shipped, averaged and applied while the devices are still computing conv gradients.
  *
@@ -21,10 +21,10 @@
  *   updates to identical inputs (allreduce mode).
  *
  * A failed step is undone without copying everything each step: an update that may still be
- * followed by a failure (a device still computing, or a later step that can fail) is `undoable`,
+ * followed by a failure (a device still computing, or a later action that can fail) is `undoable`,
  * which copies that group's parameters and optimizer state just before it overwrites them. An update
  * placed after every backward waits for the devices to finish and, where the exchange's remaining
- * steps cannot fail (shared memory), needs no copy: `sequential` copies nothing, `overlap` copies the
+ * actions cannot fail (shared memory), needs no copy: `sequential` copies nothing, `overlap` copies the
  * FC group while the conv backward runs.
  *
  * @module
@@ -511,7 +511,7 @@ export class DataParallelTrainer {
     const ready = exchange.local.map(() =>
       new Map<string, Deferred<void>>(plan.groups.map((g) => [g, deferred()]))
     );
-    const backwardGroups = plan.steps.filter((s) => s.kind === "backward").map((s) => s.group!);
+    const backwardGroups = plan.actions.filter((s) => s.kind === "backward").map((s) => s.group!);
     let computing = exchange.local.length;
     const hybrid = this.#hybrid;
     const shardedGroups = new Set(plan.sharded ?? []);
@@ -554,7 +554,7 @@ export class DataParallelTrainer {
       computing: () => computing > 0,
       record: (device, name, start, end, bytes) => record(device, "comm", name, start, end, bytes),
     };
-    const lastBackward = plan.steps.findLastIndex((s) => s.kind === "backward");
+    const lastBackward = plan.actions.findLastIndex((s) => s.kind === "backward");
     const checkFinite = this.#options.checkFinite ?? true;
     // Replicas update identically, so the master's optimizer speaks for all of them; a hybrid
     // head's slices differ, so every slice is checked.
@@ -572,28 +572,28 @@ export class DataParallelTrainer {
     try {
       const waitForBackward = async (index: number) => {
         for (const dep of dependenciesOf(plan, index)) {
-          const needed = plan.steps[dep];
+          const needed = plan.actions[dep];
           if (needed.kind === "backward") await Promise.all(ready.map((r) => r.get(needed.group!)!.promise));
         }
       };
       // Where a failed step is undone, an update after every backward waits for the devices to
       // finish (their gradients are final already, so the wait is short): then no device can fail
       // the step behind it any more. An update copies for the undo only where a failure can still
-      // follow: a device still computing, or a later step of an exchange whose steps can fail, or
+      // follow: a device still computing, or a later action of an exchange whose transfers can fail, or
       // (with finite checks) this update's own check or a later one.
       const late = (index: number) => index > lastBackward;
       const undoable = (index: number) =>
         exchange.rollsBack && (checkFinite || !late(index) ||
           (exchange.transfersCanFail &&
-            plan.steps.slice(index + 1).some((s) => s.kind === "reduce" || s.kind === "broadcast")));
+            plan.actions.slice(index + 1).some((s) => s.kind === "reduce" || s.kind === "broadcast")));
       const same = (index: number, kind: string, group: string) =>
-        plan.steps[index]?.kind === kind && plan.steps[index]?.group === group;
-      for (let i = 0; i < plan.steps.length; i++) {
-        const planStep = plan.steps[i];
-        if (planStep.lane !== "comm") continue;
-        const group = planStep.group!;
+        plan.actions[index]?.kind === kind && plan.actions[index]?.group === group;
+      for (let i = 0; i < plan.actions.length; i++) {
+        const action = plan.actions[i];
+        if (action.lane !== "comm") continue;
+        const group = action.group!;
         await waitForBackward(i);
-        if (planStep.kind === "reduce" && exchange.pipeline && same(i + 1, "update", group)) {
+        if (action.kind === "reduce" && exchange.pipeline && same(i + 1, "update", group)) {
           // reduce g; update g (; broadcast g) as one chunked pipeline: each chunk updated and sent
           // back while the next is still arriving.
           const withBroadcast = same(i + 2, "broadcast", group);
@@ -615,28 +615,28 @@ export class DataParallelTrainer {
           i += withBroadcast ? 2 : 1;
           continue;
         }
-        if (planStep.kind === "update" && late(i) && exchange.rollsBack) await Promise.all(computes);
+        if (action.kind === "update" && late(i) && exchange.rollsBack) await Promise.all(computes);
         const start = performance.now();
-        if (planStep.kind === "reduce") {
+        if (action.kind === "reduce") {
           await exchange.reduce(group, context);
           record(exchange.rank, "comm", `reduce ${group}`, start, performance.now());
-        } else if (planStep.kind === "update" && shardedGroups.has(group)) {
+        } else if (action.kind === "update" && shardedGroups.has(group)) {
           // Each device's own slice, with its own optimizer state: nothing travels.
           hybrid!.update(group, { undoable: undoable(i) });
           if (checkFinite) checkLater(hybrid!.optimizers, group);
           record(exchange.rank, "comm", `update ${group}`, start, performance.now());
-        } else if (planStep.kind === "update") {
+        } else if (action.kind === "update") {
           for (const optimizer of exchange.optimizers) optimizer.step(group, { undoable: undoable(i) });
           if (checkFinite) checkLater(checked, group);
           if (exchange.optimizers.length) {
             record(exchange.rank, "comm", `update ${group}`, start, performance.now());
           }
-        } else if (planStep.kind === "broadcast") {
+        } else if (action.kind === "broadcast") {
           if (await exchange.broadcast(group, context)) {
             record(exchange.rank, "comm", `broadcast ${group}`, start, performance.now());
           }
         } else {
-          throw new TandemError(`DataParallelTrainer: "${planStep.kind}" is not a communication step`);
+          throw new TandemError(`DataParallelTrainer: "${action.kind}" is not a communication action`);
         }
       }
       const results = await Promise.all(computes);
