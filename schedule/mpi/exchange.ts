@@ -47,7 +47,7 @@ import type {
   ReplicaReference,
 } from "../runtime/exchange.ts";
 import { averageInDeviceOrder, hostParameterEntries } from "../runtime/host_parameters.ts";
-import type { DataParallelOptions } from "../runtime/trainer.ts";
+import type { DataParallelOptions } from "../runtime/options.ts";
 import type { TraceRecorder, TraceSpan } from "../runtime/trace.ts";
 import { GradientWire } from "../runtime/wire.ts";
 import {

@@ -1,6 +1,6 @@
 /**
  * The exchange: how the devices of a data-parallel run share gradients and parameters. The plan
- * executor (`trainer.ts`) walks every plan the same way on every transport; only the moves differ,
+ * executor (`executor.ts`) walks every plan the same way on every transport; only the moves differ,
  * and they live behind this interface, with three implementations:
  *
  * - `SharedMemoryExchange` — CPU Workers in this process: gradients and parameters are host buffers
