@@ -194,7 +194,7 @@ FC group ${ms(fcCheck)}, conv group ${
 
 ## Whole steps, 2 CPU devices, global batch ${GLOBAL_BATCH} (227×227), master reduction
 
-"Update" is the time of the plan's update steps (including any undo copy); "hidden" the part of it
+"Update" is the time of the plan's update actions (including any undo copy); "hidden" the part of it
 that overlapped some device's compute. The last column is what the old snapshot would add to the
 median step, on the critical path. "Finite checks" off is \`checkFinite: false\`: no undo copy where
 no failure can follow, no scan.

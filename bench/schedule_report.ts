@@ -85,7 +85,7 @@ interface Run {
   fcCommMs: number;
   commMs: number;
   hiddenMs: number;
-  /** Median per-device compute time of each compute step (`forward`, `backward fc`, …), seconds. */
+  /** Median per-device compute time of each compute action (`forward`, `backward fc`, …), seconds. */
   compute: Record<string, number>;
   /** Every device's spans of the best timed step, for the lanes figure. */
   spans: TraceSpan[];

@@ -46,13 +46,13 @@ export interface LabelledSpans {
 }
 
 /**
- * Transfers are drawn as the step they belong to: a `send fc gradients` is part of `reduce fc`, a
+ * Transfers are drawn as the action they belong to: a `send fc gradients` is part of `reduce fc`, a
  * `receive fc parameters` part of `broadcast fc` (see `figures.ts`).
  */
 const VERB_ALIASES: Record<string, string> = { send: "reduce", receive: "broadcast" };
 
 /**
- * One hue family per step kind, one shade per group. `fc` and `conv` have fixed shades far apart
+ * One hue family per action kind, one shade per group. `fc` and `conv` have fixed shades far apart
  * (green and yellow for backward), since telling their work apart is the point of the lanes; other
  * groups take the remaining shades by a hash of their name, so a group keeps its colour across reports.
  */
@@ -73,8 +73,8 @@ function parseKind(name: string): { verb: string; group: string } {
 }
 
 /**
- * What a span is drawn as: its step kind and group, e.g. `backward conv`, `update fc`, `forward`;
- * transfers count as their step (`send fc gradients` is `reduce fc`).
+ * What a span is drawn as: its action kind and group, e.g. `backward conv`, `update fc`, `forward`;
+ * transfers count as their action (`send fc gradients` is `reduce fc`).
  *
  * @example
  * ```ts
@@ -106,7 +106,7 @@ export function laneColour(name: string): string {
   return shades[FIXED_GROUPS.length + hash % (shades.length - FIXED_GROUPS.length)];
 }
 
-/** Legend order: the step order of a plan, then `fc`, `conv`, other groups by name. */
+/** Legend order: the action order of a plan, then `fc`, `conv`, other groups by name. */
 function compareKinds(a: string, b: string): number {
   const pa = parseKind(a), pb = parseKind(b);
   const rank = (v: string) => VERB_ORDER.includes(v) ? VERB_ORDER.indexOf(v) : VERB_ORDER.length;
@@ -238,7 +238,7 @@ export function renderLanes(runs: readonly LabelledSpans[]): string {
   const height = y + 16 + LINE + 8;
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-size="11" font-family="sans-serif" class="lanes">
 ${parts.join("\n")}</svg>
-<p class="note">Transfers are drawn as their step: a <i>send</i> as its group's reduce, a <i>receive</i> as its broadcast.</p>`;
+<p class="note">Transfers are drawn as their action: a <i>send</i> as its group's reduce, a <i>receive</i> as its broadcast.</p>`;
 }
 
 interface Series {

@@ -21,16 +21,16 @@
  */
 
 export {
+  type ActionKind,
+  actionLabel,
   dependenciesOf,
   isSharded,
   type Lane,
   laneOf,
   type Plan,
+  type PlanAction,
   type PlanSource,
-  type PlanStep,
   type ReductionMode,
-  type StepKind,
-  stepLabel,
 } from "./plan/plan.ts";
 export { ScheduleError, type ScheduleErrorLocation } from "./plan/errors.ts";
 export {

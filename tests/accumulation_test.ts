@@ -8,7 +8,8 @@ import assert from "node:assert/strict";
 import { SGD, trainStep } from "../mod.ts";
 import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
-import { DataParallelTrainer, type LaneEvent } from "../schedule/runtime/trainer.ts";
+import { DataParallelTrainer } from "../schedule/runtime/trainer.ts";
+import type { LaneEvent } from "../schedule/runtime/options.ts";
 import { probeWebGpu, startGpuDevice, webgpuTests } from "./fixtures/data_parallel.ts";
 import { tinyAlexNet } from "./fixtures/networks.ts";
 import {

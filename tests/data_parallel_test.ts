@@ -10,7 +10,8 @@ import type { Device } from "../schedule/devices/device.ts";
 import { parseLink } from "../schedule/runtime/link.ts";
 import type { Plan } from "../schedule/plan/plan.ts";
 import type { ReductionMode } from "../schedule/plan/plan.ts";
-import { type DataParallelOptions, DataParallelTrainer } from "../schedule/runtime/trainer.ts";
+import { DataParallelTrainer } from "../schedule/runtime/trainer.ts";
+import type { DataParallelOptions } from "../schedule/runtime/options.ts";
 import {
   bits,
   flatParameters,

@@ -12,7 +12,8 @@ import { SGD } from "../mod.ts";
 import { DeviceError } from "../schedule/devices/device.ts";
 import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import type { Plan } from "../schedule/plan/plan.ts";
-import { type DataParallelOptions, DataParallelTrainer } from "../schedule/runtime/trainer.ts";
+import { DataParallelTrainer } from "../schedule/runtime/trainer.ts";
+import type { DataParallelOptions } from "../schedule/runtime/options.ts";
 import {
   bits,
   networks,

@@ -18,7 +18,8 @@ import { createWebGpuBackend } from "../backends/webgpu/backend.ts";
 import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
 import { checkUpdatedGroup, DivergenceError } from "../schedule/runtime/finite.ts";
-import { type DataParallelOptions, DataParallelTrainer } from "../schedule/runtime/trainer.ts";
+import { DataParallelTrainer } from "../schedule/runtime/trainer.ts";
+import type { DataParallelOptions } from "../schedule/runtime/options.ts";
 import {
   bits,
   startGpuDevice,

@@ -16,11 +16,8 @@ import { headLayout, sliceSlots, unitRange } from "../schedule/devices/sharded_h
 import { hybridPlan, overlapPlan } from "../schedule/plan/builtins.ts";
 import { parseSchedule } from "../schedule/plan/dsl.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
-import {
-  type DataParallelOptions,
-  DataParallelTrainer,
-  type LaneEvent,
-} from "../schedule/runtime/trainer.ts";
+import { DataParallelTrainer } from "../schedule/runtime/trainer.ts";
+import type { DataParallelOptions, LaneEvent } from "../schedule/runtime/options.ts";
 import {
   bits,
   probeWebGpu,
@@ -237,7 +234,7 @@ Deno.test("hybrid runs are lossless among themselves: master, allreduce and a se
 // Causal evidence, as in overlap_test.ts: device 0's conv backward report is held until that step's
 // FC update has been applied, which only a runtime that updates the head during the body's backward
 // can do. Mutation: `await Promise.all(computes);` before the communication loop of
-// `DataParallelTrainer.step` makes the held report wait for ever and the step fail.
+// `runIteration` (`schedule/runtime/executor.ts`) makes the held report wait for ever and the step fail.
 Deno.test("the FC update of a hybrid step runs while the conv backward runs", async () => {
   const gated = gatedTrainerOptions({ waitSeconds: 30 });
   const trainer = await DataParallelTrainer.create({
@@ -683,7 +680,7 @@ gpuTest(
 // optimizers, on the GPU (`firstNonFinite`). A rate past float32's range (1e300 rounds to ∞) breaks
 // the FC slices in step 1's first update, which the plan checks first; the step is rolled back on
 // the GPUs. Mutation: the slices' check dropped (`checkLater(hybrid!.optimizers, group)` in
-// `DataParallelTrainer.step`) lets the conv check report it instead, naming a conv tensor.
+// `runIteration`) lets the conv check report it instead, naming a conv tensor.
 gpuTest(
   "a resident hybrid update that overflows fails naming an FC slice's tensor, rolled back on the GPUs",
   async () => {

@@ -19,7 +19,7 @@ function mpiScenario(scenario: string): Promise<MpiRun> {
   return mpi(["tests/fixtures/mpi_overlap.ts", scenario]);
 }
 
-// Catches `await Promise.all(computes);` before the communication loop in DataParallelTrainer.step:
+// Catches `await Promise.all(computes);` before the communication loop of runIteration (executor.ts):
 // rank 0 then never applies the FC update while its conv backward is held, and the job ends with the
 // gate's "did not overlap" error after 10 s. The sequential run is the control: the gate can fail,
 // and a rank failing that way ends the whole job promptly instead of leaving rank 1 in a collective.
@@ -44,7 +44,7 @@ Deno.test({
   },
 });
 
-// Catches `await Promise.all(computes);` before the communication loop in DataParallelTrainer.step:
+// Catches `await Promise.all(computes);` before the communication loop of runIteration (executor.ts):
 // rank 0's `update fc` then ends after every rank's `backward conv` in every step.
 Deno.test({
   name:

@@ -4,8 +4,8 @@
  * FC update while the devices still run the conv backward; under `sequential` it does not.
  *
  * Two kinds of evidence, each failing if the runtime waits for every backward before communicating
- * (the one-line bug `await Promise.all(computes);` before the communication loop in
- * `DataParallelTrainer.step`):
+ * (the one-line bug `await Promise.all(computes);` before the communication loop of
+ * `runIteration` in `schedule/runtime/executor.ts`):
  * - causal: device 0's conv backward is held until the runtime has applied that step's FC update
  *   (tests/fixtures/gated_device.ts), which only an overlapping runtime can do;
  * - timing: in the lane trace, the master's `update fc` ends before the step's last `backward conv`.
@@ -136,8 +136,8 @@ async function updateLeads(c: ExchangeCase, plan: Plan, steps: number): Promise<
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[values.length >> 1];
 
 for (const c of cases) {
-  // Catches `await Promise.all(computes);` before the communication loop in
-  // DataParallelTrainer.step: the runtime then never applies the FC update while device 0's conv
+  // Catches `await Promise.all(computes);` before the communication loop of
+  // runIteration: the runtime then never applies the FC update while device 0's conv
   // backward is held, and the step fails with the gate's "did not overlap" error after 30 s. (The
   // gate waited 10 s until a parallel CI run, every core busy, once failed it at step 2 and then
   // passed again, alone and in the full suite: a slow wait or a rare hang, not yet known.)
@@ -184,8 +184,8 @@ for (const c of cases) {
     },
   });
 
-  // Catches `await Promise.all(computes);` before the communication loop in
-  // DataParallelTrainer.step: every `update fc` then ends after the last `backward conv`.
+  // Catches `await Promise.all(computes);` before the communication loop of
+  // runIteration: every `update fc` then ends after the last `backward conv`.
   Deno.test({
     name: `overlap (${c.exchange}): the trace shows the FC update ending before the conv backward`,
     // GPU-resident: slow (24 traced steps on the software adapter), runs with the slow tests; the

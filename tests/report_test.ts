@@ -27,7 +27,7 @@ const CHROMIUM = "/usr/bin/chromium";
 
 type Part = [lane: "compute" | "comm", name: string, start: number, end: number];
 
-/** Both devices compute alike; device 0 runs the steps, device 1 its transfers. */
+/** Both devices compute alike; device 0 runs the actions, device 1 its transfers. */
 function spansOf(compute: Part[], comm0: Part[], comm1: Part[]): TraceSpan[] {
   const spans: TraceSpan[] = [];
   for (const device of [0, 1]) {
@@ -80,7 +80,7 @@ const html = renderRunsReport({
   figures: [{ heading: "2 devices", runs: [sequentialRun, overlapRun] }],
 });
 
-Deno.test("report: fc and conv backward differ; transfers count as their step", () => {
+Deno.test("report: fc and conv backward differ; transfers count as their action", () => {
   assert.notEqual(laneColour("backward fc"), laneColour("backward conv"));
   assert.notEqual(laneColour("update fc"), laneColour("update conv"));
   assert.equal(laneKind("send fc gradients"), "reduce fc");

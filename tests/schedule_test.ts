@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { TandemError, ValueError } from "../engine/errors.ts";
 import { OutputPathError } from "../engine/io/errors.ts";
 import {
+  actionLabel,
   bucketedPlan,
   builtinPlan,
   checkPlan,
@@ -18,7 +19,6 @@ import {
   scheduleBuilder,
   ScheduleError,
   sequentialPlan,
-  stepLabel,
   validatePlan,
 } from "../schedule/mod.ts";
 import { stepFigures } from "../schedule/runtime/mod.ts";
@@ -33,11 +33,11 @@ function shape(plan: Plan) {
   return {
     name: plan.name,
     groups: [...plan.groups],
-    steps: plan.steps.map(({ kind, group, lane, waitsFor }) => ({ kind, group, lane, waitsFor })),
+    actions: plan.actions.map(({ kind, group, lane, waitsFor }) => ({ kind, group, lane, waitsFor })),
   };
 }
 
-const labels = (plan: Plan) => plan.steps.map(stepLabel);
+const labels = (plan: Plan) => plan.actions.map(actionLabel);
 
 /** Parses `text` for fc, conv and returns the first validation error in `mode`. */
 function firstError(text: string, mode: "master" | "allreduce" = "master"): ScheduleError {
@@ -68,7 +68,7 @@ Deno.test("parse: the seed's example expands broadcast all in backward order", (
     "broadcast fc",
     "broadcast conv",
   ]);
-  assert.deepEqual(plan.steps.map((s) => s.lane), [
+  assert.deepEqual(plan.actions.map((s) => s.lane), [
     "compute",
     "compute",
     "comm",
@@ -80,7 +80,7 @@ Deno.test("parse: the seed's example expands broadcast all in backward order", (
     "comm",
   ]);
   // Positions are the keyword's; both expanded broadcasts share the `broadcast all` position.
-  assert.deepEqual(plan.steps.map((s) => [s.line, s.column]), [
+  assert.deepEqual(plan.actions.map((s) => [s.line, s.column]), [
     [1, 1],
     [1, 10],
     [1, 23],
@@ -110,8 +110,8 @@ Deno.test("parse: comments, newlines, blank statements, header, groups declarati
   assert.equal(plan.name, "overlap-2");
   assert.deepEqual(plan.groups, ["fc", "conv"]);
   assert.deepEqual(labels(plan), labels(parseSchedule(SEED, { groups: GROUPS })));
-  assert.deepEqual([plan.steps[1].line, plan.steps[1].column], [6, 3]);
-  assert.deepEqual([plan.steps[3].line, plan.steps[3].column], [6, 27]);
+  assert.deepEqual([plan.actions[1].line, plan.actions[1].column], [6, 3]);
+  assert.deepEqual([plan.actions[3].line, plan.actions[3].column], [6, 27]);
   assert.equal(plan.source?.text, text);
   // Space-separated lists, `all` in every position, and CRLF line ends parse the same.
   const crlf = parseSchedule("forward\r\nbackward all\r\nreduce conv fc\r\nupdate all\r\nbroadcast all\r\n", {
@@ -143,7 +143,7 @@ Deno.test("parse: syntax errors carry line, column, the source line and a caret"
       "forward\nbackwrd fc",
       2,
       1,
-      `unknown step "backwrd" (did you mean "backward"?); steps are forward, backward, reduce, update, broadcast`,
+      `unknown action "backwrd" (did you mean "backward"?); actions are forward, backward, reduce, update, broadcast`,
     ],
     [
       "forward\nbackward fc\nreduce fcc",
@@ -162,7 +162,7 @@ Deno.test("parse: syntax errors carry line, column, the source line and a caret"
     ["forward\nschedule late", 2, 1, "the `schedule NAME` header must be the first statement"],
     ["schedule a b", 1, 12, "`schedule` takes exactly one name, e.g. `schedule overlap`"],
     ["groups fc, conv\nforward\ngroups fc, conv", 3, 1, "groups are declared twice"],
-    ["forward\ngroups fc, conv", 2, 1, "`groups` must come before the first step"],
+    ["forward\ngroups fc, conv", 2, 1, "`groups` must come before the first action"],
     [
       "groups conv, fc",
       1,
@@ -231,7 +231,7 @@ Deno.test("parse: with mode the plan is validated too", () => {
     groups: GROUPS,
     mode: "allreduce",
   });
-  assert.equal(plan.steps.length, 7);
+  assert.equal(plan.actions.length, 7);
 });
 
 Deno.test("schedule tag: declared groups, options, interpolation", () => {
@@ -244,7 +244,7 @@ Deno.test("schedule tag: declared groups, options, interpolation", () => {
   `;
   const b = schedule({ groups: GROUPS, name: "seed", mode: "master" })`${SEED}`;
   assert.deepEqual(shape(a), shape(b));
-  assert.equal(a.steps[4].line, 5);
+  assert.equal(a.actions[4].line, 5);
   assert.throws(() => schedule`forward; backward fc`, ScheduleError);
 });
 
@@ -257,7 +257,7 @@ Deno.test("text and builder give the same plans (builder positions are 0)", () =
     .build("seed");
   const parsed = parseSchedule(SEED, { groups: GROUPS, name: "seed" });
   assert.deepEqual(shape(built), shape(parsed));
-  assert.ok(built.steps.every((s) => s.line === 0 && s.column === 0));
+  assert.ok(built.actions.every((s) => s.line === 0 && s.column === 0));
   assert.equal(built.source, undefined);
   // Lists keep the order given; "all" follows the backward order.
   const listed = scheduleBuilder(GROUPS).forward().backward("all").reduce(["conv", "fc"]).build();
@@ -268,10 +268,10 @@ Deno.test("text and builder give the same plans (builder positions are 0)", () =
   // Builders are immutable, so a prefix can be shared.
   const prefix = scheduleBuilder(GROUPS).forward();
   prefix.backward("fc");
-  assert.equal(prefix.build().steps.length, 1);
+  assert.equal(prefix.build().actions.length, 1);
 });
 
-Deno.test("builder: bad groups are caller errors; validation names step indices", () => {
+Deno.test("builder: bad groups are caller errors; validation names action indices", () => {
   // @ts-expect-error "fcc" is not one of the groups
   assert.throws(() => scheduleBuilder(GROUPS).backward("fcc"), ValueError);
   assert.throws(() => scheduleBuilder(GROUPS).reduce([]), ValueError);
@@ -281,8 +281,8 @@ Deno.test("builder: bad groups are caller errors; validation names step indices"
     (e: unknown) => {
       assert.ok(e instanceof ScheduleError);
       assert.equal(e.line, 0);
-      assert.equal(e.stepIndex, 1);
-      assert.equal(e.message, `schedule "b" step 1: update fc comes before reduce fc`);
+      assert.equal(e.actionIndex, 1);
+      assert.equal(e.message, `schedule "b" action 1: update fc comes before reduce fc`);
       return true;
     },
   );
@@ -394,7 +394,7 @@ Deno.test("validate: each rule reports the exact line and column", () => {
       "backward fc\n  forward; backward conv; reduce all; update all; broadcast all",
       2,
       3,
-      "forward must be the first step, but backward fc comes before it",
+      "forward must be the first action, but backward fc comes before it",
     ],
     [
       "backward all; reduce all; update all; broadcast all",
@@ -445,16 +445,16 @@ Deno.test("validate: hand-made plans with unknown groups, wrong lanes or no grou
   const base = sequentialPlan(GROUPS);
   const unknown: Plan = {
     ...base,
-    steps: base.steps.map((s, i) => (i === 3 ? { ...s, group: "lstm" } : s)),
+    actions: base.actions.map((s, i) => (i === 3 ? { ...s, group: "lstm" } : s)),
   };
   assert.throws(() => validatePlan(unknown, { mode: "master" }), (e: unknown) => {
     assert.ok(e instanceof ScheduleError);
-    assert.equal(e.message, `schedule "sequential" step 3: unknown group "lstm"; groups are fc, conv`);
+    assert.equal(e.message, `schedule "sequential" action 3: unknown group "lstm"; groups are fc, conv`);
     return true;
   });
   const wrongLane: Plan = {
     ...base,
-    steps: base.steps.map((s, i) => (i === 5 ? { ...s, lane: "compute" } : s)),
+    actions: base.actions.map((s, i) => (i === 5 ? { ...s, lane: "compute" } : s)),
   };
   assert.throws(
     () => validatePlan(wrongLane, { mode: "master" }),
@@ -462,11 +462,11 @@ Deno.test("validate: hand-made plans with unknown groups, wrong lanes or no grou
       e instanceof ScheduleError && e.reason === "update fc must run on the comm lane, not compute",
   );
   assert.throws(
-    () => validatePlan({ name: "empty", groups: [], steps: [] }, { mode: "master" }),
+    () => validatePlan({ name: "empty", groups: [], actions: [] }, { mode: "master" }),
     (e: unknown) => e instanceof ScheduleError && e.message === `schedule "empty": the plan has no groups`,
   );
   assert.throws(
-    () => validatePlan({ name: "empty", groups: ["fc"], steps: [] }, { mode: "allreduce" }),
+    () => validatePlan({ name: "empty", groups: ["fc"], actions: [] }, { mode: "allreduce" }),
     (e: unknown) =>
       e instanceof ScheduleError && e.reason === "forward is missing; a plan starts with forward",
   );
@@ -516,19 +516,19 @@ Deno.test("overlap: the FC broadcast waits only for the FC update, not for the c
   ]);
 });
 
-Deno.test("explain: lists every step, device role and dependency per lane", () => {
+Deno.test("explain: lists every action, device role and dependency per lane", () => {
   const plan = parseSchedule(SEED, { groups: GROUPS, name: "seed" });
   const text = explain(plan, { devices: 3, mode: "master" });
-  assert.ok(text.startsWith(`schedule "seed": 9 steps, 3 devices, master mode`));
+  assert.ok(text.startsWith(`schedule "seed": 9 actions, 3 devices, master mode`));
   const rows = text.split("\n");
-  plan.steps.forEach((step, i) => {
+  plan.actions.forEach((action, i) => {
     const row = rows.find((r) => r.startsWith(`#${i} `));
-    assert.ok(row, `no row for step ${i}`);
-    assert.ok(row.includes(stepLabel(step)));
-    assert.ok(row.includes(step.lane));
-    assert.ok(row.includes(`${step.line}:${step.column}`));
+    assert.ok(row, `no row for action ${i}`);
+    assert.ok(row.includes(actionLabel(action)));
+    assert.ok(row.includes(action.lane));
+    assert.ok(row.includes(`${action.line}:${action.column}`));
     for (const d of dependenciesOf(plan, i)) {
-      assert.ok(row.includes(`#${d} ${stepLabel(plan.steps[d])}`), row);
+      assert.ok(row.includes(`#${d} ${actionLabel(plan.actions[d])}`), row);
     }
   });
   assert.ok(rows.find((r) => r.startsWith("#2 "))!.includes("1..2 -> 0"));
@@ -546,7 +546,7 @@ Deno.test("explain: lists every step, device role and dependency per lane", () =
   const ring = explain(sequentialPlan(GROUPS), { devices: 2, mode: "allreduce" });
   assert.ok(ring.includes("ring 0..1"));
   assert.ok(ring.includes("no-op"));
-  assert.ok(ring.includes("notes:\n  broadcast fc (step 7) is a no-op in allreduce mode"));
+  assert.ok(ring.includes("notes:\n  broadcast fc (action 7) is a no-op in allreduce mode"));
   assert.ok(!ring.includes("line:col"));
 
   const broken = explain(parseSchedule("forward; update fc", { groups: GROUPS }), {
@@ -692,8 +692,8 @@ Deno.test("shard: parses into Plan.sharded, in backward order, and round-trips t
   assert.equal(isSharded(plan, "fc"), true);
   assert.equal(isSharded(plan, "conv"), false);
   assert.deepEqual(labels(plan), HYBRID_TEXT.split("; ").slice(1));
-  // `shard` is a declaration, not a step: the steps start at line 2.
-  assert.deepEqual([plan.steps[0].line, plan.steps[0].column], [3, 1]);
+  // `shard` is a declaration, not an action: the actions start at line 2.
+  assert.deepEqual([plan.actions[0].line, plan.actions[0].column], [3, 1]);
   const text = formatPlan(plan);
   assert.equal(
     text,
@@ -728,13 +728,13 @@ Deno.test("shard: parses into Plan.sharded, in backward order, and round-trips t
   );
 });
 
-// Mutations tried, each made this test fail: dropping the "before the first step" check (the
+// Mutations tried, each made this test fail: dropping the "before the first action" check (the
 // `forward\nshard fc` case parsed); letting `all` through (then "every group is sharded" came at
 // column 1 instead of the `all` token's column 7); pointing the prefix error at the keyword instead
 // of the offending name (column 1, not 11).
 Deno.test("shard: syntax and declaration errors carry line, column, the source line and a caret", () => {
   const cases: [string, number, number, string][] = [
-    ["forward\nshard fc", 2, 1, "`shard` must come before the first step"],
+    ["forward\nshard fc", 2, 1, "`shard` must come before the first action"],
     ["shard fc\nshard fc", 2, 1, "`shard` is declared twice"],
     ["shard", 1, 1, "shard needs one or more groups, e.g. `shard fc`"],
     [
@@ -762,7 +762,7 @@ Deno.test("shard: syntax and declaration errors carry line, column, the source l
       "shards fc",
       1,
       1,
-      `unknown step "shards" (did you mean "shard"?); steps are forward, backward, reduce, update, broadcast`,
+      `unknown action "shards" (did you mean "shard"?); actions are forward, backward, reduce, update, broadcast`,
     ],
   ];
   for (const [text, line, column, reason] of cases) {
@@ -918,7 +918,7 @@ Deno.test("hybrid built-in: the documented text, valid in both modes", () => {
     assert.deepEqual(
       notes,
       groups.filter((g) => !shardedGroups.includes(g as never)).map((g) =>
-        `broadcast ${g} (step ${
+        `broadcast ${g} (action ${
           labels(p).indexOf(`broadcast ${g}`)
         }) is a no-op in allreduce mode: every device updates its own copy`
       ),
@@ -939,7 +939,7 @@ Deno.test("hybrid built-in: the documented text, valid in both modes", () => {
 
 // Mutations tried, each made this test fail: the builder's `shard` skipping the prefix check; a second
 // `shard` call replacing the first instead of throwing.
-Deno.test("builder: shard checks its groups at once and is kept by later steps", () => {
+Deno.test("builder: shard checks its groups at once and is kept by later actions", () => {
   const b = scheduleBuilder(["fc8", "fc7", "conv"]);
   assert.throws(() => b.shard("fc7"), /fc7 is sharded but fc8, on its output side, is not/);
   assert.throws(() => b.shard(["fc8", "fc7", "conv"]), /every group is sharded/);
@@ -955,7 +955,7 @@ Deno.test("builder: shard checks its groups at once and is kept by later steps",
       b.shard("fc8").forward().backward("all").reduce("all").update("all").broadcast("all")
         .build("x", { mode: "master" }),
     (e: unknown) =>
-      e instanceof ScheduleError && e.stepIndex === 4 &&
+      e instanceof ScheduleError && e.actionIndex === 4 &&
       e.reason === "fc8 is sharded (model-parallel): its gradients never travel; remove `reduce fc8`",
   );
 });
@@ -970,11 +970,11 @@ Deno.test("dependencies: a sharded update waits for its backward; data-parallel 
   assert.deepEqual(dependenciesOf(plan, index("backward conv")), [index("forward"), index("backward fc")]);
   assert.deepEqual(dependenciesOf(plan, index("reduce conv")), [index("update fc"), index("backward conv")]);
   // Lane order and data say everything: no program-order waits were needed.
-  assert.ok(plan.steps.every((s) => s.waitsFor === undefined), JSON.stringify(plan.steps));
-  // The same steps without `sharded`: update fc has no reduce to wait for.
+  assert.ok(plan.actions.every((s) => s.waitsFor === undefined), JSON.stringify(plan.actions));
+  // The same actions without `sharded`: update fc has no reduce to wait for.
   assert.deepEqual(dependenciesOf({ ...plan, sharded: undefined }, index("update fc")), []);
   // Before hybrid plans existed these were the data-parallel plans' dependencies (recorded from HEAD).
-  const deps = (p: Plan) => p.steps.map((_, i) => dependenciesOf(p, i));
+  const deps = (p: Plan) => p.actions.map((_, i) => dependenciesOf(p, i));
   assert.deepEqual(deps(sequentialPlan(GROUPS)), [[], [0], [0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 6], [
     6,
     7,
@@ -998,7 +998,7 @@ Deno.test("explain: a hybrid plan shows its all-gathers, reduce-scatters and loc
   assert.match(row(1), /^#1 +backward fc +compute +0\.\.1 \+ reduce-scatter +#0 forward$/);
   assert.match(row(2), /^#2 +update fc +comm +0\.\.1, own 1\/2 each +#1 backward fc$/);
   assert.match(row(4), /^#4 +reduce conv +comm +1 -> 0 /);
-  assert.ok(text.includes("model-parallel steps (sharded: fc; data-parallel: conv):\n"));
+  assert.ok(text.includes("model-parallel actions (sharded: fc; data-parallel: conv):\n"));
   assert.ok(
     text.includes(
       "  #0 forward: each device runs conv on its own b samples; the body output is all-gathered",
@@ -1022,7 +1022,7 @@ Deno.test("explain: a hybrid plan shows its all-gathers, reduce-scatters and loc
   // Data-parallel plans read exactly as before.
   assert.equal(
     explain(overlapPlan(GROUPS), { devices: 3, mode: "master" }),
-    'schedule "overlap": 9 steps, 3 devices, master mode (reduce on device 0, update there, broadcast)\ngroups in backward order: fc, conv\n\nstep  what            lane     devices    waits for\n#0    forward         compute  0..2       -\n#1    backward fc     compute  0..2       #0 forward\n#2    reduce fc       comm     1..2 -> 0  #1 backward fc\n#3    update fc       comm     0          #2 reduce fc\n#4    broadcast fc    comm     0 -> 1..2  #3 update fc\n#5    backward conv   compute  0..2       #0 forward, #1 backward fc\n#6    reduce conv     comm     1..2 -> 0  #4 broadcast fc, #5 backward conv\n#7    update conv     comm     0          #6 reduce conv\n#8    broadcast conv  comm     0 -> 1..2  #7 update conv\n\nlanes (steps in the order each lane runs them):\n  device 0\n    compute | #0 forward -> #1 backward fc -> #5 backward conv\n    comm    | #2 reduce fc -> #3 update fc -> #4 broadcast fc -> #6 reduce conv -> #7 update conv -> #8 broadcast conv\n  device 1\n    compute | #0 forward -> #1 backward fc -> #5 backward conv\n    comm    | #2 reduce fc -> #4 broadcast fc -> #6 reduce conv -> #8 broadcast conv\n  device 2\n    compute | #0 forward -> #1 backward fc -> #5 backward conv\n    comm    | #2 reduce fc -> #4 broadcast fc -> #6 reduce conv -> #8 broadcast conv\n',
+    'schedule "overlap": 9 actions, 3 devices, master mode (reduce on device 0, update there, broadcast)\ngroups in backward order: fc, conv\n\naction  what            lane     devices    waits for\n#0      forward         compute  0..2       -\n#1      backward fc     compute  0..2       #0 forward\n#2      reduce fc       comm     1..2 -> 0  #1 backward fc\n#3      update fc       comm     0          #2 reduce fc\n#4      broadcast fc    comm     0 -> 1..2  #3 update fc\n#5      backward conv   compute  0..2       #0 forward, #1 backward fc\n#6      reduce conv     comm     1..2 -> 0  #4 broadcast fc, #5 backward conv\n#7      update conv     comm     0          #6 reduce conv\n#8      broadcast conv  comm     0 -> 1..2  #7 update conv\n\nlanes (actions in the order each lane runs them):\n  device 0\n    compute | #0 forward -> #1 backward fc -> #5 backward conv\n    comm    | #2 reduce fc -> #3 update fc -> #4 broadcast fc -> #6 reduce conv -> #7 update conv -> #8 broadcast conv\n  device 1\n    compute | #0 forward -> #1 backward fc -> #5 backward conv\n    comm    | #2 reduce fc -> #4 broadcast fc -> #6 reduce conv -> #8 broadcast conv\n  device 2\n    compute | #0 forward -> #1 backward fc -> #5 backward conv\n    comm    | #2 reduce fc -> #4 broadcast fc -> #6 reduce conv -> #8 broadcast conv\n',
   );
   // A broken hybrid plan is explained too, its problem listed.
   const broken = explain(

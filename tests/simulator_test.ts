@@ -17,10 +17,11 @@ import {
   simulate,
   STANDARD_LINKS,
 } from "../schedule/simulator/mod.ts";
-import { activationCollectiveSeconds, commStepSeconds } from "../schedule/simulator/simulator.ts";
+import { activationCollectiveSeconds, commActionSeconds } from "../schedule/simulator/simulator.ts";
 import { groupTimes } from "../schedule/simulator/profile.ts";
 import { tinyAlexNet } from "./fixtures/networks.ts";
 import {
+  actionLabel,
   bucketedPlan,
   dependenciesOf,
   hybridPlan,
@@ -29,7 +30,6 @@ import {
   scheduleBuilder,
   ScheduleError,
   sequentialPlan,
-  stepLabel,
   validatePlan,
 } from "../schedule/mod.ts";
 
@@ -68,7 +68,7 @@ const HAND_COSTS: CostOptions = {
   updateSecondsPerByte: 0.001,
 };
 
-Deno.test("simulate: sequential is the sum of every step on a hand-made profile", () => {
+Deno.test("simulate: sequential is the sum of every action on a hand-made profile", () => {
   // forward 1.5; backward fc 1, conv 2; reduce fc 0.5 + 10 + 1 (sum) = 11.5, conv 0.5 + 1 + 0.1 = 1.6;
   // update fc 1, conv 0.1; broadcast fc 10.5, conv 1.5. Total 30.7.
   const sim = simulate(sequentialPlan(GROUPS), HAND, HAND_COSTS);
@@ -84,19 +84,19 @@ Deno.test("simulate: sequential is the sum of every step on a hand-made profile"
   ];
   const plan = sequentialPlan(GROUPS);
   const comm0 = sim.lanes[0].comm;
-  assert.deepEqual(comm0.map((e) => stepLabel(e)), expected.map((e) => e[0]));
+  assert.deepEqual(comm0.map((e) => actionLabel(e)), expected.map((e) => e[0]));
   comm0.forEach((e, i) => {
     near(e.start, expected[i][1], `${expected[i][0]} start`);
     near(e.end, expected[i][2], `${expected[i][0]} end`);
-    assert.equal(stepLabel(plan.steps[e.step]), expected[i][0]);
+    assert.equal(actionLabel(plan.actions[e.action]), expected[i][0]);
   });
-  assert.deepEqual(sim.lanes[0].compute.map((e) => [stepLabel(e), e.start, e.end]), [
+  assert.deepEqual(sim.lanes[0].compute.map((e) => [actionLabel(e), e.start, e.end]), [
     ["forward", 0, 1.5],
     ["backward fc", 1.5, 2.5],
     ["backward conv", 2.5, 4.5],
   ]);
   // Only device 0 updates in master mode; device 1 waits in the collectives.
-  assert.deepEqual(sim.lanes[1].comm.map((e) => stepLabel(e)), [
+  assert.deepEqual(sim.lanes[1].comm.map((e) => actionLabel(e)), [
     "reduce fc",
     "reduce conv",
     "broadcast fc",
@@ -110,20 +110,21 @@ Deno.test("simulate: sequential is the sum of every step on a hand-made profile"
 
 Deno.test("simulate: written order matters — reduce all after backward all waits for the whole backward", () => {
   const plan = sequentialPlan(GROUPS);
-  const reduceFc = plan.steps.findIndex((s) => stepLabel(s) === "reduce fc");
-  const backwardConv = plan.steps.findIndex((s) => stepLabel(s) === "backward conv");
-  assert.deepEqual(plan.steps[reduceFc].waitsFor, [backwardConv]);
+  const reduceFc = plan.actions.findIndex((s) => actionLabel(s) === "reduce fc");
+  const backwardConv = plan.actions.findIndex((s) => actionLabel(s) === "backward conv");
+  assert.deepEqual(plan.actions[reduceFc].waitsFor, [backwardConv]);
   assert.ok(dependenciesOf(plan, reduceFc).includes(backwardConv));
   // The overlap plan needs no extra waits: lane order and data say everything.
-  assert.ok(overlapPlan(GROUPS).steps.every((s) => s.waitsFor === undefined));
+  assert.ok(overlapPlan(GROUPS).actions.every((s) => s.waitsFor === undefined));
   // A hand-made plan without program order does overlap reduce fc with backward conv.
-  const raw = { ...plan, steps: plan.steps.map(({ waitsFor: _, ...s }) => s) };
+  const raw = { ...plan, actions: plan.actions.map(({ waitsFor: _, ...s }) => s) };
   near(simulate(raw, HAND, HAND_COSTS).lanes[0].comm[0].start, 2.5, "reduce fc start without program order");
-  const badWait = { ...plan, steps: plan.steps.map((s, i) => (i === 1 ? { ...s, waitsFor: [5] } : s)) };
+  const badWait = { ...plan, actions: plan.actions.map((s, i) => (i === 1 ? { ...s, waitsFor: [5] } : s)) };
   assert.throws(
     () => validatePlan(badWait, { mode: "master" }),
     (e: unknown) =>
-      e instanceof ScheduleError && e.reason === "backward fc waits for step 5, which is not an earlier step",
+      e instanceof ScheduleError &&
+      e.reason === "backward fc waits for action 5, which is not an earlier action",
   );
 });
 
@@ -173,26 +174,26 @@ Deno.test("cost model: latency and bandwidth scale as documented", () => {
     updateSecondsPerByte: 1e-10,
   };
   const t = 1e-4 + b / 1e9;
-  near(commStepSeconds("reduce", b, base), 3 * t + (3 * b) / 1e10, "shared reduce");
-  near(commStepSeconds("broadcast", b, base), 3 * t, "shared broadcast");
-  near(commStepSeconds("reduce", b, { ...base, topology: "star" }), t + (3 * b) / 1e10, "star reduce");
-  near(commStepSeconds("broadcast", b, { ...base, topology: "star" }), t, "star broadcast");
-  near(commStepSeconds("update", b, base), 1e-4, "update");
-  const ring = commStepSeconds("reduce", b, { ...base, mode: "allreduce" });
+  near(commActionSeconds("reduce", b, base), 3 * t + (3 * b) / 1e10, "shared reduce");
+  near(commActionSeconds("broadcast", b, base), 3 * t, "shared broadcast");
+  near(commActionSeconds("reduce", b, { ...base, topology: "star" }), t + (3 * b) / 1e10, "star reduce");
+  near(commActionSeconds("broadcast", b, { ...base, topology: "star" }), t, "star broadcast");
+  near(commActionSeconds("update", b, base), 1e-4, "update");
+  const ring = commActionSeconds("reduce", b, { ...base, mode: "allreduce" });
   near(ring, (2 * 3 / 4) * b / 1e9 + 2 * 3 * 1e-4 + (3 / 4) * b / 1e10, "ring");
-  assert.equal(commStepSeconds("broadcast", b, { ...base, mode: "allreduce" }), 0);
-  assert.equal(commStepSeconds("reduce", b, { ...base, devices: 1 }), 0);
-  assert.equal(commStepSeconds("broadcast", b, { ...base, devices: 1 }), 0);
+  assert.equal(commActionSeconds("broadcast", b, { ...base, mode: "allreduce" }), 0);
+  assert.equal(commActionSeconds("reduce", b, { ...base, devices: 1 }), 0);
+  assert.equal(commActionSeconds("broadcast", b, { ...base, devices: 1 }), 0);
   // Doubling the bandwidth halves only the byte term; latency is paid per message.
   const fast = { ...base, link: { bandwidthBytesPerSecond: 2e9, latencySeconds: 1e-4 } };
   near(
-    commStepSeconds("broadcast", b, base) - commStepSeconds("broadcast", b, fast),
+    commActionSeconds("broadcast", b, base) - commActionSeconds("broadcast", b, fast),
     3 * (b / 1e9 - b / 2e9),
     "bw",
   );
   const laggy = { ...base, link: { bandwidthBytesPerSecond: 1e9, latencySeconds: 2e-4 } };
-  near(commStepSeconds("broadcast", b, laggy) - commStepSeconds("broadcast", b, base), 3e-4, "latency");
-  const laggyRing = commStepSeconds("reduce", b, { ...laggy, mode: "allreduce" });
+  near(commActionSeconds("broadcast", b, laggy) - commActionSeconds("broadcast", b, base), 3e-4, "latency");
+  const laggyRing = commActionSeconds("reduce", b, { ...laggy, mode: "allreduce" });
   near(laggyRing - ring, 6e-4, "ring latency");
 });
 
@@ -219,7 +220,7 @@ Deno.test("simulate: allreduce updates everywhere and its broadcasts take no tim
   const costs = { ...HAND_COSTS, mode: "allreduce" as const, devices: 4 };
   const sim = simulate(overlapPlan(GROUPS), HAND, costs);
   for (const lanes of sim.lanes) {
-    assert.deepEqual(lanes.comm.map((e) => stepLabel(e)), [
+    assert.deepEqual(lanes.comm.map((e) => actionLabel(e)), [
       "reduce fc",
       "update fc",
       "broadcast fc",
@@ -236,14 +237,14 @@ Deno.test("simulate: allreduce updates everywhere and its broadcasts take no tim
 
 // Mutations tried, each made this test fail: the pipeline costed as the sum of its three stages per
 // chunk instead of their maximum; the broadcast's outbound stage counted in allreduce mode; the
-// update and broadcast steps keeping their blocking lengths after the fused reduce.
-Deno.test("simulate: a pipelined exchange costs one stage per chunk plus the pipeline's fill, not three steps", () => {
+// update and broadcast actions keeping their blocking lengths after the fused reduce.
+Deno.test("simulate: a pipelined exchange costs one stage per chunk plus the pipeline's fill, not three actions", () => {
   const costs: CostOptions = { ...HAND_COSTS, pipelineChunkBytes: 100 };
   // fc, 1000 B in 10 chunks: inbound 1 s, CPU 100/1000 + 100 · 0.001 = 0.2 s, outbound 1 s per chunk;
   // 0.5 + 1 + 0.2 + 1 + 9 · max(1, 0.2, 1) = 11.7 s from the end of backward fc (2.5 s). conv, one
   // 100 B chunk: 0.5 + 1 + 0.2 + 1 = 2.7 s, after fc's pipeline frees the lane (14.2 s).
   const master = simulate(overlapPlan(GROUPS), HAND, costs);
-  assert.deepEqual(master.lanes[0].comm.map((e) => [stepLabel(e), e.start, e.end].join(" ")), [
+  assert.deepEqual(master.lanes[0].comm.map((e) => [actionLabel(e), e.start, e.end].join(" ")), [
     "reduce fc 2.5 14.2",
     "update fc 14.2 14.2",
     "broadcast fc 14.2 14.2",
@@ -264,7 +265,7 @@ Deno.test("simulate: a pipelined exchange costs one stage per chunk plus the pip
     2.5 + 10.7 + 1.7,
     "allreduce",
   );
-  // A reduce not followed by its update (the sequential plan) stays a blocking step.
+  // A reduce not followed by its update (the sequential plan) stays a blocking action.
   near(simulate(sequentialPlan(GROUPS), HAND, costs).stepSeconds, 30.7, "sequential");
 });
 
@@ -457,7 +458,7 @@ Deno.test("autoSchedule: overlap on the split for AlexNet, DDP-style buckets wit
   assert.equal(resnet.assignment.conv3, resnet.judgement.buckets!.assignment.conv3);
   assert.ok(resnet.judgement.reason.startsWith("not AlexNet-like"));
   assert.match(resnet.judgement.reason, /; use bucketed: \d buckets of about equal bytes/);
-  assert.deepEqual(resnet.steps, bucketedPlan(resnet.groups).steps);
+  assert.deepEqual(resnet.actions, bucketedPlan(resnet.groups).actions);
   validatePlan(resnet, { mode: "master" });
   // Where bucketing does not pay, the sequential plan on the profile's own groups.
   const oneGroup = regroupProfile(resnetLikeProfile(), { fc: "conv" });
@@ -467,7 +468,7 @@ Deno.test("autoSchedule: overlap on the split for AlexNet, DDP-style buckets wit
   assert.equal(fast.assignment.fc, "conv");
   const builtIn = scheduleBuilder(["conv"]).forward().backward("all").reduce("all").update("all")
     .broadcast("all").build("sequential");
-  assert.deepEqual(fast.steps, builtIn.steps);
+  assert.deepEqual(fast.actions, builtIn.actions);
 });
 
 Deno.test("alexnetScalingTable: every link, device count and mode; overlap never loses", () => {
@@ -542,7 +543,7 @@ Deno.test("simulate hybrid: a hand-computed step on 2 devices, activation traffi
   //   (0.5 + 0.8 + 0.08) = 3.408 s, ending at 8.008 s.
   // update fc, on both devices: 1000 B / 2 · 1 ms/B = 0.5 s beside backward conv [8.008, 10.008].
   // reduce conv 0.5 + 1 + 0.1 = 1.6, update conv 0.1, broadcast conv 1.5: 13.208 s.
-  assert.deepEqual(sim.lanes[0].compute.map((e) => stepLabel(e)), [
+  assert.deepEqual(sim.lanes[0].compute.map((e) => actionLabel(e)), [
     "forward",
     "backward fc",
     "backward conv",
@@ -555,7 +556,7 @@ Deno.test("simulate hybrid: a hand-computed step on 2 devices, activation traffi
   for (const d of [0, 1]) {
     const comm = sim.lanes[d].comm;
     assert.deepEqual(
-      comm.map((e) => stepLabel(e)),
+      comm.map((e) => actionLabel(e)),
       d === 0
         ? ["update fc", "reduce conv", "update conv", "broadcast conv"]
         : ["update fc", "reduce conv", "broadcast conv"],
@@ -573,7 +574,7 @@ Deno.test("simulate hybrid: a hand-computed step on 2 devices, activation traffi
   near(t.allGatherSeconds, 3.1, "all-gathers");
   near(t.reduceScatterSeconds, 2.408, "reduce-scatters");
   assert.deepEqual(t.updateBytes, { fc: 500 });
-  assert.deepEqual(t.transfers.map((x) => [x.kind, x.layer, x.step, x.pieceBytes, x.bytes]), [
+  assert.deepEqual(t.transfers.map((x) => [x.kind, x.layer, x.action, x.pieceBytes, x.bytes]), [
     ["all-gather", "conv2", "forward", 80, 80],
     ["all-gather", "fc1", "forward", 48, 48],
     ["all-gather", "fc2", "forward", 32, 32],
@@ -841,8 +842,8 @@ Deno.test("autoSchedule: hybrid when allowed and predicted faster, with the reas
   assert.equal(h.dataParallelBytes, 4 * (37_752_832 + 16_781_312 + 4_097_000));
   near(
     h.dataParallelExchangeSeconds,
-    commStepSeconds("reduce", h.dataParallelBytes, { link: pcie3, devices: 4, mode: "master" }) +
-      commStepSeconds("broadcast", h.dataParallelBytes, { link: pcie3, devices: 4, mode: "master" }),
+    commActionSeconds("reduce", h.dataParallelBytes, { link: pcie3, devices: 4, mode: "master" }) +
+      commActionSeconds("broadcast", h.dataParallelBytes, { link: pcie3, devices: 4, mode: "master" }),
     "data-parallel FC exchange",
   );
   const overlapSeconds = plain.judgement.split!.overlapSeconds;

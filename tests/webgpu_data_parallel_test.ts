@@ -15,11 +15,8 @@ import type { Storage } from "../backends/mod.ts";
 import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import { type Device, DeviceError } from "../schedule/devices/device.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
-import {
-  type DataParallelOptions,
-  DataParallelTrainer,
-  type LaneEvent,
-} from "../schedule/runtime/trainer.ts";
+import { DataParallelTrainer } from "../schedule/runtime/trainer.ts";
+import type { DataParallelOptions, LaneEvent } from "../schedule/runtime/options.ts";
 import type { BackendDevice } from "../schedule/devices/backend_device.ts";
 import {
   bits,

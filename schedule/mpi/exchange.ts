@@ -37,7 +37,7 @@ import {
 import { CpuDevice } from "../devices/cpu_device.ts";
 import { type ComputeResult, type Device, DeviceError } from "../devices/device.ts";
 import { groupRange, type ParameterLayout, sharedFloats } from "../devices/parameter_layout.ts";
-import { stepLabel } from "../plan/plan.ts";
+import { actionLabel } from "../plan/plan.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import type {
   CombinedResult,
@@ -47,7 +47,7 @@ import type {
   ReplicaReference,
 } from "../runtime/exchange.ts";
 import { averageInDeviceOrder, hostParameterEntries } from "../runtime/host_parameters.ts";
-import type { DataParallelOptions } from "../runtime/trainer.ts";
+import type { DataParallelOptions } from "../runtime/options.ts";
 import type { TraceRecorder, TraceSpan } from "../runtime/trace.ts";
 import { GradientWire } from "../runtime/wire.ts";
 import {
@@ -161,7 +161,7 @@ export class MpiExchange implements Exchange {
       wire: options.wire ?? "fp32",
       errorFeedback: options.errorFeedback ?? false,
       model: reference.modelName,
-      plan: options.plan.steps.map(stepLabel),
+      plan: options.plan.actions.map(actionLabel),
       slots: layout.slots.map((s) => `${s.name}:${s.group}:${s.size}`),
     });
     const configurations = await transport.allgatherJson(configuration, within(), "compare configurations");

@@ -1,7 +1,7 @@
 /**
  * The typed, in-code form of a schedule. It produces exactly the plan the text form would, except
- * that every step's `line` and `column` are 0 (the {@link PlanStep} convention for "built in code");
- * validation then names the step index instead of a line. Builders are immutable, so a common prefix
+ * that every action's `line` and `column` are 0 (the {@link PlanAction} convention for "built in code");
+ * validation then names the action index instead of a line. Builders are immutable, so a common prefix
  * can be shared between variants. `shard` declares a hybrid plan's model-parallel groups, like the
  * text's `shard` statement.
  *
@@ -11,17 +11,17 @@
 import { ValueError } from "../../engine/errors.ts";
 import { checkGroupNames } from "./dsl.ts";
 import {
+  type ActionKind,
   laneOf,
   type Plan,
-  type PlanStep,
+  type PlanAction,
   type ReductionMode,
-  type StepKind,
   withProgramOrder,
 } from "./plan.ts";
 import { shardingProblem, validatePlan } from "./validate.ts";
 
 /**
- * What a group step acts on: one group, several (in the order given), or `"all"` in backward order.
+ * What a group action acts on: one group, several (in the order given), or `"all"` in backward order.
  *
  * @example
  * ```ts
@@ -32,7 +32,7 @@ import { shardingProblem, validatePlan } from "./validate.ts";
 export type GroupTarget<G extends string> = G | "all" | readonly G[];
 
 /**
- * Builds a {@link Plan} step by step; group names are checked by the type system (and at run time for
+ * Builds a {@link Plan} one action at a time; group names are checked by the type system (and at run time for
  * callers without types).
  *
  * @example
@@ -44,23 +44,23 @@ export type GroupTarget<G extends string> = G | "all" | readonly G[];
  *   .backward("conv").reduce("conv").update("conv")
  *   .broadcast("all")
  *   .build("overlap", { mode: "master" });
- * console.log(plan.steps.length); // 9
+ * console.log(plan.actions.length); // 9
  * ```
  */
 export class ScheduleBuilder<G extends string> {
   /** The groups in backward order (output side first). */
   readonly groups: readonly G[];
-  readonly #steps: readonly PlanStep[];
+  readonly #actions: readonly PlanAction[];
   readonly #sharded: readonly G[] | undefined;
 
   /**
-   * A builder for `groups` holding `steps` so far and, for a hybrid plan, the `sharded` groups; use
+   * A builder for `groups` holding `actions` so far and, for a hybrid plan, the `sharded` groups; use
    * {@link scheduleBuilder} to start one.
    */
-  constructor(groups: readonly G[], steps: readonly PlanStep[] = [], sharded?: readonly G[]) {
+  constructor(groups: readonly G[], actions: readonly PlanAction[] = [], sharded?: readonly G[]) {
     checkGroupNames(groups, "scheduleBuilder");
     this.groups = [...groups];
-    this.#steps = steps;
+    this.#actions = actions;
     this.#sharded = sharded;
   }
 
@@ -68,7 +68,7 @@ export class ScheduleBuilder<G extends string> {
    * Declares `target` model-parallel, as the text's `shard` statement does (see `Plan.sharded`):
    * groups from the output side, leaving at least one unsharded; stored in backward order. Unknown
    * groups, `"all"`, a second call, and a list that is not a prefix of the groups or leaves no group
-   * unsharded throw a `ValueError` here; the steps' order is checked by `build` with a mode.
+   * unsharded throw a `ValueError` here; the actions' order is checked by `build` with a mode.
    *
    * @example
    * ```ts
@@ -93,12 +93,12 @@ export class ScheduleBuilder<G extends string> {
     const problem = shardingProblem(this.groups, list);
     if (problem !== undefined) fail(problem.reason);
     const sharded = this.groups.filter((g) => list.includes(g));
-    return new ScheduleBuilder(this.groups, this.#steps, sharded);
+    return new ScheduleBuilder(this.groups, this.#actions, sharded);
   }
 
   /** Adds the forward pass. */
   forward(): ScheduleBuilder<G> {
-    return new ScheduleBuilder(this.groups, [...this.#steps, {
+    return new ScheduleBuilder(this.groups, [...this.#actions, {
       kind: "forward",
       lane: "compute",
       line: 0,
@@ -131,14 +131,14 @@ export class ScheduleBuilder<G extends string> {
     const plan: Plan = {
       name,
       groups: [...this.groups],
-      steps: withProgramOrder(this.#steps, this.#sharded),
+      actions: withProgramOrder(this.#actions, this.#sharded),
       ...(this.#sharded === undefined ? {} : { sharded: [...this.#sharded] }),
     };
     if (options.mode !== undefined) validatePlan(plan, { mode: options.mode });
     return plan;
   }
 
-  #add(kind: StepKind, target: GroupTarget<G>): ScheduleBuilder<G> {
+  #add(kind: ActionKind, target: GroupTarget<G>): ScheduleBuilder<G> {
     const list: readonly string[] = target === "all"
       ? this.groups
       : typeof target === "string"
@@ -153,8 +153,8 @@ export class ScheduleBuilder<G extends string> {
         );
       }
     }
-    const added = list.map((group): PlanStep => ({ kind, group, lane: laneOf(kind), line: 0, column: 0 }));
-    return new ScheduleBuilder(this.groups, [...this.#steps, ...added], this.#sharded);
+    const added = list.map((group): PlanAction => ({ kind, group, lane: laneOf(kind), line: 0, column: 0 }));
+    return new ScheduleBuilder(this.groups, [...this.#actions, ...added], this.#sharded);
   }
 }
 
@@ -166,7 +166,7 @@ export class ScheduleBuilder<G extends string> {
  * import { scheduleBuilder } from "./builder.ts";
  * const sequential = scheduleBuilder(["fc", "conv"])
  *   .forward().backward("all").reduce("all").update("all").broadcast("all").build("sequential");
- * console.log(sequential.steps.map((s) => s.kind).join(" "));
+ * console.log(sequential.actions.map((s) => s.kind).join(" "));
  * ```
  */
 export function scheduleBuilder<const G extends string>(groups: readonly G[]): ScheduleBuilder<G> {

@@ -18,7 +18,7 @@ import type { Plan } from "./plan.ts";
  * @example
  * ```ts
  * import { sequentialPlan } from "./builtins.ts";
- * console.log(sequentialPlan(["fc", "conv"]).steps.length); // 9
+ * console.log(sequentialPlan(["fc", "conv"]).actions.length); // 9
  * ```
  */
 export function sequentialPlan(groups: readonly string[]): Plan {
@@ -42,7 +42,7 @@ export function sequentialPlan(groups: readonly string[]): Plan {
  * ```ts
  * import { bucketedPlan } from "./builtins.ts";
  * const plan = bucketedPlan(["fc8", "fc7", "fc6", "conv"]);
- * console.log(plan.steps.length); // 17
+ * console.log(plan.actions.length); // 17
  * ```
  */
 export function bucketedPlan(groups: readonly string[], name = "bucketed"): Plan {
@@ -103,7 +103,7 @@ export function hybridPlan(groups: readonly string[], sharded: readonly string[]
  * ```ts
  * import { builtinPlan, type BuiltinName } from "./builtins.ts";
  * const name: BuiltinName = "overlap";
- * console.log(builtinPlan(name, ["fc", "conv"]).steps.length); // 9
+ * console.log(builtinPlan(name, ["fc", "conv"]).actions.length); // 9
  * ```
  */
 export type BuiltinName = "sequential" | "overlap" | "bucketed" | "hybrid";

@@ -1,5 +1,5 @@
 /**
- * The text form of a schedule. A schedule is a list of steps separated by `;` or newlines, with `#`
+ * The text form of a schedule. A schedule is a list of actions separated by `;` or newlines, with `#`
  * starting a comment that runs to the end of the line:
  *
  * ```text
@@ -16,25 +16,25 @@
  *   (taken from the model) the two must agree, so a schedule written for another model fails early.
  * - `shard G1, G2, …` — declares model-parallel groups (a hybrid plan, `Plan.sharded`): each device
  *   holds 1/N of every layer's output units of these groups and their optimizer state, while the
- *   other groups stay data-parallel. Groups as in the steps below, but `all` is not allowed: they
+ *   other groups stay data-parallel. Groups as in the actions below, but `all` is not allowed: they
  *   must be a prefix of the groups in backward order (the output side, e.g. `fc`) and leave at least
- *   one group unsharded. At most once, before the first step (after the `schedule` and `groups`
+ *   one group unsharded. At most once, before the first action (after the `schedule` and `groups`
  *   headers). A sharded group is never reduced or broadcast, and its `update` follows its
  *   `backward` (validation checks both). Example, the `hybrid` built-in:
  *   `shard fc; forward; backward fc; update fc; backward conv; reduce conv; update conv; broadcast conv`.
  * - `forward` — the forward pass (no group).
  * - `backward|reduce|update|broadcast TARGETS` — TARGETS is `all` or one or more groups separated by
- *   commas or spaces. `all` and lists expand into one step per group, `all` in backward order, so
+ *   commas or spaces. `all` and lists expand into one action per group, `all` in backward order, so
  *   `reduce all` with groups fc, conv is `reduce fc; reduce conv`.
  *
- * Order: steps on one lane run in the order written. A communication step (reduce, update,
- * broadcast) also waits for every compute step written before it, so `backward all; reduce all`
- * reduces only after the whole backward; a compute step waits only for its data, never for
+ * Order: actions on one lane run in the order written. A communication action (reduce, update,
+ * broadcast) also waits for every compute action written before it, so `backward all; reduce all`
+ * reduces only after the whole backward; a compute action waits only for its data, never for
  * communication written before it, so `update fc; backward conv` run side by side (see
  * `withProgramOrder` in plan.ts).
  *
- * Names are letters, digits, `_`, `.` and `-`; `all` is reserved. Every step records the line and
- * column of its keyword (steps expanded from one statement share them), which validation quotes.
+ * Names are letters, digits, `_`, `.` and `-`; `all` is reserved. Every action records the line and
+ * column of its keyword (actions expanded from one statement share them), which validation quotes.
  * Parsing checks syntax and names only; pass `mode` (or call `validatePlan`) to check the order.
  *
  * @module
@@ -43,12 +43,12 @@
 import { editDistance, ValueError } from "../../engine/errors.ts";
 import { ScheduleError } from "./errors.ts";
 import {
+  type ActionKind,
+  actionLabel,
   laneOf,
   type Plan,
-  type PlanStep,
+  type PlanAction,
   type ReductionMode,
-  type StepKind,
-  stepLabel,
   withProgramOrder,
 } from "./plan.ts";
 import { shardingProblem, validatePlan } from "./validate.ts";
@@ -77,8 +77,8 @@ export interface ParseOptions {
   readonly mode?: ReductionMode;
 }
 
-const STEP_KINDS: readonly StepKind[] = ["forward", "backward", "reduce", "update", "broadcast"];
-const KEYWORDS = [...STEP_KINDS, "schedule", "groups", "shard"];
+const ACTION_KINDS: readonly ActionKind[] = ["forward", "backward", "reduce", "update", "broadcast"];
+const KEYWORDS = [...ACTION_KINDS, "schedule", "groups", "shard"];
 const NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/;
 
 interface Token {
@@ -166,7 +166,7 @@ function baseName(fileName: string): string {
  *   "forward; backward fc; reduce fc; update fc; backward conv; reduce conv; update conv; broadcast all",
  *   { groups: ["fc", "conv"], name: "overlap" },
  * );
- * console.log(plan.steps.length); // 9
+ * console.log(plan.actions.length); // 9
  * ```
  */
 export function parseSchedule(text: string, options: ParseOptions = {}): Plan {
@@ -192,7 +192,7 @@ export function parseSchedule(text: string, options: ParseOptions = {}): Plan {
   let declaredGroups = false;
   /** The `shard` statement's groups, in backward order; undefined until one is seen. */
   let sharded: string[] | undefined;
-  const steps: PlanStep[] = [];
+  const actions: PlanAction[] = [];
   let statementCount = 0;
 
   for (; lineIndex < lines.length; lineIndex++) {
@@ -223,7 +223,7 @@ export function parseSchedule(text: string, options: ParseOptions = {}): Plan {
 
       if (keyword === "groups") {
         if (declaredGroups) fail("groups are declared twice", head.column);
-        if (steps.length > 0) fail("`groups` must come before the first step", head.column);
+        if (actions.length > 0) fail("`groups` must come before the first action", head.column);
         if (sharded !== undefined) fail("`groups` must come before `shard`", head.column);
         const declared = namesOf(rest, head, "groups", fail);
         for (const token of declared) {
@@ -247,7 +247,7 @@ export function parseSchedule(text: string, options: ParseOptions = {}): Plan {
 
       if (keyword === "shard") {
         if (sharded !== undefined) fail("`shard` is declared twice", head.column);
-        if (steps.length > 0) fail("`shard` must come before the first step", head.column);
+        if (actions.length > 0) fail("`shard` must come before the first action", head.column);
         if (groups === undefined) {
           fail(
             "shard names a group but no groups are known: pass options.groups or declare them first, e.g. `groups fc, conv`",
@@ -282,19 +282,19 @@ export function parseSchedule(text: string, options: ParseOptions = {}): Plan {
         continue;
       }
 
-      if (!(STEP_KINDS as readonly string[]).includes(keyword)) {
+      if (!(ACTION_KINDS as readonly string[]).includes(keyword)) {
         fail(
-          `unknown step ${JSON.stringify(keyword)}${suggestion(keyword, KEYWORDS)}; steps are ${
-            STEP_KINDS.join(", ")
+          `unknown action ${JSON.stringify(keyword)}${suggestion(keyword, KEYWORDS)}; actions are ${
+            ACTION_KINDS.join(", ")
           }`,
           head.column,
         );
       }
-      const kind = keyword as StepKind;
+      const kind = keyword as ActionKind;
       const position = { line: lineIndex + 1, column: head.column };
       if (kind === "forward") {
         if (rest.length > 0) fail("forward takes no group", rest[0].column);
-        steps.push({ kind, lane: laneOf(kind), ...position });
+        actions.push({ kind, lane: laneOf(kind), ...position });
         continue;
       }
       if (groups === undefined) {
@@ -318,7 +318,7 @@ export function parseSchedule(text: string, options: ParseOptions = {}): Plan {
         }
       }
       const expanded = all ? known : targets.map((t) => t.text);
-      for (const group of expanded) steps.push({ kind, group, lane: laneOf(kind), ...position });
+      for (const group of expanded) actions.push({ kind, group, lane: laneOf(kind), ...position });
     }
   }
 
@@ -331,7 +331,7 @@ export function parseSchedule(text: string, options: ParseOptions = {}): Plan {
   const plan: Plan = {
     name: name ?? options.name ?? fromFile ?? "schedule",
     groups: [...groups!],
-    steps: withProgramOrder(steps, sharded),
+    actions: withProgramOrder(actions, sharded),
     source,
     ...(sharded === undefined ? {} : { sharded }),
   };
@@ -372,7 +372,7 @@ function namesOf(
  * const path = await Deno.makeTempFile({ suffix: ".sched" });
  * await Deno.writeTextFile(path, "forward\nbackward all\nreduce all\nupdate all\nbroadcast all\n");
  * const plan = await loadSchedule(path, { groups: ["fc", "conv"], mode: "master" });
- * console.log(plan.steps.length); // 9
+ * console.log(plan.actions.length); // 9
  * ```
  */
 export async function loadSchedule(path: string, options: ParseOptions = {}): Promise<Plan> {
@@ -407,7 +407,7 @@ export type ScheduleTag = (strings: TemplateStringsArray, ...values: unknown[]) 
  * `;
  * const b = schedule({ groups: ["fc", "conv"], mode: "master" })`forward
  *   backward all; reduce all; update all; broadcast all`;
- * console.log(a.steps.length === b.steps.length); // true
+ * console.log(a.actions.length === b.actions.length); // true
  * ```
  */
 export function schedule(strings: TemplateStringsArray, ...values: unknown[]): Plan;
@@ -429,7 +429,7 @@ function joinTemplate(strings: TemplateStringsArray, values: readonly unknown[])
 
 /**
  * The canonical text of a plan: a `schedule` header, the `groups` declaration, the `shard`
- * declaration of a hybrid plan, and one step a line. Parsing it gives the same plan (positions
+ * declaration of a hybrid plan, and one action a line. Parsing it gives the same plan (positions
  * aside), so it is also a readable plan fingerprint. Text can only express program order, so extra
  * `waitsFor` entries of hand-made plans are not kept.
  *
@@ -446,6 +446,6 @@ export function formatPlan(plan: Plan): string {
   const header = NAME.test(plan.name) ? `schedule ${plan.name}\n` : `# ${plan.name}\n`;
   const shard = (plan.sharded ?? []).length > 0 ? `shard ${plan.sharded!.join(", ")}\n` : "";
   return `${header}groups ${plan.groups.join(", ")}\n${shard}${
-    plan.steps.map((s) => `${stepLabel(s)}\n`).join("")
+    plan.actions.map((s) => `${actionLabel(s)}\n`).join("")
   }`;
 }

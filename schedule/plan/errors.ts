@@ -1,7 +1,7 @@
 /**
  * The error every schedule problem raises, whether found while parsing the text, while validating a
  * plan or while building one in code. It points at the place in the schedule text, so a user with a
- * long schedule file sees the line, the column and a caret instead of a step index.
+ * long schedule file sees the line, the column and a caret instead of an action index.
  *
  * @module
  */
@@ -14,7 +14,7 @@ import { TandemError } from "../../engine/errors.ts";
  * @example
  * ```ts
  * import { ScheduleError, type ScheduleErrorLocation } from "./errors.ts";
- * const at: ScheduleErrorLocation = { schedule: "overlap", line: 0, column: 0, stepIndex: 4 };
+ * const at: ScheduleErrorLocation = { schedule: "overlap", line: 0, column: 0, actionIndex: 4 };
  * console.log(new ScheduleError("reduce conv comes before backward conv", at).message);
  * ```
  */
@@ -27,15 +27,15 @@ export interface ScheduleErrorLocation {
   readonly column: number;
   /** The text of that line, quoted under the message with a caret. */
   readonly sourceLine?: string;
-  /** 0-based index of the step in the plan, named in the message when there is no line. */
-  readonly stepIndex?: number;
+  /** 0-based index of the action in the plan, named in the message when there is no line. */
+  readonly actionIndex?: number;
 }
 
 /**
- * A schedule that cannot run: bad syntax, an unknown group, or steps in an order the data does not
+ * A schedule that cannot run: bad syntax, an unknown group, or actions in an order the data does not
  * allow. The message reads
  * `schedule "my.sched" line 3, column 1: update fc comes before reduce fc` followed by the source
- * line and a caret; for plans built in code, which have no text, it names the step index instead.
+ * line and a caret; for plans built in code, which have no text, it names the action index instead.
  *
  * @example
  * ```ts
@@ -63,8 +63,8 @@ export class ScheduleError extends TandemError {
   readonly column: number;
   /** The offending line's text, `""` when unknown. */
   readonly sourceLine: string;
-  /** 0-based step index when the problem is a step, else `undefined`. */
-  readonly stepIndex?: number;
+  /** 0-based action index when the problem is an action, else `undefined`. */
+  readonly actionIndex?: number;
 
   /** An error saying `reason` at `location`. */
   constructor(reason: string, location: ScheduleErrorLocation) {
@@ -74,7 +74,7 @@ export class ScheduleError extends TandemError {
     this.line = location.line;
     this.column = location.column;
     this.sourceLine = location.sourceLine ?? "";
-    this.stepIndex = location.stepIndex;
+    this.actionIndex = location.actionIndex;
   }
 }
 
@@ -87,6 +87,6 @@ function formatMessage(reason: string, at: ScheduleErrorLocation): string {
     const indent = at.sourceLine.slice(0, Math.max(0, at.column - 1)).replace(/[^\t]/g, " ");
     return `${head}\n  ${at.sourceLine}\n  ${indent}^`;
   }
-  if (at.stepIndex !== undefined) return `${name} step ${at.stepIndex}: ${reason}`;
+  if (at.actionIndex !== undefined) return `${name} action ${at.actionIndex}: ${reason}`;
   return `${name}: ${reason}`;
 }

@@ -1,7 +1,7 @@
 /**
- * A plain-text picture of a plan: what each step does on which devices, what it waits for, and the
- * order of steps on every device's compute and communication lanes. A hybrid plan (`Plan.sharded`)
- * also gets a section saying what its model-parallel steps move: the activation all-gathers inside
+ * A plain-text picture of a plan: what each action does on which devices, what it waits for, and the
+ * order of actions on every device's compute and communication lanes. A hybrid plan (`Plan.sharded`)
+ * also gets a section saying what its model-parallel actions move: the activation all-gathers inside
  * `forward`, the input-gradient reduce-scatters inside `backward g`, and the local `update g` and
  * the compute it runs beside.
  *
@@ -9,7 +9,7 @@
  */
 
 import { ValueError } from "../../engine/errors.ts";
-import { dependenciesOf, isSharded, type Plan, type ReductionMode, stepLabel } from "./plan.ts";
+import { actionLabel, dependenciesOf, isSharded, type Plan, type ReductionMode } from "./plan.ts";
 import { checkPlan } from "./validate.ts";
 
 /**
@@ -33,25 +33,25 @@ function deviceList(from: number, to: number): string {
 }
 
 /**
- * Explains `plan` for `options.devices` devices in `options.mode`. Steps are numbered by their
- * index in `plan.steps` (`#0` is the first), the numbering `dependenciesOf` and the simulator use.
+ * Explains `plan` for `options.devices` devices in `options.mode`. Actions are numbered by their
+ * index in `plan.actions` (`#0` is the first), the numbering `dependenciesOf` and the simulator use.
  * Validation problems and notes are listed at the end instead of thrown, so a broken plan can be
- * explained too. For a hybrid plan the devices column marks the steps that carry activation traffic
+ * explained too. For a hybrid plan the devices column marks the actions that carry activation traffic
  * (`+ all-gathers`, `+ reduce-scatter`) and the sharded updates (`own 1/N each`, on every device in
- * either mode), and a "model-parallel steps" section spells them out; other plans read as before.
+ * either mode), and a "model-parallel actions" section spells them out; other plans read as before.
  *
  * @example
  * ```ts
  * import { overlapPlan } from "./builtins.ts";
  * import { explain } from "./explain.ts";
  * console.log(explain(overlapPlan(["fc", "conv"]), { devices: 2, mode: "master" }));
- * // schedule "overlap": 9 steps, 2 devices, master mode (reduce on device 0, update there, broadcast)
+ * // schedule "overlap": 9 actions, 2 devices, master mode (reduce on device 0, update there, broadcast)
  * // groups in backward order: fc, conv
  * //
- * // step  what            lane     devices  waits for
- * // #0    forward         compute  0..1     -
- * // #1    backward fc     compute  0..1     #0 forward
- * // #2    reduce fc       comm     1 -> 0   #1 backward fc
+ * // action  what            lane     devices  waits for
+ * // #0      forward         compute  0..1     -
+ * // #1      backward fc     compute  0..1     #0 forward
+ * // #2      reduce fc       comm     1 -> 0   #1 backward fc
  * // ...
  * ```
  *
@@ -61,9 +61,9 @@ function deviceList(from: number, to: number): string {
  * import { explain } from "./explain.ts";
  * console.log(explain(hybridPlan(["fc", "conv"]), { devices: 2, mode: "master" }));
  * // ...
- * // #2    update fc       comm     0..1, own 1/2 each  #1 backward fc
+ * // #2      update fc       comm     0..1, own 1/2 each     #1 backward fc
  * // ...
- * // model-parallel steps (sharded: fc; data-parallel: conv):
+ * // model-parallel actions (sharded: fc; data-parallel: conv):
  * //   #0 forward: each device runs conv on its own b samples; the body output is all-gathered ...
  * ```
  */
@@ -94,30 +94,30 @@ export function explain(plan: Plan, options: ExplainOptions): string {
     if (kind === "reduce") return master ? `${others} -> 0` : `ring ${everyone}`;
     return master ? `0 -> ${others}` : "no-op";
   };
-  const name = (i: number) => `#${i} ${stepLabel(plan.steps[i])}`;
+  const name = (i: number) => `#${i} ${actionLabel(plan.actions[i])}`;
   const description = master
     ? "master mode (reduce on device 0, update there, broadcast)"
     : "allreduce mode (every device reduces and updates its own copy; broadcasts are no-ops)";
 
-  const rows = plan.steps.map((step, i) => {
+  const rows = plan.actions.map((action, i) => {
     const deps = dependenciesOf(plan, i);
     return [
       `#${i}`,
-      stepLabel(step),
-      step.lane,
-      where(step.kind, step.group),
+      actionLabel(action),
+      action.lane,
+      where(action.kind, action.group),
       deps.length === 0 ? "-" : deps.map(name).join(", "),
-      step.line > 0 ? `${step.line}:${step.column}` : "",
+      action.line > 0 ? `${action.line}:${action.column}` : "",
     ];
   });
-  const header = ["step", "what", "lane", "devices", "waits for", "line:col"];
-  const hasLines = plan.steps.some((s) => s.line > 0);
+  const header = ["action", "what", "lane", "devices", "waits for", "line:col"];
+  const hasLines = plan.actions.some((s) => s.line > 0);
   const table = [header, ...rows].map((r) => (hasLines ? r : r.slice(0, 5)));
   const widths = table[0].map((_, c) => Math.max(...table.map((r) => r[c].length)));
   const render = (r: string[]) => r.map((cell, c) => cell.padEnd(widths[c])).join("  ").trimEnd();
 
   const out = [
-    `schedule ${JSON.stringify(plan.name)}: ${plan.steps.length} steps, ${devices} device${
+    `schedule ${JSON.stringify(plan.name)}: ${plan.actions.length} actions, ${devices} device${
       devices === 1 ? "" : "s"
     }, ${description}`,
     `groups in backward order: ${plan.groups.join(", ")}`,
@@ -125,13 +125,13 @@ export function explain(plan: Plan, options: ExplainOptions): string {
     ...table.map(render),
     "",
     ...(hybrid ? [...modelParallelSection(plan, devices), ""] : []),
-    "lanes (steps in the order each lane runs them):",
+    "lanes (actions in the order each lane runs them):",
   ];
   for (let d = 0; d < devices; d++) {
     const runsHere = (i: number) =>
-      !(plan.steps[i].kind === "update" && master && d > 0 && !isSharded(plan, plan.steps[i].group));
+      !(plan.actions[i].kind === "update" && master && d > 0 && !isSharded(plan, plan.actions[i].group));
     const lane = (which: string) =>
-      plan.steps.map((s, i) => (s.lane === which && runsHere(i) ? name(i) : undefined)).filter((x) => x)
+      plan.actions.map((s, i) => (s.lane === which && runsHere(i) ? name(i) : undefined)).filter((x) => x)
         .join(" -> ") || "(idle)";
     out.push(`  device ${d}`, `    compute | ${lane("compute")}`, `    comm    | ${lane("comm")}`);
   }
@@ -142,19 +142,19 @@ export function explain(plan: Plan, options: ExplainOptions): string {
   return out.join("\n") + "\n";
 }
 
-/** What a hybrid plan's forward, sharded backward and sharded update steps do, one line each. */
+/** What a hybrid plan's forward, sharded backward and sharded update actions do, one line each. */
 function modelParallelSection(plan: Plan, devices: number): string[] {
-  const steps = plan.steps;
+  const actions = plan.actions;
   const sharded = plan.sharded ?? [];
   const body = plan.groups.filter((g) => !sharded.includes(g));
-  const name = (i: number) => `#${i} ${stepLabel(steps[i])}`;
+  const name = (i: number) => `#${i} ${actionLabel(actions[i])}`;
   const forwardOrder = (groups: readonly string[]) => [...groups].reverse().join(", ");
   const n = devices;
   const rows = n === 1 ? "all b" : `all ${n}·b`;
   const slice = `1/${n}`;
-  // Transitive waits, to find the compute steps each sharded update runs beside.
+  // Transitive waits, to find the compute actions each sharded update runs beside.
   const ancestors: Set<number>[] = [];
-  steps.forEach((_, i) => {
+  actions.forEach((_, i) => {
     const mine = new Set<number>();
     for (const d of dependenciesOf(plan, i)) {
       mine.add(d);
@@ -162,12 +162,12 @@ function modelParallelSection(plan: Plan, devices: number): string[] {
     }
     ancestors.push(mine);
   });
-  const bodyBackward = steps.findIndex((s) => s.kind === "backward" && s.group === body[0]);
+  const bodyBackward = actions.findIndex((s) => s.kind === "backward" && s.group === body[0]);
   const lines = [
-    `model-parallel steps (sharded: ${sharded.join(", ")}; data-parallel: ${body.join(", ")}):`,
+    `model-parallel actions (sharded: ${sharded.join(", ")}; data-parallel: ${body.join(", ")}):`,
   ];
-  steps.forEach((step, i) => {
-    if (step.kind === "forward") {
+  actions.forEach((action, i) => {
+    if (action.kind === "forward") {
       lines.push(
         `  ${name(i)}: each device runs ${forwardOrder(body)} on its own b samples; the body output is ` +
           `all-gathered (every device gets ${rows} rows); each layer of ${forwardOrder(sharded)} computes ` +
@@ -175,8 +175,8 @@ function modelParallelSection(plan: Plan, devices: number): string[] {
           `all-gathered (by columns) before the next layer, the logits too, so every device computes ` +
           `the loss gradient on the full batch`,
       );
-    } else if (step.kind === "backward" && isSharded(plan, step.group)) {
-      const first = step.group === sharded[sharded.length - 1];
+    } else if (action.kind === "backward" && isSharded(plan, action.group)) {
+      const first = action.group === sharded[sharded.length - 1];
       const feeds = first
         ? `; below the first sharded layer each device gets the rows of its own samples${
           bodyBackward >= 0 ? `, which feed ${name(bodyBackward)}` : ""
@@ -188,8 +188,8 @@ function modelParallelSection(plan: Plan, devices: number): string[] {
           `reduce-scattered (summed in device order): each device gets the columns of its own units ` +
           `of the layer below${feeds}`,
       );
-    } else if (step.kind === "update" && isSharded(plan, step.group)) {
-      const beside = steps
+    } else if (action.kind === "update" && isSharded(plan, action.group)) {
+      const beside = actions
         .map((s, j) => (s.lane === "compute" && !ancestors[i].has(j) && !ancestors[j].has(i) ? j : -1))
         .filter((j) => j >= 0);
       lines.push(

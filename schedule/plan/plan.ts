@@ -1,17 +1,17 @@
 /**
- * The plan a schedule compiles to: an ordered list of steps, each on a lane, that the runtime
+ * The plan a schedule compiles to: an ordered list of actions, each on a lane, that the runtime
  * executes per training iteration and the simulator prices.
  *
  * Lanes: every device has a compute lane and a communication lane. `forward` and `backward` run on
  * the compute lane; `reduce`, `update` and `broadcast` run on the communication lane, so that the
  * FC update can be applied while the conv gradients are still being computed (a compute lane is one
- * thread here and would otherwise have to finish the conv backward first). Steps on one lane run in
- * plan order; a step also waits for the steps it depends on (see {@link dependenciesOf}).
+ * thread here and would otherwise have to finish the conv backward first). Actions on one lane run in
+ * plan order; an action also waits for the actions it depends on (see {@link dependenciesOf}).
  *
  * Hybrid plans (`Plan.sharded`, "one weird trick", Krizhevsky 2014): the sharded groups are
  * model-parallel — each of N devices holds 1/N of every layer's output units and their optimizer
  * state — while the other groups stay data-parallel. A sharded group's activations travel inside
- * its compute steps (`forward` all-gathers the body output and each layer's output slices;
+ * its compute actions (`forward` all-gathers the body output and each layer's output slices;
  * `backward g` reduce-scatters each layer's input gradient), its gradients never travel, and
  * `update g` updates each device's own slice right after `backward g`.
  *
@@ -19,19 +19,19 @@
  */
 
 /**
- * What a step does.
+ * What an action does.
  *
  * @example
  * ```ts
- * import { laneOf, type StepKind } from "./plan.ts";
- * const kinds: StepKind[] = ["forward", "backward", "reduce", "update", "broadcast"];
+ * import { laneOf, type ActionKind } from "./plan.ts";
+ * const kinds: ActionKind[] = ["forward", "backward", "reduce", "update", "broadcast"];
  * console.log(kinds.map(laneOf));
  * ```
  */
-export type StepKind = "forward" | "backward" | "reduce" | "update" | "broadcast";
+export type ActionKind = "forward" | "backward" | "reduce" | "update" | "broadcast";
 
 /**
- * Where a step runs.
+ * Where an action runs.
  *
  * @example
  * ```ts
@@ -42,17 +42,17 @@ export type StepKind = "forward" | "backward" | "reduce" | "update" | "broadcast
 export type Lane = "compute" | "comm";
 
 /**
- * One step of a plan, with the place in the schedule text it came from (1-based; 0 if built in code).
+ * One action of a plan, with the place in the schedule text it came from (1-based; 0 if built in code).
  *
  * @example
  * ```ts
- * import type { PlanStep } from "./plan.ts";
- * const step: PlanStep = { kind: "reduce", group: "fc", lane: "comm", line: 3, column: 1 };
+ * import type { PlanAction } from "./plan.ts";
+ * const action: PlanAction = { kind: "reduce", group: "fc", lane: "comm", line: 3, column: 1 };
  * ```
  */
-export interface PlanStep {
+export interface PlanAction {
   /** What it does. */
-  readonly kind: StepKind;
+  readonly kind: ActionKind;
   /** The parameter group it acts on (`undefined` for `forward`). */
   readonly group?: string;
   /** The lane it runs on. */
@@ -62,9 +62,9 @@ export interface PlanStep {
   /** Column in the schedule text. */
   readonly column: number;
   /**
-   * Extra steps (indices of earlier steps) this one waits for, beyond the lane order and the data
+   * Extra actions (indices of earlier actions) this one waits for, beyond the lane order and the data
    * ({@link dependenciesOf} adds them). Parsed and built plans use it for program order: a
-   * communication step waits for the compute steps written before it (see {@link withProgramOrder}).
+   * communication action waits for the compute actions written before it (see {@link withProgramOrder}).
    * Absent means no extra waits.
    */
   readonly waitsFor?: readonly number[];
@@ -73,7 +73,7 @@ export interface PlanStep {
 /**
  * How gradients are combined: `master` gathers them on device 0, averages in device order, updates
  * there and broadcasts the new parameters; `allreduce` gives every device the average so each updates
- * its own copy (broadcast steps are then no-ops).
+ * its own copy (broadcast actions are then no-ops).
  *
  * @example
  * ```ts
@@ -108,7 +108,7 @@ export interface PlanSource {
  * const plan: Plan = {
  *   name: "forward-only",
  *   groups: ["fc"],
- *   steps: [{ kind: "forward", lane: "compute", line: 0, column: 0 }],
+ *   actions: [{ kind: "forward", lane: "compute", line: 0, column: 0 }],
  * };
  * ```
  */
@@ -117,8 +117,8 @@ export interface Plan {
   readonly name: string;
   /** Groups in the order backward produces them (output side first). */
   readonly groups: readonly string[];
-  /** The steps, in order. */
-  readonly steps: readonly PlanStep[];
+  /** The actions, in order. */
+  readonly actions: readonly PlanAction[];
   /** The text the plan was parsed from; absent for plans built in code. */
   readonly source?: PlanSource;
   /**
@@ -137,7 +137,7 @@ export interface Plan {
  * @example
  * ```ts
  * import { isSharded, type Plan } from "./plan.ts";
- * const plan: Plan = { name: "h", groups: ["fc", "conv"], sharded: ["fc"], steps: [] };
+ * const plan: Plan = { name: "h", groups: ["fc", "conv"], sharded: ["fc"], actions: [] };
  * console.log(isSharded(plan, "fc"), isSharded(plan, "conv")); // true false
  * ```
  */
@@ -146,7 +146,7 @@ export function isSharded(plan: Pick<Plan, "sharded">, group: string | undefined
 }
 
 /**
- * The lane a kind of step runs on.
+ * The lane a kind of action runs on.
  *
  * @example
  * ```ts
@@ -154,28 +154,28 @@ export function isSharded(plan: Pick<Plan, "sharded">, group: string | undefined
  * console.log(laneOf("update")); // comm
  * ```
  */
-export function laneOf(kind: StepKind): Lane {
+export function laneOf(kind: ActionKind): Lane {
   return kind === "forward" || kind === "backward" ? "compute" : "comm";
 }
 
 /**
- * A step as it reads in schedule text, e.g. `reduce fc` or `forward`.
+ * An action as it reads in schedule text, e.g. `reduce fc` or `forward`.
  *
  * @example
  * ```ts
- * import { stepLabel } from "./plan.ts";
- * console.log(stepLabel({ kind: "update", group: "fc" })); // update fc
+ * import { actionLabel } from "./plan.ts";
+ * console.log(actionLabel({ kind: "update", group: "fc" })); // update fc
  * ```
  */
-export function stepLabel(step: Pick<PlanStep, "kind" | "group">): string {
-  return step.group === undefined ? step.kind : `${step.kind} ${step.group}`;
+export function actionLabel(action: Pick<PlanAction, "kind" | "group">): string {
+  return action.group === undefined ? action.kind : `${action.kind} ${action.group}`;
 }
 
 /**
- * Indices of the steps that `plan.steps[index]` waits for: the previous step on its lane, the
+ * Indices of the actions that `plan.actions[index]` waits for: the previous action on its lane, the
  * data it needs — a backward needs the forward, a reduce its group's backward, an update its reduce
  * (the update of a sharded group, which is never reduced, its backward), a broadcast its update —
- * and the step's own `waitsFor`.
+ * and the action's own `waitsFor`.
  *
  * @example
  * ```ts
@@ -184,37 +184,37 @@ export function stepLabel(step: Pick<PlanStep, "kind" | "group">): string {
  * ```
  */
 export function dependenciesOf(plan: Plan, index: number): number[] {
-  const step = plan.steps[index];
+  const action = plan.actions[index];
   const deps = new Set<number>();
   for (let i = index - 1; i >= 0; i--) {
-    if (plan.steps[i].lane === step.lane) {
+    if (plan.actions[i].lane === action.lane) {
       deps.add(i);
       break;
     }
   }
-  const needs: StepKind | undefined = {
+  const needs: ActionKind | undefined = {
     forward: undefined,
     backward: "forward",
     reduce: "backward",
-    update: isSharded(plan, step.group) ? "backward" : "reduce",
+    update: isSharded(plan, action.group) ? "backward" : "reduce",
     broadcast: "update",
-  }[step.kind] as StepKind | undefined;
+  }[action.kind] as ActionKind | undefined;
   if (needs) {
     for (let i = index - 1; i >= 0; i--) {
-      const candidate = plan.steps[i];
-      if (candidate.kind === needs && (needs === "forward" || candidate.group === step.group)) {
+      const candidate = plan.actions[i];
+      if (candidate.kind === needs && (needs === "forward" || candidate.group === action.group)) {
         deps.add(i);
         break;
       }
     }
   }
-  for (const i of step.waitsFor ?? []) deps.add(i);
+  for (const i of action.waitsFor ?? []) deps.add(i);
   return [...deps].sort((a, b) => a - b);
 }
 
 /**
- * `steps` with program order made explicit: each communication step also waits for the last compute
- * step written before it, unless it already waits for it through lane order or data. Compute steps
+ * `actions` with program order made explicit: each communication action also waits for the last compute
+ * action written before it, unless it already waits for it through lane order or data. Compute actions
  * never wait for communication written before them (only for their data), which is what lets
  * `update fc; backward conv` run side by side.
  *
@@ -228,25 +228,28 @@ export function dependenciesOf(plan: Plan, index: number): number[] {
  * ```ts
  * import { withProgramOrder } from "./plan.ts";
  * const at = { line: 0, column: 0 };
- * const steps = withProgramOrder([
+ * const actions = withProgramOrder([
  *   { kind: "forward", lane: "compute", ...at },
  *   { kind: "backward", group: "fc", lane: "compute", ...at },
  *   { kind: "backward", group: "conv", lane: "compute", ...at },
  *   { kind: "reduce", group: "fc", lane: "comm", ...at },
  * ]);
- * console.log(steps[3].waitsFor); // [2]: reduce fc waits for backward conv, written before it
+ * console.log(actions[3].waitsFor); // [2]: reduce fc waits for backward conv, written before it
  * ```
  */
-export function withProgramOrder(steps: readonly PlanStep[], sharded: readonly string[] = []): PlanStep[] {
-  const out: PlanStep[] = [];
+export function withProgramOrder(
+  actions: readonly PlanAction[],
+  sharded: readonly string[] = [],
+): PlanAction[] {
+  const out: PlanAction[] = [];
   const ancestors: Set<number>[] = [];
   let lastCompute = -1;
-  for (const [index, step] of steps.entries()) {
-    out.push(step);
-    let direct = dependenciesOf({ name: "", groups: [], steps: out, sharded }, index);
+  for (const [index, action] of actions.entries()) {
+    out.push(action);
+    let direct = dependenciesOf({ name: "", groups: [], actions: out, sharded }, index);
     const implied = direct.some((d) => d === lastCompute || ancestors[d].has(lastCompute));
-    if (step.lane === "comm" && lastCompute >= 0 && !implied) {
-      out[index] = { ...step, waitsFor: [...(step.waitsFor ?? []), lastCompute] };
+    if (action.lane === "comm" && lastCompute >= 0 && !implied) {
+      out[index] = { ...action, waitsFor: [...(action.waitsFor ?? []), lastCompute] };
       direct = [...direct, lastCompute];
     }
     const mine = new Set<number>();
@@ -255,7 +258,7 @@ export function withProgramOrder(steps: readonly PlanStep[], sharded: readonly s
       for (const a of ancestors[d]) mine.add(a);
     }
     ancestors.push(mine);
-    if (step.lane === "compute") lastCompute = index;
+    if (action.lane === "compute") lastCompute = index;
   }
   return out;
 }

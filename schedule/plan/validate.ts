@@ -1,13 +1,13 @@
 /**
  * Static checks on a plan before anything runs: every rule here is something that would otherwise
  * deadlock the runtime, read a gradient that does not exist yet, or let replicas silently diverge.
- * Errors quote the step's line and column (or its index for plans built in code).
+ * Errors quote the action's line and column (or its index for plans built in code).
  *
  * Rules, for groups `G` in backward order:
- * - `forward` exists and is the first step;
- * - no step appears twice;
- * - every group step names a known group, every step is on its kind's lane, and `waitsFor` names
- *   only earlier steps;
+ * - `forward` exists and is the first action;
+ * - no action appears twice;
+ * - every group action names a known group, every action is on its kind's lane, and `waitsFor` names
+ *   only earlier actions;
  * - `backward` segments follow the backward order (autograd produces the output side first);
  * - `reduce g` follows `backward g`, `update g` follows `reduce g`;
  * - every group is backwarded, reduced and updated;
@@ -25,7 +25,7 @@
 
 import { ValueError } from "../../engine/errors.ts";
 import { ScheduleError } from "./errors.ts";
-import { laneOf, type Plan, type ReductionMode, type StepKind, stepLabel } from "./plan.ts";
+import { type ActionKind, actionLabel, laneOf, type Plan, type ReductionMode } from "./plan.ts";
 
 /**
  * What is wrong with a `shard` declaration, from {@link shardingProblem}.
@@ -117,7 +117,7 @@ export interface ValidateOptions {
  * ```
  */
 export interface PlanReport {
-  /** Problems that stop the plan from running, earliest step first. */
+  /** Problems that stop the plan from running, earliest action first. */
   readonly errors: readonly ScheduleError[];
   /** Things worth knowing that do not stop it, e.g. no-op broadcasts in `allreduce` mode. */
   readonly notes: readonly string[];
@@ -146,21 +146,21 @@ export function checkPlan(plan: Plan, options: ValidateOptions): PlanReport {
   const notes: string[] = [];
   const lines = plan.source?.text.split("\n");
   const label = plan.source?.fileName ?? plan.name;
-  const steps = plan.steps;
+  const actions = plan.actions;
 
   const where = (index: number) => {
-    const step = steps[index];
-    return step.line > 0 ? `line ${step.line}, column ${step.column}` : `step ${index}`;
+    const action = actions[index];
+    return action.line > 0 ? `line ${action.line}, column ${action.column}` : `action ${index}`;
   };
   const report = (index: number | undefined, reason: string) => {
-    const step = index === undefined ? undefined : steps[index];
-    const located = step !== undefined && step.line > 0;
+    const action = index === undefined ? undefined : actions[index];
+    const located = action !== undefined && action.line > 0;
     const error = new ScheduleError(reason, {
       schedule: label,
-      line: located ? step.line : 0,
-      column: located ? step.column : 0,
-      sourceLine: located ? lines?.[step.line - 1]?.replace(/\r$/, "") : undefined,
-      stepIndex: index,
+      line: located ? action.line : 0,
+      column: located ? action.column : 0,
+      sourceLine: located ? lines?.[action.line - 1]?.replace(/\r$/, "") : undefined,
+      actionIndex: index,
     });
     problems.push({ index: index ?? -1, error });
   };
@@ -174,22 +174,22 @@ export function checkPlan(plan: Plan, options: ValidateOptions): PlanReport {
   const sharded = new Set(plan.sharded ?? []);
   const sharding = shardingProblem(groups, plan.sharded ?? []);
   if (sharding !== undefined) report(undefined, `shard: ${sharding.reason}`);
-  /** Whether the step at `index` came from a statement naming `all`, e.g. `reduce all`. */
+  /** Whether the action at `index` came from a statement naming `all`, e.g. `reduce all`. */
   const fromAll = (index: number) => {
-    const step = steps[index];
-    const text = step.line > 0 ? lines?.[step.line - 1]?.slice(step.column - 1) : undefined;
+    const action = actions[index];
+    const text = action.line > 0 ? lines?.[action.line - 1]?.slice(action.column - 1) : undefined;
     return text !== undefined && /^[A-Za-z]+[ \t]+all(?![A-Za-z0-9_.-])/.test(text);
   };
 
-  const forwardAt = steps.findIndex((s) => s.kind === "forward");
+  const forwardAt = actions.findIndex((s) => s.kind === "forward");
   if (forwardAt < 0) {
-    report(steps.length > 0 ? 0 : undefined, "forward is missing; a plan starts with forward");
+    report(actions.length > 0 ? 0 : undefined, "forward is missing; a plan starts with forward");
   } else if (forwardAt > 0) {
-    report(forwardAt, `forward must be the first step, but ${stepLabel(steps[0])} comes before it`);
+    report(forwardAt, `forward must be the first action, but ${actionLabel(actions[0])} comes before it`);
   }
 
   const firstSeen = new Map<string, number>();
-  const done: Record<Exclude<StepKind, "forward">, Map<string, number>> = {
+  const done: Record<Exclude<ActionKind, "forward">, Map<string, number>> = {
     backward: new Map(),
     reduce: new Map(),
     update: new Map(),
@@ -197,14 +197,14 @@ export function checkPlan(plan: Plan, options: ValidateOptions): PlanReport {
   };
   const needs = { reduce: "backward", update: "reduce", broadcast: "update" } as const;
 
-  steps.forEach((step, index) => {
-    const name = stepLabel(step);
-    if (step.lane !== laneOf(step.kind)) {
-      report(index, `${name} must run on the ${laneOf(step.kind)} lane, not ${step.lane}`);
+  actions.forEach((action, index) => {
+    const name = actionLabel(action);
+    if (action.lane !== laneOf(action.kind)) {
+      report(index, `${name} must run on the ${laneOf(action.kind)} lane, not ${action.lane}`);
     }
-    const badWait = (step.waitsFor ?? []).find((j) => !Number.isInteger(j) || j < 0 || j >= index);
+    const badWait = (action.waitsFor ?? []).find((j) => !Number.isInteger(j) || j < 0 || j >= index);
     if (badWait !== undefined) {
-      report(index, `${name} waits for step ${badWait}, which is not an earlier step`);
+      report(index, `${name} waits for action ${badWait}, which is not an earlier action`);
     }
     const first = firstSeen.get(name);
     if (first !== undefined) {
@@ -212,21 +212,21 @@ export function checkPlan(plan: Plan, options: ValidateOptions): PlanReport {
       return;
     }
     firstSeen.set(name, index);
-    if (step.kind === "forward") {
-      if (step.group !== undefined) report(index, "forward takes no group");
+    if (action.kind === "forward") {
+      if (action.group !== undefined) report(index, "forward takes no group");
       return;
     }
-    const group = step.group;
+    const group = action.group;
     if (group === undefined) {
-      report(index, `${step.kind} needs a group`);
+      report(index, `${action.kind} needs a group`);
       return;
     }
     if (!groups.includes(group)) {
       report(index, `unknown group ${JSON.stringify(group)}; groups are ${groups.join(", ")}`);
       return;
     }
-    done[step.kind].set(group, index);
-    if (step.kind === "backward") {
+    done[action.kind].set(group, index);
+    if (action.kind === "backward") {
       const missing = groups.slice(0, groups.indexOf(group)).find((g) => !done.backward.has(g));
       if (missing !== undefined) {
         report(
@@ -238,18 +238,18 @@ export function checkPlan(plan: Plan, options: ValidateOptions): PlanReport {
       }
       return;
     }
-    if (sharded.has(group) && (step.kind === "reduce" || step.kind === "broadcast")) {
-      const why = step.kind === "reduce"
+    if (sharded.has(group) && (action.kind === "reduce" || action.kind === "broadcast")) {
+      const why = action.kind === "reduce"
         ? "its gradients never travel"
         : "each device keeps and updates its own slice, so there is nothing to broadcast";
       const unsharded = groups.filter((g) => !sharded.has(g));
       const instead = fromAll(index)
-        ? ` (name the unsharded groups instead of \`all\`: ${step.kind} ${unsharded.join(", ")})`
+        ? ` (name the unsharded groups instead of \`all\`: ${action.kind} ${unsharded.join(", ")})`
         : "";
       report(index, `${group} is sharded (model-parallel): ${why}; remove \`${name}\`${instead}`);
       return;
     }
-    if (step.kind === "broadcast" && !master) {
+    if (action.kind === "broadcast" && !master) {
       notes.push(
         `broadcast ${group} (${
           where(index)
@@ -258,17 +258,17 @@ export function checkPlan(plan: Plan, options: ValidateOptions): PlanReport {
       return;
     }
     // A sharded group is never reduced: its update needs only its backward.
-    const need = step.kind === "update" && sharded.has(group) ? "backward" : needs[step.kind];
+    const need = action.kind === "update" && sharded.has(group) ? "backward" : needs[action.kind];
     if (!done[need].has(group)) report(index, `${name} comes before ${need} ${group}`);
   });
 
   // A stage is "never done" only when no later stage of the group exists either; otherwise the later
   // stage has already been reported as coming too early, and one mistake should give one error.
-  const dataParallelStages: readonly Exclude<StepKind, "forward">[] = master
+  const dataParallelStages: readonly Exclude<ActionKind, "forward">[] = master
     ? ["backward", "reduce", "update", "broadcast"]
     : ["backward", "reduce", "update"];
   const verbs = { backward: "backwarded", reduce: "reduced", update: "updated", broadcast: "broadcast" };
-  const last = steps.length > 0 ? steps.length - 1 : undefined;
+  const last = actions.length > 0 ? actions.length - 1 : undefined;
   for (const group of groups) {
     const stages = sharded.has(group) ? ["backward", "update"] as const : dataParallelStages;
     for (let s = 0; s < stages.length; s++) {
@@ -283,9 +283,9 @@ export function checkPlan(plan: Plan, options: ValidateOptions): PlanReport {
     }
   }
 
-  const backwards = steps.map((s, i) => (s.kind === "backward" ? i : -1)).filter((i) => i >= 0);
+  const backwards = actions.map((s, i) => (s.kind === "backward" ? i : -1)).filter((i) => i >= 0);
   // A sharded group's update is communication-lane work too (it is not reduced, so it is the first).
-  const firstReduce = steps.findIndex((s) =>
+  const firstReduce = actions.findIndex((s) =>
     s.kind === "reduce" || (s.kind === "update" && s.group !== undefined && sharded.has(s.group))
   );
   if (groups.length > 1 && firstReduce > backwards[backwards.length - 1]) {

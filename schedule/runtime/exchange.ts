@@ -1,6 +1,6 @@
 /**
  * The exchange: how the devices of a data-parallel run share gradients and parameters. The plan
- * executor (`trainer.ts`) walks every plan the same way on every transport; only the moves differ,
+ * executor (`executor.ts`) walks every plan the same way on every transport; only the moves differ,
  * and they live behind this interface, with three implementations:
  *
  * - `SharedMemoryExchange` — CPU Workers in this process: gradients and parameters are host buffers
@@ -41,7 +41,7 @@ export interface ReplicaReference {
   initialBuffers?: Float32Array;
 }
 
-/** What an exchange step may use from the step that runs it. */
+/** What an exchange action (`reduce`, `broadcast`) may use from the training step that runs it. */
 export interface ExchangeContext {
   /** Training iteration of the step. */
   readonly iteration: number;
@@ -50,7 +50,7 @@ export interface ExchangeContext {
   /** Whether a device of this process is still computing (a waiting collective then yields the CPU). */
   computing(): boolean;
   /**
-   * Records a transfer inside a step on `device`'s communication lane, e.g. `send fc gradients`, with
+   * Records a transfer inside an action on `device`'s communication lane, e.g. `send fc gradients`, with
    * the bytes it moved where known (halved by a 16-bit wire format, see `wire.ts`).
    */
   record(device: number, name: string, start: number, end: number, bytes?: number): void;
@@ -96,7 +96,7 @@ export interface Exchange {
    */
   readonly rollsBack: boolean;
   /**
-   * Its reduce and broadcast steps can fail (a peer GPU lost), so an update followed by one must be
+   * Its reduce and broadcast actions can fail (a peer GPU lost), so an update followed by one must be
    * undoable even after every device has finished; copies between host buffers cannot fail.
    */
   readonly transfersCanFail: boolean;

@@ -3,9 +3,9 @@
  * the train summary and the benchmarks:
  *
  * - compute: time some device ran forward or backward;
- * - communication: time the plan's `reduce` and `broadcast` steps (and the transfers inside them)
+ * - communication: time the plan's `reduce` and `broadcast` actions (and the transfers inside them)
  *   ran — moving gradients and parameters and summing them in device order, as an all-reduce does;
- * - update: time the optimizer's `update` steps ran, reported apart, since it is arithmetic on
+ * - update: time the plan's `update` actions ran, reported apart, since it is arithmetic on
  *   parameters, not a transfer;
  * - hidden communication / hidden update: the part of each that overlapped some device's compute.
  *
@@ -32,11 +32,11 @@ export interface StepFigures {
   total: number;
   /** Time some device computed. */
   compute: number;
-  /** Time of the reduce and broadcast steps. */
+  /** Time of the reduce and broadcast actions. */
   communication: number;
   /** Communication that overlapped compute. */
   hiddenCommunication: number;
-  /** Time of the update steps. */
+  /** Time of the update actions. */
   update: number;
   /** Update time that overlapped compute. */
   hiddenUpdate: number;

@@ -27,13 +27,13 @@
  * @module
  */
 
+export { DataParallelTrainer } from "./trainer.ts";
 export {
   type DataParallelOptions,
   type DataParallelStepResult,
-  DataParallelTrainer,
   type HostBatch,
   type LaneEvent,
-} from "./trainer.ts";
+} from "./options.ts";
 export {
   type ChromeTrace,
   type ChromeTraceEvent,

@@ -17,7 +17,7 @@ import { type HeadLayout, headLayout } from "../devices/sharded_head.ts";
 import type { Exchange, ReplicaReference } from "./exchange.ts";
 import { ResidentExchange } from "./resident_exchange.ts";
 import { SharedMemoryExchange } from "./shared_memory_exchange.ts";
-import type { DataParallelOptions } from "./trainer.ts";
+import type { DataParallelOptions } from "./options.ts";
 
 /**
  * The layout and initial parameters of the model, checked against the plan's groups, and for a

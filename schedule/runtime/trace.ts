@@ -3,7 +3,7 @@
  * Perfetto or chrome://tracing) and into the overlap figures the simulator predicts.
  *
  * Definitions, for one iteration: let C be the union of all compute intervals of all devices and K
- * the union of all communication intervals of all devices — the reduce and broadcast steps and their
+ * the union of all communication intervals of all devices — the reduce and broadcast actions and their
  * transfers, not the updates (see `figures.ts`). `commMs` = |K|, the time during which
  * some device communicates; `hiddenMs` = |K ∩ C|, the part of it during which some device computes;
  * `fraction` = hiddenMs / commMs (0 when there is no communication). So `commMs − hiddenMs` is

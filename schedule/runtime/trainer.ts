@@ -1,13 +1,10 @@
 /**
- * The data-parallel trainer and its plan executor: one step skeleton that runs any validated plan on
- * N devices over any {@link Exchange} — CPU Workers sharing memory, GPU-resident replicas, or one
- * device per MPI rank.
- *
- * Each device's compute lane runs forward and the backward groups in plan order and announces each
- * group's gradients as they become final. The communication lane (this thread) walks the plan's
- * `reduce`, `update` and `broadcast` steps in order, each starting as soon as the backward steps it
- * depends on are done on every device of this process — so under `overlap` the FC gradients are
- * shipped, averaged and applied while the devices are still computing conv gradients.
+ * The data-parallel trainer: N devices under one schedule, in this process or across MPI ranks. It
+ * starts the run (the reference model fixes the layout and every replica's initial parameters, see
+ * `start.ts`; MPI ranks join in `mpi/exchange.ts`), holds what outlives an iteration (the exchange,
+ * a hybrid plan's head, the buffers, the iteration count, a failure that ends the run), and runs each
+ * iteration through the plan executor (`executor.ts`), undoing a failed one where the exchange can.
+ * Its options, batches and results are in `options.ts`.
  *
  * Lossless by construction (invariants of lossless data-parallel training):
  * - gradients are averaged in device order, `(g0 + g1 + … + g(N−1)) · fround(1/N)` in float32, by
@@ -20,13 +17,6 @@
  * - replicas start from device 0's parameters and receive them (master mode) or apply identical
  *   updates to identical inputs (allreduce mode).
  *
- * A failed step is undone without copying everything each step: an update that may still be
- * followed by a failure (a device still computing, or a later step that can fail) is `undoable`,
- * which copies that group's parameters and optimizer state just before it overwrites them. An update
- * placed after every backward waits for the devices to finish and, where the exchange's remaining
- * steps cannot fail (shared memory), needs no copy: `sequential` copies nothing, `overlap` copies the
- * FC group while the conv backward runs.
- *
  * @module
  */
 
@@ -36,145 +26,27 @@ import {
   type Optimizer,
   type ParameterEntry,
   TandemError,
-  ValueError,
 } from "../../engine/mod.ts";
 import { type BufferLayout, hostBufferEntries } from "../devices/buffer_layout.ts";
 import { ScheduleError } from "../plan/errors.ts";
 import { type ComputeResult, type Device, DeviceError } from "../devices/device.ts";
 import type { ParameterLayout } from "../devices/parameter_layout.ts";
-import type { ModelSpec } from "../devices/model_spec.ts";
-import type { MpiTransport, MpiTransportOptions } from "../mpi/transport.ts";
 import { MpiActivations } from "../mpi/activations.ts";
 import { MpiExchange } from "../mpi/exchange.ts";
-import { dependenciesOf, type Plan, type ReductionMode } from "../plan/plan.ts";
-import { type Deferred, deferred } from "./deferred.ts";
-import type { Exchange, ExchangeContext } from "./exchange.ts";
-import { type LaneSpan, type StepFigures, stepFigures } from "./figures.ts";
-import type { Link } from "./link.ts";
+import type { Plan } from "../plan/plan.ts";
+import type { Exchange } from "./exchange.ts";
+import { runIteration } from "./executor.ts";
 import { HybridHead, SharedActivations } from "./hybrid.ts";
+import {
+  checkOptions,
+  type DataParallelOptions,
+  type DataParallelStepResult,
+  type HostBatch,
+  splitBatch,
+} from "./options.ts";
 import { ResidentExchange } from "./resident_exchange.ts";
 import { referenceOf, startInProcess } from "./start.ts";
-import type { TraceRecorder } from "./trace.ts";
-import { checkWireOptions, type WireFormat } from "./wire.ts";
-import { checkUpdatedGroup, DivergenceError, isNonFiniteLoss } from "./finite.ts";
-
-/** One recorded span of work on a lane, in `performance.now()` milliseconds. */
-export interface LaneEvent extends LaneSpan {
-  /** Device index (the MPI rank under MPI). */
-  device: number;
-  /** Training iteration. */
-  step: number;
-  /** Bytes a transfer moved (for gradients: as sent on the wire, 2 per value for fp16/bf16). */
-  bytes?: number;
-}
-
-/** Options of {@link DataParallelTrainer.create}. */
-export interface DataParallelOptions {
-  /** The model every device builds. */
-  model: ModelSpec;
-  /** `master` (gather to device 0, update there, broadcast; default) or `allreduce`. */
-  mode?: ReductionMode;
-  /** The schedule to run (validated beforehand). */
-  plan: Plan;
-  /** Creates the optimizer for a set of parameters (called once per updating replica). */
-  optimizer: (parameters: ParameterEntry[]) => Optimizer;
-  /** Number of devices in this process (default 2). Under MPI: one per rank, this is ignored. */
-  devices?: number;
-  /** Emulated link between devices in this process; none means shared memory at full speed. */
-  link?: Link;
-  /**
-   * Run across MPI ranks, one device per rank, rank 0 the master: the transport, or `true` for
-   * `MpiTransport.init(transportOptions)`. Every rank must pass the same options.
-   */
-  transport?: MpiTransport | true;
-  /** Options for the transport `transport: true` starts. */
-  transportOptions?: MpiTransportOptions;
-  /**
-   * MPI: gradients and parameters travel in chunks of at most this many bytes, pipelined so that
-   * averaging, updating and sending back one chunk overlap the transfer of the next (default 1 MiB).
-   */
-  chunkBytes?: number;
-  /** Run seed for dropout (default 0). */
-  seed?: number;
-  /**
-   * Gradient accumulation: each device runs its shard as this many equal micro-batches, adding their
-   * gradients, and the step communicates only after the last one (default 1). `devices: 1,
-   * accumulate: K` gives the bits of `devices: K`; see `replicaStep` for why not those of one pass.
-   * Under a hybrid plan every micro-batch runs the head over the micro-batches gathered from every
-   * device, and the slices update after the last (`devices/head_micro_batches.ts`).
-   */
-  accumulate?: number;
-  /** A device (or rank) that does not answer within this many seconds fails the step (default 120). */
-  timeoutSeconds?: number;
-  /** After every step, check that all replicas hold bit-identical parameters (default false). */
-  verifyReplicas?: boolean;
-  /**
-   * After every update, check the group's new parameters for NaN and ±∞ (one backend reduction,
-   * started on the communication lane right after the update, so an update behind compute is
-   * checked behind it too, and awaited at the end of the step), and check the loss. A non-finite
-   * one fails the step with a {@link DivergenceError} naming the step and tensor, and the step is
-   * rolled back, so every update is then kept undoable (default true; `sequential` pays copies it
-   * would otherwise skip, see `bench/ROLLBACK.md`).
-   */
-  checkFinite?: boolean;
-  /** Receives every lane event. */
-  onEvent?: (event: LaneEvent) => void;
-  /** Records every lane event for a Chrome trace (`trace.writeChromeTrace(path)`). */
-  trace?: TraceRecorder;
-  /**
-   * Starts device `index` holding a replica of `model` laid out as `layout` (default: a CPU
-   * Worker). Other device kinds (WebGPU) and test wrappers plug in here; the trainer only uses the
-   * {@link Device} contract.
-   */
-  startDevice?: (
-    index: number,
-    model: ModelSpec,
-    layout: ParameterLayout,
-    timeoutSeconds: number,
-  ) => Promise<Device>;
-  /**
-   * How gradients travel (`wire.ts`): `fp32` (default, exact) or `fp16` / `bf16`, which halve the
-   * exchanged bytes. Lossy and not bit-identical to fp32, but every device's gradients (the master's
-   * too) are rounded alike before the device-order average, so under one format every schedule,
-   * reduction and transport gives the same bits. Parameters always travel in fp32. GPU-resident
-   * (WebGPU) devices in one process take `fp32` only.
-   */
-  wire?: WireFormat;
-  /**
-   * With a 16-bit `wire`: each device keeps the rounding error of what it sent (a residual over the
-   * whole layout, across steps) and adds it to its next gradients (default false). Checkpoint them with
-   * {@link DataParallelTrainer.residuals} and restore them with `resumeResiduals` (`residuals.ts`).
-   */
-  errorFeedback?: boolean;
-}
-
-/** A global batch as host arrays. */
-export interface HostBatch {
-  /** Float32 NCHW pixels of the whole global batch. */
-  images: Float32Array;
-  /** Int32 labels. */
-  labels: Int32Array;
-  /** `[batch, C, H, W]`. */
-  shape: readonly number[];
-}
-
-/** What one data-parallel step did. */
-export interface DataParallelStepResult {
-  /** Iteration number of this step (0-based). */
-  iteration: number;
-  /** Mean loss over the global batch. */
-  loss: number;
-  /** Correct top-1 predictions over the global batch. */
-  correct: number;
-  /** Samples in the global batch. */
-  count: number;
-  /** Wall-clock seconds of the step. */
-  seconds: number;
-  /** Where the step's milliseconds went (see `figures.ts`): this process's lanes. */
-  ms: StepFigures;
-  /** `ms.hiddenCommunication / ms.communication`, 0 without communication. */
-  hiddenFraction: number;
-}
+import { DivergenceError, isNonFiniteLoss } from "./finite.ts";
 
 /**
  * Data-parallel training on N device handles under a schedule, in this process or across MPI ranks.
@@ -224,19 +96,7 @@ export class DataParallelTrainer {
    * (this rank's one under MPI), and gives every replica device 0's parameters. Collective under MPI.
    */
   static async create(options: DataParallelOptions): Promise<DataParallelTrainer> {
-    const mode = options.mode ?? "master";
-    if (mode !== "master" && mode !== "allreduce") {
-      throw new ValueError("DataParallelTrainer", `mode must be "master" or "allreduce", got "${mode}"`);
-    }
-    const count = options.devices ?? 2;
-    const accumulate = options.accumulate ?? 1;
-    if (!Number.isInteger(accumulate) || accumulate < 1) {
-      throw new ValueError("DataParallelTrainer", `accumulate must be a positive integer, got ${accumulate}`);
-    }
-    if (!options.transport && (!Number.isInteger(count) || count < 1)) {
-      throw new ValueError("DataParallelTrainer", `devices must be a positive integer, got ${count}`);
-    }
-    checkWireOptions(options);
+    const count = checkOptions(options);
     // Under MPI the ranks are counted once the transport is up; the split is checked again then.
     const reference = await referenceOf(options, options.transport ? 1 : count);
     const buffers = reference.buffers ?? { slots: [], total: 0 };
@@ -463,217 +323,36 @@ export class DataParallelTrainer {
         : "a device failed earlier";
       throw new TandemError(`DataParallelTrainer: ${what}: ${this.#failed.message}`);
     }
-    const exchange = this.#exchange, plan = this.#plan, n = exchange.size;
-    const [batchSize, ...sample] = batch.shape;
-    if (batchSize % n !== 0) {
-      throw new ValueError(
-        "DataParallelTrainer",
-        `a batch of ${batchSize} does not split evenly over ${n} devices`,
-      );
-    }
-    const shardSize = batchSize / n, sampleSize = sample.reduce((a, b) => a * b, 1);
+    const exchange = this.#exchange;
     const microBatches = this.#options.accumulate ?? 1;
-    if (shardSize % microBatches !== 0) {
-      throw new ValueError(
-        "DataParallelTrainer",
-        `a shard of ${shardSize} samples per device does not split into ${microBatches} equal micro-batches`,
-      );
-    }
+    const split = splitBatch(batch.shape, exchange.size, microBatches);
     await exchange.beforeStep();
     // Each replica's statistics as they were, to put back if the step is undone.
     const savedBuffers = this.#buffers.total ? exchange.local.map((d) => d.buffers!.slice()) : undefined;
     const iteration = this.iteration;
-    const started = performance.now();
-    const spans: LaneSpan[] = [];
-    const record = (
-      device: number,
-      lane: "compute" | "comm",
-      name: string,
-      start: number,
-      end: number,
-      bytes?: number,
-    ) => {
-      spans.push({ lane, name, start, end });
-      const event: LaneEvent = {
-        device,
-        lane,
-        name,
-        step: iteration,
-        start,
-        end,
-        ...(bytes === undefined ? {} : { bytes }),
-      };
-      this.#options.onEvent?.(event);
-      this.#options.trace?.record(event);
-    };
-
-    // Per local device and group, resolved when that group's gradients are final.
-    const ready = exchange.local.map(() =>
-      new Map<string, Deferred<void>>(plan.groups.map((g) => [g, deferred()]))
-    );
-    const backwardGroups = plan.steps.filter((s) => s.kind === "backward").map((s) => s.group!);
-    let computing = exchange.local.length;
-    const hybrid = this.#hybrid;
-    const shardedGroups = new Set(plan.sharded ?? []);
-    const headComputes = hybrid?.compute({
+    return await runIteration({
+      exchange,
+      plan: this.#plan,
+      options: this.#options,
+      hybrid: this.#hybrid,
       iteration,
-      seed: this.#options.seed ?? 0,
-      images: batch.images,
-      labels: batch.labels,
-      shape: batch.shape,
-      ready,
-      record: (device, name, start, end, bytes) => record(device, "comm", name, start, end, bytes),
-      bodyGroups: backwardGroups.filter((g) => !shardedGroups.has(g)),
+      timeoutMs: this.#timeoutMs,
+      batch,
+      split,
       microBatches,
+      completed: async () => {
+        this.#iteration = iteration + 1;
+        if (this.#options.verifyReplicas) {
+          // Resident parameters must come to the host to be compared: a debugging aid, not free.
+          await this.syncParameters();
+          const divergent = await this.divergentReplicas();
+          if (divergent.length) {
+            throw new TandemError(`replicas ${divergent} differ from device 0 after iteration ${iteration}`);
+          }
+        }
+      },
+      fail: (error, computes) => this.#fail(error, computes, iteration, savedBuffers),
     });
-    const computes: Promise<ComputeResult>[] = exchange.local.map((device, i) => {
-      const d = device.index;
-      const compute = headComputes ? headComputes[i] : device.compute(
-        {
-          iteration,
-          images: batch.images.subarray(d * shardSize * sampleSize, (d + 1) * shardSize * sampleSize),
-          labels: batch.labels.subarray(d * shardSize, (d + 1) * shardSize),
-          shape: [shardSize, ...sample],
-          sampleOffset: d * shardSize,
-          seed: this.#options.seed ?? 0,
-          backwardGroups,
-          microBatches,
-        },
-        (group) => ready[i].get(group)!.resolve(),
-      );
-      // A failing device fails every wait on it, so the communication lane cannot hang.
-      compute.then(() => computing--, (error) => {
-        computing--;
-        for (const r of ready[i].values()) r.reject(error);
-      });
-      return compute;
-    });
-    const context: ExchangeContext = {
-      iteration,
-      deadline: started + this.#timeoutMs,
-      computing: () => computing > 0,
-      record: (device, name, start, end, bytes) => record(device, "comm", name, start, end, bytes),
-    };
-    const lastBackward = plan.steps.findLastIndex((s) => s.kind === "backward");
-    const checkFinite = this.#options.checkFinite ?? true;
-    // Replicas update identically, so the master's optimizer speaks for all of them; a hybrid
-    // head's slices differ, so every slice is checked.
-    const checked = exchange.optimizers.slice(0, 1);
-    // Each check starts right after its update (a CPU scan runs there, behind compute; a GPU
-    // reduction is queued there) and is awaited at the end of the step, so it never stalls the
-    // communication lane behind a device's queue. Every update is still undoable then.
-    const finiteChecks: Promise<void>[] = [];
-    const checkLater = (optimizers: readonly Optimizer[], group: string) => {
-      const check = checkUpdatedGroup(optimizers, group, iteration);
-      check.catch(() => {}); // awaited below; not an unhandled rejection meanwhile
-      finiteChecks.push(check);
-    };
-
-    try {
-      const waitForBackward = async (index: number) => {
-        for (const dep of dependenciesOf(plan, index)) {
-          const needed = plan.steps[dep];
-          if (needed.kind === "backward") await Promise.all(ready.map((r) => r.get(needed.group!)!.promise));
-        }
-      };
-      // Where a failed step is undone, an update after every backward waits for the devices to
-      // finish (their gradients are final already, so the wait is short): then no device can fail
-      // the step behind it any more. An update copies for the undo only where a failure can still
-      // follow: a device still computing, or a later step of an exchange whose steps can fail, or
-      // (with finite checks) this update's own check or a later one.
-      const late = (index: number) => index > lastBackward;
-      const undoable = (index: number) =>
-        exchange.rollsBack && (checkFinite || !late(index) ||
-          (exchange.transfersCanFail &&
-            plan.steps.slice(index + 1).some((s) => s.kind === "reduce" || s.kind === "broadcast")));
-      const same = (index: number, kind: string, group: string) =>
-        plan.steps[index]?.kind === kind && plan.steps[index]?.group === group;
-      for (let i = 0; i < plan.steps.length; i++) {
-        const planStep = plan.steps[i];
-        if (planStep.lane !== "comm") continue;
-        const group = planStep.group!;
-        await waitForBackward(i);
-        if (planStep.kind === "reduce" && exchange.pipeline && same(i + 1, "update", group)) {
-          // reduce g; update g (; broadcast g) as one chunked pipeline: each chunk updated and sent
-          // back while the next is still arriving.
-          const withBroadcast = same(i + 2, "broadcast", group);
-          await waitForBackward(i + 1);
-          if (late(i + 1) && exchange.rollsBack) await Promise.all(computes);
-          const options = { undoable: undoable(i + 1) };
-          const parts = await exchange.pipeline(group, {
-            update: (range) => {
-              for (const optimizer of exchange.optimizers) optimizer.step(group, { ...options, range });
-            },
-            broadcast: withBroadcast,
-          }, context);
-          if (checkFinite && parts.update) checkLater(checked, group);
-          record(exchange.rank, "comm", `reduce ${group}`, ...parts.reduce);
-          if (parts.update && exchange.optimizers.length) {
-            record(exchange.rank, "comm", `update ${group}`, ...parts.update);
-          }
-          if (parts.broadcast) record(exchange.rank, "comm", `broadcast ${group}`, ...parts.broadcast);
-          i += withBroadcast ? 2 : 1;
-          continue;
-        }
-        if (planStep.kind === "update" && late(i) && exchange.rollsBack) await Promise.all(computes);
-        const start = performance.now();
-        if (planStep.kind === "reduce") {
-          await exchange.reduce(group, context);
-          record(exchange.rank, "comm", `reduce ${group}`, start, performance.now());
-        } else if (planStep.kind === "update" && shardedGroups.has(group)) {
-          // Each device's own slice, with its own optimizer state: nothing travels.
-          hybrid!.update(group, { undoable: undoable(i) });
-          if (checkFinite) checkLater(hybrid!.optimizers, group);
-          record(exchange.rank, "comm", `update ${group}`, start, performance.now());
-        } else if (planStep.kind === "update") {
-          for (const optimizer of exchange.optimizers) optimizer.step(group, { undoable: undoable(i) });
-          if (checkFinite) checkLater(checked, group);
-          if (exchange.optimizers.length) {
-            record(exchange.rank, "comm", `update ${group}`, start, performance.now());
-          }
-        } else if (planStep.kind === "broadcast") {
-          if (await exchange.broadcast(group, context)) {
-            record(exchange.rank, "comm", `broadcast ${group}`, start, performance.now());
-          }
-        } else {
-          throw new TandemError(`DataParallelTrainer: "${planStep.kind}" is not a communication step`);
-        }
-      }
-      const results = await Promise.all(computes);
-      results.forEach((r, i) =>
-        r.spans.forEach((s) => record(exchange.local[i].index, "compute", s.name, s.start, s.end))
-      );
-      const combined = await exchange.combine(results, context);
-      for (const check of finiteChecks) await check; // the first failing group in plan order
-      if (checkFinite && !Number.isFinite(combined.loss)) {
-        // Backends that read asynchronously (WebGPU) leave the loss check to here.
-        throw new DivergenceError(iteration + 1, "loss", undefined, `is ${combined.loss}`);
-      }
-      for (const optimizer of exchange.optimizers) optimizer.finishIteration();
-      hybrid?.finishIteration();
-      // Only a completed step's error-feedback residuals carry on (a failed one's are dropped).
-      exchange.wire?.commit();
-      this.#iteration = iteration + 1;
-      if (this.#options.verifyReplicas) {
-        // Resident parameters must come to the host to be compared: a debugging aid, not free.
-        await this.syncParameters();
-        const divergent = await this.divergentReplicas();
-        if (divergent.length) {
-          throw new TandemError(`replicas ${divergent} differ from device 0 after iteration ${iteration}`);
-        }
-      }
-      const total = performance.now() - started;
-      const ms = stepFigures(spans, total);
-      return {
-        iteration,
-        ...combined,
-        seconds: total / 1000,
-        ms,
-        hiddenFraction: ms.communication > 0 ? ms.hiddenCommunication / ms.communication : 0,
-      };
-    } catch (error) {
-      throw await this.#fail(error, computes, iteration, savedBuffers);
-    }
   }
 
   /** Undoes the step's updates where the exchange can, and returns the error that names the cause. */

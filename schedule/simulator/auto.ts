@@ -36,7 +36,7 @@
 import { bucketedPlan, hybridPlan, overlapPlan, sequentialPlan } from "../plan/builtins.ts";
 import type { Plan } from "../plan/plan.ts";
 import { checkProfile, groupTimes, type LayerProfile, type Profile, regroupProfile } from "./profile.ts";
-import { commStepSeconds, type CostOptions, type HybridTraffic, type Link, simulate } from "./simulator.ts";
+import { commActionSeconds, type CostOptions, type HybridTraffic, type Link, simulate } from "./simulator.ts";
 import { STANDARD_LINKS } from "../runtime/link.ts";
 
 /**
@@ -521,8 +521,8 @@ export function hybridCandidate(
       traffic,
       activationSeconds: traffic.allGatherSeconds + traffic.reduceScatterSeconds,
       dataParallelBytes,
-      dataParallelExchangeSeconds: commStepSeconds("reduce", dataParallelBytes, costs) +
-        commStepSeconds("broadcast", dataParallelBytes, costs),
+      dataParallelExchangeSeconds: commActionSeconds("reduce", dataParallelBytes, costs) +
+        commActionSeconds("broadcast", dataParallelBytes, costs),
     };
   }
   return { candidate: best! };

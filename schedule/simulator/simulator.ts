@@ -20,9 +20,9 @@
  *   k + 1 arrives, and (master) sent back while later chunks arrive, on the other direction of a
  *   full-duplex link. Three resources work side by side — the inbound link (`(N−1)·chunk` bytes:
  *   the master gathers, or every device all-gathers), the CPU (the chunk's sum and update) and the
- *   outbound link (master: the chunk's parameters to N−1 peers) — so the fused step takes
+ *   outbound link (master: the chunk's parameters to N−1 peers) — so the fused action takes
  *   `latency + in + cpu + out + (chunks − 1) · max(in, cpu, out)` and the update and broadcast
- *   steps take no time of their own.
+ *   actions take no time of their own.
  * - With one device nothing is transferred: reduce and broadcast take zero time.
  * - Hybrid plans (`Plan.sharded`; see {@link hybridTraffic}): the unsharded (body) groups are priced
  *   as above. A sharded layer's compute stays its per-device time (the full batch's FLOPs / N). Its
@@ -35,7 +35,7 @@
  *   `(N−1)·x` bytes, `(N−1)·x / memoryBandwidth`. Both modes alike (no master). `update g` of a
  *   sharded group runs on every device, on its 1/N slice: `bytes/N · updateSecondsPerByte`; it is
  *   never reduced or broadcast.
- * - A step starts when every step it depends on (`dependenciesOf`) has finished on every device, and
+ * - An action starts when every action it depends on (`dependenciesOf`) has finished on every device, and
  *   a collective (reduce, broadcast) occupies the communication lane of every device for its whole
  *   length, as a blocking collective call does.
  *
@@ -49,12 +49,12 @@
 import { ValueError } from "../../engine/errors.ts";
 import { type Interval, measure, overlapLength } from "../runtime/intervals.ts";
 import {
+  type ActionKind,
   dependenciesOf,
   isSharded,
   type Lane,
   type Plan,
   type ReductionMode,
-  type StepKind,
 } from "../plan/plan.ts";
 import { checkProfile, groupTimes, type Profile } from "./profile.ts";
 import { validatePlan } from "../plan/validate.ts";
@@ -105,7 +105,7 @@ export interface CostOptions {
   readonly updateSecondsPerByte?: number;
   /**
    * Where set, adjacent reduce, update (and broadcast) of a group run as one pipeline of chunks of
-   * this many bytes, as the MPI runtime runs them (see the module notes); default: blocking steps.
+   * this many bytes, as the MPI runtime runs them (see the module notes); default: blocking actions.
    */
   readonly pipelineChunkBytes?: number;
 }
@@ -133,7 +133,7 @@ export const DEFAULT_MEMORY_BANDWIDTH = 200e9;
 export type SimulateOptions = CostOptions;
 
 /**
- * One step as it ran on one device's lane.
+ * One action as it ran on one device's lane.
  *
  * @example
  * ```ts
@@ -142,10 +142,10 @@ export type SimulateOptions = CostOptions;
  * ```
  */
 export interface LaneEntry {
-  /** Index into `plan.steps`. */
-  readonly step: number;
+  /** Index into `plan.actions`. */
+  readonly action: number;
   /** What it did. */
-  readonly kind: StepKind;
+  readonly kind: ActionKind;
   /** The group, `undefined` for forward. */
   readonly group?: string;
   /** Seconds from the iteration's start. */
@@ -164,7 +164,7 @@ export interface LaneEntry {
  * ```
  */
 export interface GroupCommunication {
-  /** Length of time during which the group's steps on the communication lane run. */
+  /** Length of time during which the group's actions on the communication lane run. */
   readonly commSeconds: number;
   /** The part of it during which some device computes. */
   readonly hiddenCommSeconds: number;
@@ -182,9 +182,9 @@ export interface GroupCommunication {
 export interface Simulation {
   /** The plan's name. */
   readonly plan: string;
-  /** Seconds from the start of forward to the end of the last step. */
+  /** Seconds from the start of forward to the end of the last action. */
   readonly stepSeconds: number;
-  /** Per device, the steps on each lane in start order. */
+  /** Per device, the actions on each lane in start order. */
   readonly lanes: readonly { readonly compute: readonly LaneEntry[]; readonly comm: readonly LaneEntry[] }[];
   /** Length of time during which some device communicates (or updates, on the comm lane). */
   readonly commSeconds: number;
@@ -198,7 +198,7 @@ export interface Simulation {
   readonly groups: Readonly<Record<string, GroupCommunication>>;
   /**
    * For a hybrid plan, its activation traffic per step (bytes and seconds; the seconds are inside
-   * `forward` and the sharded `backward` steps, so in `computeSeconds`, not `commSeconds`); absent
+   * `forward` and the sharded `backward` actions, so in `computeSeconds`, not `commSeconds`); absent
    * for data-parallel plans.
    */
   readonly hybrid?: HybridTraffic;
@@ -221,13 +221,13 @@ export interface ActivationTransfer {
    * parameters), or the sharded layer whose input gradient is reduce-scattered.
    */
   readonly layer: string;
-  /** The plan step that carries it: `forward`, or the `backward` of this sharded group. */
-  readonly step: "forward" | `backward ${string}`;
+  /** The plan action that carries it: `forward`, or the `backward` of this sharded group. */
+  readonly action: "forward" | `backward ${string}`;
   /** Bytes of one device's piece: the activation at the per-device batch. */
   readonly pieceBytes: number;
   /** Bytes each device receives, `(N−1) · pieceBytes`. */
   readonly bytes: number;
-  /** Seconds it adds to its step on the compute lane. */
+  /** Seconds it adds to its action on the compute lane. */
   readonly seconds: number;
 }
 
@@ -253,7 +253,7 @@ export interface HybridTraffic {
   readonly bytes: number;
   /** Seconds the all-gathers add to `forward`. */
   readonly allGatherSeconds: number;
-  /** Seconds the reduce-scatters add to the sharded `backward` steps. */
+  /** Seconds the reduce-scatters add to the sharded `backward` actions. */
   readonly reduceScatterSeconds: number;
   /** Parameter bytes each device updates per sharded group: 1/N of the group's. */
   readonly updateBytes: Readonly<Record<string, number>>;
@@ -324,22 +324,22 @@ export function pipelineSeconds(bytes: number, withBroadcast: boolean, options: 
 }
 
 /**
- * Seconds one communication-lane step takes for a group of `bytes` parameter bytes.
+ * Seconds one communication-lane action takes for a group of `bytes` parameter bytes.
  *
  * @example
  * ```ts
- * import { commStepSeconds } from "./simulator.ts";
+ * import { commActionSeconds } from "./simulator.ts";
  * const link = { bandwidthBytesPerSecond: 12e9, latencySeconds: 1e-5 };
  * // fc6..fc8 of AlexNet (234.5 MB) reduced over PCIe 3 between 4 GPUs by ring all-reduce:
- * console.log(commStepSeconds("reduce", 234_524_576, { link, devices: 4, mode: "allreduce" }));
+ * console.log(commActionSeconds("reduce", 234_524_576, { link, devices: 4, mode: "allreduce" }));
  * ```
  */
-export function commStepSeconds(
+export function commActionSeconds(
   kind: "reduce" | "update" | "broadcast",
   bytes: number,
   options: CostOptions,
 ): number {
-  const o = checkCostOptions(options, "commStepSeconds");
+  const o = checkCostOptions(options, "commActionSeconds");
   const n = o.devices;
   const transfer = o.link.latencySeconds + bytes / o.link.bandwidthBytesPerSecond;
   const gather = o.topology === "shared" ? (n - 1) * transfer : transfer;
@@ -449,12 +449,12 @@ export function hybridTraffic(
     );
   }
   const transfers: ActivationTransfer[] = [];
-  const add = (kind: ActivationTransfer["kind"], index: number, step: ActivationTransfer["step"]) => {
+  const add = (kind: ActivationTransfer["kind"], index: number, action: ActivationTransfer["action"]) => {
     const pieceBytes = layers[index].outputBytes!;
     transfers.push({
       kind,
       layer: layers[kind === "all-gather" ? index : index + 1].name,
-      step,
+      action,
       pieceBytes,
       bytes: (o.devices - 1) * pieceBytes,
       seconds: activationCollectiveSeconds(kind, pieceBytes, o),
@@ -525,10 +525,10 @@ export function simulate(plan: Plan, profile: Profile, options: SimulateOptions)
   }
 
   const hybrid = (plan.sharded ?? []).length > 0 ? hybridTraffic(profile, plan.sharded!, o) : undefined;
-  /** Seconds of activation collectives inside each compute step, by its label (`forward`, `backward fc`). */
+  /** Seconds of activation collectives inside each compute action, by its label (`forward`, `backward fc`). */
   const collectives = new Map<string, number>();
   for (const t of hybrid?.transfers ?? []) {
-    collectives.set(t.step, (collectives.get(t.step) ?? 0) + t.seconds);
+    collectives.set(t.action, (collectives.get(t.action) ?? 0) + t.seconds);
   }
   const forwardSeconds = profile.layers.reduce((sum, l) => sum + l.forwardSeconds, 0) +
     (collectives.get("forward") ?? 0);
@@ -537,39 +537,39 @@ export function simulate(plan: Plan, profile: Profile, options: SimulateOptions)
     () => ({ compute: [] as LaneEntry[], comm: [] as LaneEntry[] }),
   );
   const done: number[] = [];
-  const same = (index: number, kind: StepKind, group: string | undefined) =>
-    plan.steps[index]?.kind === kind && plan.steps[index]?.group === group;
-  /** Steps that a pipeline before them already covers: they take no time of their own. */
+  const same = (index: number, kind: ActionKind, group: string | undefined) =>
+    plan.actions[index]?.kind === kind && plan.actions[index]?.group === group;
+  /** Actions that a pipeline before them already covers: they take no time of their own. */
   const fused = new Set<number>();
-  plan.steps.forEach((step, index) => {
+  plan.actions.forEach((action, index) => {
     const start = Math.max(0, ...dependenciesOf(plan, index).map((j) => done[j]));
-    const group = step.group === undefined ? undefined : totals.get(step.group)!;
-    const pipelined = o.pipelineChunkBytes > 0 && o.devices > 1 && step.kind === "reduce" &&
-      same(index + 1, "update", step.group);
+    const group = action.group === undefined ? undefined : totals.get(action.group)!;
+    const pipelined = o.pipelineChunkBytes > 0 && o.devices > 1 && action.kind === "reduce" &&
+      same(index + 1, "update", action.group);
     if (pipelined) {
       fused.add(index + 1);
-      if (same(index + 2, "broadcast", step.group)) fused.add(index + 2);
+      if (same(index + 2, "broadcast", action.group)) fused.add(index + 2);
     }
     const seconds = fused.has(index)
       ? 0
       : pipelined
-      ? pipelineSeconds(group!.parameterBytes, same(index + 2, "broadcast", step.group), o)
-      : step.kind === "forward"
+      ? pipelineSeconds(group!.parameterBytes, same(index + 2, "broadcast", action.group), o)
+      : action.kind === "forward"
       ? forwardSeconds
-      : step.kind === "backward"
-      ? group!.backwardSeconds + (collectives.get(`backward ${step.group}`) ?? 0)
-      : step.kind === "update" && isSharded(plan, step.group)
-      ? hybrid!.updateBytes[step.group!] * o.updateSecondsPerByte
-      : commStepSeconds(step.kind, group!.parameterBytes, o);
+      : action.kind === "backward"
+      ? group!.backwardSeconds + (collectives.get(`backward ${action.group}`) ?? 0)
+      : action.kind === "update" && isSharded(plan, action.group)
+      ? hybrid!.updateBytes[action.group!] * o.updateSecondsPerByte
+      : commActionSeconds(action.kind, group!.parameterBytes, o);
     done[index] = start + seconds;
     // In master mode only device 0 updates (a sharded group's slices: every device); everything else
     // runs (or waits in the collective) everywhere.
-    const devices = step.kind === "update" && o.mode === "master" && !isSharded(plan, step.group)
+    const devices = action.kind === "update" && o.mode === "master" && !isSharded(plan, action.group)
       ? 1
       : o.devices;
-    const lane: Lane = step.lane;
+    const lane: Lane = action.lane;
     for (let d = 0; d < devices; d++) {
-      lanes[d][lane].push({ step: index, kind: step.kind, group: step.group, start, end: done[index] });
+      lanes[d][lane].push({ action: index, kind: action.kind, group: action.group, start, end: done[index] });
     }
   });
 
