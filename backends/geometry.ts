@@ -324,7 +324,7 @@ export function checkLrn(shape: readonly number[], p: LrnParams): void {
  * @example
  * ```ts
  * import { isDenseView } from "./geometry.ts";
- * isDenseView({ offset: 0, strides: [3, 1] }, [2, 3]); // true
+ * isDenseView({ strides: [3, 1] }, [2, 3]); // true
  * ```
  */
 export function isDenseView(

@@ -181,9 +181,9 @@ export class Tensor {
    *
    * @example
    * ```ts
-   * import { tensor } from "../mod.ts";
+   * import { ops, tensor } from "../mod.ts";
    * const x = tensor([3], { requiresGrad: true });
-   * x.mul(x).sum().backward();
+   * ops.sum(ops.mul(x, x)).backward();
    * console.log(await x.grad!.data()); // Float32Array [6]
    * ```
    */

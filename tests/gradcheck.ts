@@ -293,6 +293,8 @@ function lossOf(y: RefTensor, r: Float32Array): number {
  *
  * @example
  * ```ts
+ * import { ops } from "../mod.ts";
+ * import { f64, gradCheck, rng, values } from "./gradcheck.ts";
  * gradCheck({
  *   name: "exp",
  *   inputs: [{ values: values(6, rng(1)), shape: [2, 3] }],

@@ -55,7 +55,7 @@ export class TransportError extends TandemError {
  * @example
  * ```ts
  * import type { MpiLaunch } from "./transport.ts";
- * const launch: MpiLaunch = { rank: 0, size: 2, localRank: 0 };
+ * const launch: MpiLaunch = { rank: 0, size: 2, localRank: 0, localSize: 2 };
  * ```
  */
 export interface MpiLaunch {

@@ -45,7 +45,11 @@ import { STANDARD_LINKS } from "../runtime/link.ts";
  * @example
  * ```ts
  * import type { AlexnetThresholds } from "./auto.ts";
- * const strict: AlexnetThresholds = { minSuffixParameterFraction: 0.8, maxSuffixBackwardFraction: 0.2 };
+ * const strict: AlexnetThresholds = {
+ *   minSuffixParameterFraction: 0.8,
+ *   maxSuffixBackwardFraction: 0.2,
+ *   minFcParameterFraction: 0.5,
+ * };
  * ```
  */
 export interface AlexnetThresholds {
