@@ -23,7 +23,6 @@ import {
   tidy,
 } from "../engine/mod.ts";
 import type { Device } from "../schedule/devices/device.ts";
-import type { ModelSpec } from "../schedule/devices/model_spec.ts";
 import { hybridPlan, overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import { ScheduleError } from "../schedule/plan/errors.ts";
 import type { Plan } from "../schedule/plan/plan.ts";
@@ -34,36 +33,11 @@ import { fitToModel, loadImages } from "../cli/data.ts";
 import { chooseModelForData } from "../cli/model.ts";
 import { startFailing } from "./fixtures/devices.ts";
 import { startCpuDevice, WrappedDevice } from "./fixtures/wrapped_device.ts";
-import { rng, values } from "./gradcheck.ts";
+import { BN_NET, BN_SHARD, BN_SPEC, bnBatch } from "./fixtures/bn_net.ts";
 
-/** A residual block with BatchNorm and Scale on 1×8×8 inputs: conv → BN → Scale → ReLU, + shortcut. */
-const BN_NET = `name: "bn_tiny"
-input: "data"
-input_shape { dim: 1 dim: 1 dim: 8 dim: 8 }
-input: "label"
-layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
-  convolution_param { num_output: 4 kernel_size: 3 pad: 1 bias_term: false weight_filler { type: "msra" } } }
-layer { name: "bn1" type: "BatchNorm" bottom: "conv1" top: "conv1" }
-layer { name: "scale1" type: "Scale" bottom: "conv1" top: "conv1" scale_param { bias_term: true } }
-layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }
-layer { name: "conv2" type: "Convolution" bottom: "conv1" top: "conv2"
-  convolution_param { num_output: 4 kernel_size: 3 pad: 1 bias_term: false weight_filler { type: "msra" } } }
-layer { name: "bn2" type: "BatchNorm" bottom: "conv2" top: "conv2" batch_norm_param { moving_average_fraction: 0.9 } }
-layer { name: "scale2" type: "Scale" bottom: "conv2" top: "conv2" scale_param { bias_term: true } }
-layer { name: "sum" type: "Eltwise" bottom: "conv1" bottom: "conv2" top: "sum" }
-layer { name: "relu2" type: "ReLU" bottom: "sum" top: "sum" }
-layer { name: "pool" type: "Pooling" bottom: "sum" top: "pool" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
-layer { name: "ip" type: "InnerProduct" bottom: "pool" top: "ip" inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-`;
-const SPEC: ModelSpec = { kind: "caffe", text: BN_NET, options: { seed: 7 } };
-const SHARD = 6;
-
-function batch(step: number): HostBatch {
-  const n = 2 * SHARD;
-  const labels = Int32Array.from({ length: n }, (_, i) => (i * 7 + step * 3) % 10);
-  return { images: values(n * 64, rng(100 + step)), labels, shape: [n, 1, 8, 8] };
-}
+const SPEC = BN_SPEC;
+const SHARD = BN_SHARD;
+const batch = bnBatch;
 
 function create(plan: Plan = overlapPlan(["fc", "conv"]), startDevice = startCpuDevice) {
   return DataParallelTrainer.create({
