@@ -109,19 +109,17 @@ async function copyMasterInto(model: Network, trainer: DataParallelTrainer): Pro
 
 /**
  * Refuses, before any device starts, a model with buffers (BatchNorm statistics) on a path that
- * cannot keep each replica's own yet: WebGPU devices, MPI ranks, the hybrid schedule.
+ * cannot keep each replica's own yet: MPI ranks, the hybrid schedule.
  */
 function checkBuffersSupported(
   network: Network,
-  args: { model: string; backend: string; transport: string },
+  args: { model: string; transport: string },
   plan: Plan,
 ): void {
   const count = network.namedBuffers().length;
   if (count === 0) return;
   const what = `--model ${args.model}: the net keeps BatchNorm statistics (${count} buffers)`;
-  const path = args.backend === "webgpu"
-    ? "--backend webgpu (GPU-resident replicas)"
-    : args.transport === "mpi"
+  const path = args.transport === "mpi"
     ? "--transport mpi"
     : plan.sharded?.length
     ? `--schedule ${plan.name} (the hybrid head's shards)`

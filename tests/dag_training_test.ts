@@ -195,7 +195,7 @@ Deno.test("dag training: paths that cannot carry BatchNorm statistics refuse bef
       e instanceof ScheduleError &&
       /hybrid schedule's head shards cannot carry yet; use a data-parallel schedule/.test(e.message),
   );
-  // A device that does not carry them (a GPU-resident one, say): refused when the devices start.
+  // A device that keeps no host array of them (a custom one): refused when the devices start.
   class Bare extends WrappedDevice {
     override get buffers(): Float32Array | undefined {
       return undefined;
@@ -206,7 +206,7 @@ Deno.test("dag training: paths that cannot carry BatchNorm statistics refuse bef
   }
   await assert.rejects(
     create(overlapPlan(["fc", "conv"]), async (...args) => new Bare(await startCpuDevice(...args), "bare")),
-    /device 0 \(bare-cpu-worker\) cannot carry them yet; train it on CPU Worker devices/,
+    /device 0 \(bare-cpu-worker\) keeps no host array of them \(Device.buffers\), so it cannot carry them; train it on CPU Worker or WebGPU devices/,
   );
 });
 

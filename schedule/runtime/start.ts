@@ -7,11 +7,11 @@
  * @module
  */
 
-import { TandemError, ValueError } from "../../engine/mod.ts";
+import { ValueError } from "../../engine/mod.ts";
 import { CpuDevice } from "../devices/cpu_device.ts";
 import type { Device } from "../devices/device.ts";
 import { layoutOf } from "../devices/parameter_layout.ts";
-import { bufferLayoutOf, copyBuffers } from "../devices/buffer_layout.ts";
+import { bufferLayoutOf, copyBuffers, loadInitialBuffers } from "../devices/buffer_layout.ts";
 import { buildModel } from "../devices/model_spec.ts";
 import { type HeadLayout, headLayout } from "../devices/sharded_head.ts";
 import type { Exchange, ReplicaReference } from "./exchange.ts";
@@ -92,18 +92,8 @@ export async function startInProcess(
       );
     }
     for (const device of devices) device.parameters.set(initial);
-    if (buffers && buffers.total > 0) {
-      // Each replica keeps its own statistics from here on; all start from the reference's.
-      const lacking = devices.find((d) => d.buffers?.length !== buffers.total);
-      if (lacking) {
-        throw new TandemError(
-          `DataParallelTrainer: the model has ${buffers.slots.length} buffers (BatchNorm statistics, ` +
-            `${buffers.total} values) and device ${lacking.index} (${lacking.kind}) cannot carry them yet; ` +
-            `train it on CPU Worker devices`,
-        );
-      }
-      for (const device of devices) device.buffers!.set(initialBuffers!);
-    }
+    // Each replica keeps its own statistics from here on; all start from the reference's.
+    loadInitialBuffers(devices, buffers, initialBuffers);
     // A hybrid plan's body is exchanged like any plan's; its head slices stay on resident devices
     // too (`HybridHead` over each device's `residentSlice`).
     return devices.every((device) => device.resident)
