@@ -9,7 +9,9 @@
  * How each device kind keeps them in its host array (`Device.buffers`): a CPU Worker shares it with
  * its worker, which loads it into the replica before each step and writes it back after; a
  * WebGPU device (`backend_device.ts`) writes it onto its GPU before each forward and stages the
- * forward's new statistics back into it after (a few hundred floats, one copy each way).
+ * forward's new statistics back into it after (a few hundred floats, one copy each way); an MPI
+ * rank's device is one of those, and the MPI exchange broadcasts rank 0's array where one process
+ * copies device 0's (at the start and after a checkpoint is loaded).
  *
  * @module
  */
