@@ -22,6 +22,7 @@ import {
   type Network,
   type Plan,
   saveCheckpoint,
+  ScheduleError,
   SGD,
   summarize,
   tensor,
@@ -42,6 +43,7 @@ import type { ParameterEntry } from "../engine/nn/mod.ts";
 import { writeFileAtomic } from "../engine/io/mod.ts";
 import { checkDeviceCount, DEFAULTS, helpText, parseTrainArgs } from "./args.ts";
 import { copyBuffers } from "../schedule/devices/buffer_layout.ts";
+import { checkBuffersCarried } from "../schedule/runtime/start.ts";
 import { fitToModel, loadImages } from "./data.ts";
 import { CliError, describeError, EXIT_FAILURE, EXIT_USAGE } from "./errors.ts";
 import { buildLocal, chooseModelForData } from "./model.ts";
@@ -108,27 +110,20 @@ async function copyMasterInto(model: Network, trainer: DataParallelTrainer): Pro
 }
 
 /**
- * Refuses, before any device starts, a model with buffers (BatchNorm statistics) on a path that
- * cannot keep each replica's own yet: WebGPU devices, MPI ranks, the hybrid schedule.
+ * Refuses, before the data loaders and devices start, a model with buffers (BatchNorm statistics)
+ * on a plan that cannot carry them (a hybrid one), by the trainer's own check, naming the flags.
  */
 function checkBuffersSupported(
   network: Network,
-  args: { model: string; backend: string; transport: string },
+  args: { model: string; schedule: string },
   plan: Plan,
 ): void {
-  const count = network.namedBuffers().length;
-  if (count === 0) return;
-  const what = `--model ${args.model}: the net keeps BatchNorm statistics (${count} buffers)`;
-  const path = args.backend === "webgpu"
-    ? "--backend webgpu (GPU-resident replicas)"
-    : args.transport === "mpi"
-    ? "--transport mpi"
-    : plan.sharded?.length
-    ? `--schedule ${plan.name} (the hybrid head's shards)`
-    : undefined;
-  if (path) {
+  try {
+    checkBuffersCarried(network.namedBuffers().length, plan);
+  } catch (error) {
+    if (!(error instanceof ScheduleError)) throw error;
     throw new CliError(
-      `${what}, which ${path} cannot carry yet; train it on CPU devices (the default) with a data-parallel schedule`,
+      `--model ${args.model} with --schedule ${args.schedule}: ${error.reason}`,
       EXIT_FAILURE,
     );
   }

@@ -1,8 +1,8 @@
 /**
  * Training Caffe DAG nets data-parallel: BatchNorm statistics are buffers each CPU device keeps for
  * itself (never exchanged), device 0's are the ones the trainer evaluates and checkpoints, a failed
- * step puts them back, a loaded checkpoint gives them to every replica, and the paths that cannot
- * carry them yet (MPI, hybrid, a device without them) refuse before any step. Then the real CLI:
+ * step puts them back, a loaded checkpoint gives them to every replica, and a hybrid schedule (whose
+ * head shards cannot carry them yet) and a device without them refuse before any step. Then the real CLI:
  * cifar10_full and the tiny ResNet train through `cli/train.ts` on synthetic data, the ResNet on two
  * devices with the same parameters (and statistics) under sequential and overlap, and its
  * evaluation uses device 0's statistics.
@@ -18,53 +18,25 @@ import {
   type Network,
   saveCheckpoint,
   SGD,
-  TandemError,
   tensor,
   tidy,
 } from "../engine/mod.ts";
 import type { Device } from "../schedule/devices/device.ts";
-import type { ModelSpec } from "../schedule/devices/model_spec.ts";
 import { hybridPlan, overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import { ScheduleError } from "../schedule/plan/errors.ts";
 import type { Plan } from "../schedule/plan/plan.ts";
 import { DataParallelTrainer } from "../schedule/runtime/trainer.ts";
 import type { HostBatch } from "../schedule/runtime/options.ts";
-import type { MpiTransport } from "../schedule/mpi/transport.ts";
 import { runTrain } from "../cli/train.ts";
 import { fitToModel, loadImages } from "../cli/data.ts";
 import { chooseModelForData } from "../cli/model.ts";
 import { startFailing } from "./fixtures/devices.ts";
 import { startCpuDevice, WrappedDevice } from "./fixtures/wrapped_device.ts";
-import { rng, values } from "./gradcheck.ts";
+import { BN_NET, BN_SHARD, BN_SPEC, bnBatch } from "./fixtures/bn_net.ts";
 
-/** A residual block with BatchNorm and Scale on 1×8×8 inputs: conv → BN → Scale → ReLU, + shortcut. */
-const BN_NET = `name: "bn_tiny"
-input: "data"
-input_shape { dim: 1 dim: 1 dim: 8 dim: 8 }
-input: "label"
-layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
-  convolution_param { num_output: 4 kernel_size: 3 pad: 1 bias_term: false weight_filler { type: "msra" } } }
-layer { name: "bn1" type: "BatchNorm" bottom: "conv1" top: "conv1" }
-layer { name: "scale1" type: "Scale" bottom: "conv1" top: "conv1" scale_param { bias_term: true } }
-layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }
-layer { name: "conv2" type: "Convolution" bottom: "conv1" top: "conv2"
-  convolution_param { num_output: 4 kernel_size: 3 pad: 1 bias_term: false weight_filler { type: "msra" } } }
-layer { name: "bn2" type: "BatchNorm" bottom: "conv2" top: "conv2" batch_norm_param { moving_average_fraction: 0.9 } }
-layer { name: "scale2" type: "Scale" bottom: "conv2" top: "conv2" scale_param { bias_term: true } }
-layer { name: "sum" type: "Eltwise" bottom: "conv1" bottom: "conv2" top: "sum" }
-layer { name: "relu2" type: "ReLU" bottom: "sum" top: "sum" }
-layer { name: "pool" type: "Pooling" bottom: "sum" top: "pool" pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
-layer { name: "ip" type: "InnerProduct" bottom: "pool" top: "ip" inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-`;
-const SPEC: ModelSpec = { kind: "caffe", text: BN_NET, options: { seed: 7 } };
-const SHARD = 6;
-
-function batch(step: number): HostBatch {
-  const n = 2 * SHARD;
-  const labels = Int32Array.from({ length: n }, (_, i) => (i * 7 + step * 3) % 10);
-  return { images: values(n * 64, rng(100 + step)), labels, shape: [n, 1, 8, 8] };
-}
+const SPEC = BN_SPEC;
+const SHARD = BN_SHARD;
+const batch = bnBatch;
 
 function create(plan: Plan = overlapPlan(["fc", "conv"]), startDevice = startCpuDevice) {
   return DataParallelTrainer.create({
@@ -203,26 +175,22 @@ Deno.test("dag training: the same parameters and statistics under sequential and
   }
 });
 
-Deno.test("dag training: paths that cannot carry BatchNorm statistics refuse before any step", async () => {
-  // MPI ranks and a hybrid head: refused before any device starts.
+Deno.test("dag training: a hybrid schedule and a device without buffers refuse a BatchNorm net in one line", async () => {
+  // Every device kind keeps its own statistics (CPU Workers here, WebGPU devices in
+  // webgpu_data_parallel_test.ts, MPI ranks in mpi_test.ts); a hybrid head's shards cannot yet,
+  // refused by `checkBuffersCarried` before any device starts. Mutation tried: referenceOf not
+  // calling it (the run starts and trains) fails here; the train command's refusal is
+  // tests/bad_input_cases.ts's "BatchNorm net with --schedule hybrid".
+  let started = 0;
   await assert.rejects(
-    DataParallelTrainer.create({
-      model: SPEC,
-      plan: overlapPlan(["fc", "conv"]),
-      optimizer: (p) => new SGD(p, { lr: 0.1 }),
-      transport: {} as MpiTransport,
-    }),
+    create(hybridPlan(["fc", "conv"], ["fc"]), (...args) => (started++, startCpuDevice(...args))),
     (e: Error) =>
-      e instanceof TandemError &&
-      /6 buffers \(BatchNorm statistics\), which MPI ranks cannot carry yet/.test(e.message),
+      e instanceof ScheduleError && !e.message.includes("\n") &&
+      /^schedule "hybrid": the net keeps BatchNorm statistics \(6 buffers\), which a hybrid schedule's head shards cannot carry yet; use a data-parallel schedule$/
+        .test(e.message),
   );
-  await assert.rejects(
-    create(hybridPlan(["fc", "conv"], ["fc"])),
-    (e: Error) =>
-      e instanceof ScheduleError &&
-      /hybrid schedule's head shards cannot carry yet; use a data-parallel schedule/.test(e.message),
-  );
-  // A device that does not carry them (a GPU-resident one, say): refused when the devices start.
+  assert.equal(started, 0, "refused before any device started");
+  // A device that keeps no host array of them (a custom one): refused when the devices start.
   class Bare extends WrappedDevice {
     override get buffers(): Float32Array | undefined {
       return undefined;
@@ -233,7 +201,7 @@ Deno.test("dag training: paths that cannot carry BatchNorm statistics refuse bef
   }
   await assert.rejects(
     create(overlapPlan(["fc", "conv"]), async (...args) => new Bare(await startCpuDevice(...args), "bare")),
-    /device 0 \(bare-cpu-worker\) cannot carry them yet; train it on CPU Worker devices/,
+    /device 0 \(bare-cpu-worker\) keeps no host array of them \(Device.buffers\), so it cannot carry them; train it on CPU Worker or WebGPU devices/,
   );
 });
 

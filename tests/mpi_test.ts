@@ -8,7 +8,12 @@ import { parseTrainArgs } from "../cli/args.ts";
 import { DataParallelTrainer, hybridPlan, overlapPlan } from "../mod.ts";
 import { detectMpiLaunch, MpiError } from "../schedule/mpi/mod.ts";
 import { MpiLibrary } from "../schedule/mpi/library.ts";
+import { importCaffeNet } from "../engine/caffe/mod.ts";
+import { loadCheckpoint, saveCheckpoint } from "../engine/mod.ts";
+import { BN_GROUPS, BN_NET, BN_SPEC, bnBatch, bnOptimizer } from "./fixtures/bn_net.ts";
 import {
+  BN_STEPS,
+  bnCheckpoint,
   type OptimizerName,
   RESUME_STEP,
   RUN_SEED,
@@ -224,6 +229,130 @@ Deno.test({
       assert.match(resumed.stderr, /resumed from .*two\.safetensors at step 2/);
       const straight = await trainLocally([...allreduce, "--steps", "4", "--devices", "2"]);
       assert.equal(JSON.parse(resumed.stdout).paramsSha256, straight.paramsSha256);
+    });
+  },
+});
+
+// -----------------------------------------------------------------------------------------------
+// BatchNorm statistics: each rank keeps its own, rank 0's are the master's
+
+/** A checkpoint's parameters and statistics, loaded into the BatchNorm net, as flat bits. */
+async function checkpointBits(path: string): Promise<{ parameters: number[]; statistics: number[] }> {
+  const { network } = importCaffeNet(BN_NET, { seed: 1 });
+  try {
+    await loadCheckpoint(path, { parameters: network.namedParameters(), buffers: network.namedBuffers() });
+    const flat = (entries: readonly { tensor: { dataSync(): unknown } }[]) =>
+      entries.flatMap((e) =>
+        Array.from(new Uint32Array((e.tensor.dataSync() as Float32Array).slice().buffer))
+      );
+    return { parameters: flat(network.namedParameters()), statistics: flat(network.namedBuffers()) };
+  } finally {
+    network.dispose();
+  }
+}
+
+// Mutations tried, each failing here: MpiExchange.broadcastParameters not sending rank 0's
+// statistics (after rank 0's load rank 1 keeps its own: `loaded` differs); the ranks sharing rank
+// 0's statistics after every step (a broadcast in `combine`: rank 1's are then not those device 1
+// of the in-process run keeps). The checkpoint the train command writes is checked below.
+Deno.test({
+  name:
+    "mpi: a BatchNorm net across 2 processes — each rank keeps its own statistics, bit for bit those of 2 in-process devices; a checkpoint holds rank 0's and its load reaches every rank",
+  ignore: !mpirun,
+  fn: async () => {
+    await withTempDir(async (dir) => {
+      const report = rank0Report<Record<string, string | string[]>>(
+        await mpi(["tests/fixtures/mpi_rank.ts", "--scenario", "batchnorm", "--dir", dir]),
+      );
+      // The same run on 2 Worker devices in this process, checkpointed at the same step.
+      const local = `${dir}/bn_local.safetensors`;
+      const trainer = await DataParallelTrainer.create({
+        model: BN_SPEC,
+        devices: 2,
+        plan: overlapPlan(BN_GROUPS),
+        optimizer: bnOptimizer,
+        seed: RUN_SEED,
+      });
+      let saved = "", expected: Record<string, string | string[]>;
+      try {
+        for (let step = 0; step < BN_STEPS; step++) {
+          await trainer.step(bnBatch(step));
+          if (step === RESUME_STEP - 1) {
+            await saveCheckpoint(local, {
+              parameters: trainer.parameterEntries,
+              buffers: trainer.bufferEntries,
+              optimizer: trainer.optimizer,
+              step: trainer.iteration,
+              modelName: "bn_tiny",
+            });
+            saved = await sha256(trainer.masterBuffers());
+          }
+        }
+        const statistics = await Promise.all(trainer.devices.map((d) => sha256(d.buffers!)));
+        const straight = await sha256(trainer.masterParameters());
+        expected = {
+          straight,
+          statistics,
+          loaded: [saved, saved],
+          resumed: straight,
+          // Rank 0 went on from its own statistics, as device 0 did; rank 1 from rank 0's.
+          resumedStatistics: [statistics[0], report.resumedStatistics[1]],
+        };
+      } finally {
+        await trainer.close();
+      }
+      assert.notEqual(expected.statistics[0], expected.statistics[1], "the devices saw different samples");
+      assert.deepEqual(report, expected);
+      assert.notEqual(report.resumedStatistics[1], expected.statistics[1], "rank 1 resumed from rank 0's");
+      // The checkpoint rank 0 wrote is the in-process run's, statistics (device 0's) included.
+      assert.deepEqual(await checkpointBits(bnCheckpoint(dir)), await checkpointBits(local));
+    });
+  },
+});
+
+// Mutation tried: the train command's save leaving the statistics out (`buffers:
+// trainer.bufferEntries` dropped) fails the load of the MPI run's checkpoint below, naming them.
+// Rank 0's statistics are what it reports (buffersSha256) and saves: the local run's device 0's.
+Deno.test({
+  name:
+    "mpi: the train command trains a BatchNorm net under mpirun with the local 2-device run's parameters, statistics and checkpoint",
+  ignore: !mpirun,
+  fn: async () => {
+    await withTempDir(async (dir) => {
+      const model = `${dir}/bn_tiny.prototxt`;
+      await Deno.writeTextFile(model, BN_NET);
+      const args = [
+        "--model",
+        model,
+        "--data",
+        "synthetic",
+        "--batch",
+        "8",
+        "--seed",
+        "3",
+        "--steps",
+        "3",
+        "--json",
+      ];
+      const run = await mpi(["cli/train.ts", ...args, "--checkpoint", `${dir}/mpi.safetensors`]);
+      const distributed = rank0Report<TrainReport & { buffers: number; buffersSha256: string }>(run);
+      const single = await trainLocally([
+        ...args,
+        "--devices",
+        "2",
+        "--checkpoint",
+        `${dir}/local.safetensors`,
+      ]) as
+        & TrainReport
+        & { buffers: number; buffersSha256: string };
+      assert.equal(distributed.transport, "mpi");
+      assert.equal(distributed.buffers, 18);
+      assert.equal(distributed.paramsSha256, single.paramsSha256);
+      assert.equal(distributed.buffersSha256, single.buffersSha256);
+      assert.deepEqual(
+        await checkpointBits(`${dir}/mpi.safetensors`),
+        await checkpointBits(`${dir}/local.safetensors`),
+      );
     });
   },
 });

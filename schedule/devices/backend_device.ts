@@ -19,6 +19,14 @@
  * the body is that replica, and the device's slice of the head lives on it too (`residentSlice`,
  * `head_slices.ts`); only the head's activations cross the host.
  *
+ * A model's buffers (BatchNorm statistics) live on the device's backend as the replica's own
+ * tensors, which its forward updates there; the runtime sees them in the host array `buffers`
+ * (shared memory, so an MPI broadcast may write it), which the device writes onto the backend
+ * before each forward and fills from it once the step's compute has finished (staged off the device
+ * in one copy where the backend can stage). The host array is the truth between steps: the runtime
+ * reads device 0's, restores it when a step is undone and overwrites it when a checkpoint is loaded,
+ * on either path.
+ *
  * Otherwise (a backend without those capabilities, or a run mixed with CPU Workers) the device takes
  * the host path: group gradients are read back into `gradients` as soon as they are final, and
  * parameters are written from `parameters` before every forward, where the runtime averages and
@@ -29,6 +37,7 @@
 
 import type { Backend, StagedValues, Storage } from "../../backends/backend.ts";
 import {
+  type BufferEntry,
   getBackend,
   type Network,
   noGrad,
@@ -61,6 +70,7 @@ import { DeviceSlices, hostSlices } from "./head_slices.ts";
 import { groupRange, type ParameterLayout, type ParameterSlot } from "./parameter_layout.ts";
 import { buildModel, type ModelSpec } from "./model_spec.ts";
 import type { ComputeSpan } from "./protocol.ts";
+import { bufferLayoutOf } from "./buffer_layout.ts";
 
 /** A backend with every capability the resident replica needs. */
 type ResidentBackend =
@@ -121,6 +131,13 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
   readonly gradients: Float32Array;
   /** This device, when its backend can keep the replica resident; `undefined` otherwise. */
   readonly resident: ResidentReplica | undefined;
+  /**
+   * The replica's buffers (BatchNorm statistics) as a host array in `bufferLayoutOf` order, in
+   * shared memory; `undefined` for a model without any. See the module notes.
+   */
+  readonly buffers: Float32Array | undefined;
+  /** The replica's own buffer tensors, in the order of {@link BackendDevice.buffers}. */
+  #bufferEntries: BufferEntry[];
   #backend: B;
   /** The backend again, when it has the resident capabilities. */
   #residentBackend: ResidentBackend | undefined;
@@ -150,6 +167,9 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
     this.#layout = layout;
     this.parameters = new Float32Array(layout.total);
     this.gradients = new Float32Array(layout.total);
+    this.#bufferEntries = model.namedBuffers();
+    const buffers = bufferLayoutOf(this.#bufferEntries);
+    this.buffers = buffers.total > 0 ? new Float32Array(new SharedArrayBuffer(4 * buffers.total)) : undefined;
   }
 
   /**
@@ -306,6 +326,8 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
         );
       }
     }
+    // The statistics as the runtime left them (this device's own, or restored, or loaded).
+    this.#writeBuffers();
     const images = fromStorage(backend, backend.upload(command.images), command.shape);
     const labels = new Tensor(backend, backend.upload(command.labels), [command.labels.length], {
       hostInts: command.labels,
@@ -333,6 +355,8 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
           },
         },
       );
+      // What the forward made of them, for the runtime to keep (or undo) between steps.
+      await this.#readBuffers();
       return { ...metrics, spans };
     } finally {
       images.dispose();
@@ -503,6 +527,42 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
       backend.copyStrided(source, dense, storage, dense, [values.length]);
     } finally {
       backend.release(source);
+    }
+  }
+
+  /** Writes the host `buffers` onto the replica's buffer tensors (nothing without buffers). */
+  #writeBuffers(): void {
+    const flat = this.buffers;
+    if (!flat) return;
+    let offset = 0;
+    for (const { tensor } of this.#bufferEntries) {
+      this.#overwrite(tensor.storage, flat.subarray(offset, offset + tensor.size));
+      offset += tensor.size;
+    }
+  }
+
+  /**
+   * Fills the host `buffers` from the replica's buffer tensors: one staged copy of them all where the
+   * backend stages (WebGPU), else a read of each.
+   */
+  async #readBuffers(): Promise<void> {
+    const flat = this.buffers;
+    if (!flat) return;
+    const tensors = this.#bufferEntries.map((e) => e.tensor);
+    const backend = this.#residentBackend;
+    if (backend) {
+      const staged = await backend.stageToHost(tensors.map((t) => t.storage));
+      try {
+        flat.set(staged.values.subarray(0, flat.length));
+      } finally {
+        staged.release();
+      }
+      return;
+    }
+    let offset = 0;
+    for (const tensor of tensors) {
+      flat.set((await tensor.data()) as Float32Array, offset);
+      offset += tensor.size;
     }
   }
 

@@ -6,11 +6,19 @@
  * checkpoints, restores them when a step is undone, and copies device 0's to every replica when a
  * checkpoint is loaded.
  *
+ * How each device kind keeps them in its host array (`Device.buffers`): a CPU Worker shares it with
+ * its worker, which loads it into the replica before each step and writes it back after; a
+ * WebGPU device (`backend_device.ts`) writes it onto its GPU before each forward and stages the
+ * forward's new statistics back into it after (a few hundred floats, one copy each way); an MPI
+ * rank's device is one of those, and the MPI exchange broadcasts rank 0's array where one process
+ * copies device 0's (at the start and after a checkpoint is loaded).
+ *
  * @module
  */
 
 import { type BufferEntry, getBackend, TandemError } from "../../engine/mod.ts";
 import { fromStorage } from "../../engine/creation.ts";
+import type { Device } from "./device.ts";
 
 /** One buffer's place in the flat array. */
 export interface BufferSlot {
@@ -95,4 +103,34 @@ export function hostBufferEntries(layout: BufferLayout, flat: Float32Array): Buf
       slot.shape,
     ),
   }));
+}
+
+/**
+ * Gives every device of `devices` the model's initial buffers (`initial`, in `layout` order), after
+ * checking that each keeps a host array of them (`Device.buffers`): from here on each replica keeps
+ * its own. Nothing to do for a model without buffers. Every way a run starts its devices (in this
+ * process, or one per MPI rank) goes through here, so a device kind that cannot keep them is
+ * refused in one place, naming it.
+ *
+ * @example
+ * ```ts
+ * import { loadInitialBuffers } from "./buffer_layout.ts";
+ * // loadInitialBuffers(devices, reference.buffers, reference.initialBuffers);
+ * ```
+ */
+export function loadInitialBuffers(
+  devices: readonly Device[],
+  layout: BufferLayout | undefined,
+  initial: Float32Array | undefined,
+): void {
+  if (!layout || layout.total === 0) return;
+  const lacking = devices.find((d) => d.buffers?.length !== layout.total);
+  if (lacking) {
+    throw new TandemError(
+      `DataParallelTrainer: the model has ${layout.slots.length} buffers (BatchNorm statistics, ` +
+        `${layout.total} values) and device ${lacking.index} (${lacking.kind}) keeps no host array of them ` +
+        `(Device.buffers), so it cannot carry them; train it on CPU Worker or WebGPU devices`,
+    );
+  }
+  for (const device of devices) device.buffers!.set(initial ?? new Float32Array(layout.total));
 }

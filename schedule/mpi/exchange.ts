@@ -21,8 +21,15 @@
  * many; the averaging ranks decode them exactly before the same rank-order average, so the result
  * equals the in-process run under the same format bit for bit. Parameters travel in float32.
  *
+ * A model's buffers (BatchNorm statistics, `buffer_layout.ts`) are never exchanged during a step:
+ * each rank's device keeps its own, updated by its own forward, as devices in one process do. Rank
+ * 0's are the master's (what the train command evaluates and checkpoints); they are broadcast to
+ * every rank at the start and by {@link MpiExchange.broadcastParameters} (after rank 0 loaded a
+ * checkpoint), as one process copies device 0's to the others.
+ *
  * A failed rank fails the job, never hangs it (see `transport.ts`); a failed step is not undone,
- * since the other ranks are left inside collectives and only a new job can continue.
+ * since the other ranks are left inside collectives and only a new job can continue (nor are the
+ * statistics its forward moved).
  *
  * @module
  */
@@ -34,6 +41,7 @@ import {
   type ParameterEntry,
   unpackOptimizerState,
 } from "../../engine/mod.ts";
+import { loadInitialBuffers } from "../devices/buffer_layout.ts";
 import { CpuDevice } from "../devices/cpu_device.ts";
 import { type ComputeResult, type Device, DeviceError } from "../devices/device.ts";
 import { groupRange, type ParameterLayout, sharedFloats } from "../devices/parameter_layout.ts";
@@ -163,6 +171,7 @@ export class MpiExchange implements Exchange {
       model: reference.modelName,
       plan: options.plan.actions.map(actionLabel),
       slots: layout.slots.map((s) => `${s.name}:${s.group}:${s.size}`),
+      buffers: reference.buffers?.slots.map((s) => `${s.name}:${s.size}`) ?? [],
     });
     const configurations = await transport.allgatherJson(configuration, within(), "compare configurations");
     const differing = configurations.flatMap((c, r) => c === configurations[0] ? [] : [r]);
@@ -185,6 +194,8 @@ export class MpiExchange implements Exchange {
           // The ranks on this host share its cores, as Worker devices in one process do.
           threads: cpuThreadsPerRank(detectMpiLaunch()?.localSize ?? 1),
         });
+      // The rank's device keeps its own statistics, starting from the reference's (then rank 0's).
+      loadInitialBuffers([device], reference.buffers, reference.initialBuffers);
     } catch (error) {
       startFailure = (error as Error)?.message ?? String(error);
     }
@@ -199,6 +210,9 @@ export class MpiExchange implements Exchange {
     try {
       device!.parameters.set(initial);
       await transport.broadcast(device!.parameters, 0, "broadcast initial parameters").wait(within());
+      if (device!.buffers) {
+        await transport.broadcast(device!.buffers, 0, "broadcast initial statistics").wait(within());
+      }
       // Rank 0 averages and updates in master mode; every rank does in allreduce mode.
       const updates = mode === "allreduce" || rank === 0;
       await transport.barrier("synchronise clocks").wait(within());
@@ -394,13 +408,16 @@ export class MpiExchange implements Exchange {
   }
 
   /**
-   * Collective. Sends rank 0's parameters and iteration, and in `allreduce` mode (where every rank
-   * updates) its optimizer state, to every rank: after loading a checkpoint on rank 0.
+   * Collective. Sends rank 0's parameters, buffers (BatchNorm statistics, where the model has any)
+   * and iteration, and in `allreduce` mode (where every rank updates) its optimizer state, to every
+   * rank: after loading a checkpoint on rank 0.
    */
   async broadcastParameters(iteration: number): Promise<number> {
     const wait = { deadline: performance.now() + this.#timeoutMs };
     const transport = this.transport;
     await transport.broadcast(this.#device.parameters, 0, "broadcast parameters").wait(wait);
+    const buffers = this.#device.buffers;
+    if (buffers) await transport.broadcast(buffers, 0, "broadcast statistics").wait(wait);
     if (this.#mode === "master") {
       return await transport.broadcastJson(iteration, 0, wait, "broadcast iteration");
     }

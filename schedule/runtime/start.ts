@@ -7,21 +7,50 @@
  * @module
  */
 
-import { TandemError, ValueError } from "../../engine/mod.ts";
+import { ValueError } from "../../engine/mod.ts";
 import { CpuDevice } from "../devices/cpu_device.ts";
 import type { Device } from "../devices/device.ts";
 import { layoutOf } from "../devices/parameter_layout.ts";
-import { bufferLayoutOf, copyBuffers } from "../devices/buffer_layout.ts";
+import { bufferLayoutOf, copyBuffers, loadInitialBuffers } from "../devices/buffer_layout.ts";
 import { buildModel } from "../devices/model_spec.ts";
 import { type HeadLayout, headLayout } from "../devices/sharded_head.ts";
+import { ScheduleError } from "../plan/errors.ts";
+import type { Plan } from "../plan/plan.ts";
 import type { Exchange, ReplicaReference } from "./exchange.ts";
 import { ResidentExchange } from "./resident_exchange.ts";
 import { SharedMemoryExchange } from "./shared_memory_exchange.ts";
 import type { DataParallelOptions } from "./options.ts";
 
 /**
- * The layout and initial parameters of the model, checked against the plan's groups, and for a
- * hybrid plan the head's split over `devices`.
+ * The one check of whether `plan` can run a model with `bufferCount` buffers (BatchNorm statistics):
+ * every device kind keeps its replica's own (CPU Workers, WebGPU devices, one device per MPI rank),
+ * but a hybrid plan's head shards cannot carry them yet, so a hybrid plan over such a model throws a
+ * {@link ScheduleError} whose `reason` says so. {@link referenceOf} calls it before any device
+ * starts; the train command calls it too, to name its flags.
+ *
+ * @example
+ * ```ts
+ * import { checkBuffersCarried } from "./start.ts";
+ * import { hybridPlan } from "../plan/builtins.ts";
+ * try {
+ *   checkBuffersCarried(3, hybridPlan(["fc", "conv"]));
+ * } catch (error) {
+ *   console.log((error as Error).message); // schedule "hybrid": the net keeps BatchNorm statistics (3 buffers), …
+ * }
+ * ```
+ */
+export function checkBuffersCarried(bufferCount: number, plan: Plan): void {
+  if (bufferCount === 0 || !plan.sharded?.length) return;
+  throw new ScheduleError(
+    `the net keeps BatchNorm statistics (${bufferCount} buffers), which a hybrid schedule's head shards ` +
+      "cannot carry yet; use a data-parallel schedule",
+    { schedule: plan.name, line: 0, column: 0 },
+  );
+}
+
+/**
+ * The layout and initial parameters of the model, checked against the plan's groups (and, with
+ * buffers, by {@link checkBuffersCarried}), and for a hybrid plan the head's split over `devices`.
  *
  * @example
  * ```ts
@@ -56,6 +85,7 @@ export async function referenceOf(
   const initialBuffers = new Float32Array(buffers.total);
   copyBuffers(buffers, reference.namedBuffers(), initialBuffers, "flat");
   try {
+    checkBuffersCarried(buffers.slots.length, options.plan);
     const sharded = options.plan.sharded ?? [];
     const head = sharded.length ? headLayout(reference, sharded, devices, options.plan.name) : undefined;
     return { layout, initial, modelName, head, buffers, initialBuffers };
@@ -92,18 +122,8 @@ export async function startInProcess(
       );
     }
     for (const device of devices) device.parameters.set(initial);
-    if (buffers && buffers.total > 0) {
-      // Each replica keeps its own statistics from here on; all start from the reference's.
-      const lacking = devices.find((d) => d.buffers?.length !== buffers.total);
-      if (lacking) {
-        throw new TandemError(
-          `DataParallelTrainer: the model has ${buffers.slots.length} buffers (BatchNorm statistics, ` +
-            `${buffers.total} values) and device ${lacking.index} (${lacking.kind}) cannot carry them yet; ` +
-            `train it on CPU Worker devices`,
-        );
-      }
-      for (const device of devices) device.buffers!.set(initialBuffers!);
-    }
+    // Each replica keeps its own statistics from here on; all start from the reference's.
+    loadInitialBuffers(devices, buffers, initialBuffers);
     // A hybrid plan's body is exchanged like any plan's; its head slices stay on resident devices
     // too (`HybridHead` over each device's `residentSlice`).
     return devices.every((device) => device.resident)

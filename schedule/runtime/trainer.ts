@@ -28,7 +28,6 @@ import {
   TandemError,
 } from "../../engine/mod.ts";
 import { type BufferLayout, hostBufferEntries } from "../devices/buffer_layout.ts";
-import { ScheduleError } from "../plan/errors.ts";
 import { type ComputeResult, type Device, DeviceError } from "../devices/device.ts";
 import type { ParameterLayout } from "../devices/parameter_layout.ts";
 import { MpiActivations } from "../mpi/activations.ts";
@@ -99,22 +98,9 @@ export class DataParallelTrainer {
     const count = checkOptions(options);
     // Under MPI the ranks are counted once the transport is up; the split is checked again then.
     const reference = await referenceOf(options, options.transport ? 1 : count);
+    // A model with buffers (BatchNorm statistics) on a hybrid plan was refused there, before any
+    // device starts; every device kind keeps its own replica's (`checkBuffersCarried`).
     const buffers = reference.buffers ?? { slots: [], total: 0 };
-    if (buffers.total > 0) {
-      // Refused before any device starts, where a path cannot keep each replica's statistics yet.
-      const what = `the model has ${buffers.slots.length} buffers (BatchNorm statistics)`;
-      if (options.transport) {
-        throw new TandemError(
-          `DataParallelTrainer: ${what}, which MPI ranks cannot carry yet; train it with in-process CPU devices`,
-        );
-      }
-      if (reference.head) {
-        throw new ScheduleError(
-          `${what}, which a hybrid schedule's head shards cannot carry yet; use a data-parallel schedule`,
-          { schedule: options.plan.name, line: 0, column: 0 },
-        );
-      }
-    }
     const exchange = options.transport
       ? await MpiExchange.create(options, reference)
       : await startInProcess(options, reference, count);
@@ -210,7 +196,10 @@ export class DataParallelTrainer {
     return this.#bufferEntries;
   }
 
-  /** A flat copy of device 0's buffers, in {@link DataParallelTrainer.bufferLayout} order. */
+  /**
+   * A flat copy of device 0's buffers, in {@link DataParallelTrainer.bufferLayout} order (under MPI,
+   * this rank's own, which on rank 0 are the master's).
+   */
   masterBuffers(): Float32Array {
     return this.#buffers.total ? this.#exchange.local[0].buffers!.slice() : new Float32Array(0);
   }
