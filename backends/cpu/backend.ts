@@ -242,7 +242,10 @@ export class CpuBackend implements Backend {
     ) {
       throw new RangeError(`view: [${offset}, ${offset + length}) is outside a storage of ${data.length}`);
     }
-    return new CpuStorage(data.subarray(offset, offset + length), true);
+    const part = data.subarray(offset, offset + length);
+    // A part of kernel memory stays a kernel operand (an optimizer updating a range in place).
+    this.wasm?.adopt(part);
+    return new CpuStorage(part, true);
   }
 
   read(storage: Storage): Promise<HostArray> {
