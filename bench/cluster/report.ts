@@ -70,6 +70,8 @@ const NETS = [
   }))),
 ];
 const PROBES = [4, 16, 64];
+/** The probes' global batch (the FC layer's compute is small at any batch). */
+const PROBE_BATCH = 8;
 
 const missing = await missingRequirement();
 if (missing) {
@@ -168,6 +170,48 @@ function cpuExchangeRates(): { updateSecondsPerByte: number; sumBytesPerSecond: 
 }
 const cpuRates = cpuExchangeRates();
 
+/**
+ * The simulator's step for run `r`'s plan on `profile` scaled to the compute `r` measured, over a
+ * link of `linkBytesPerSecond` per direction, with the CPU rates above: milliseconds.
+ */
+function predictMs(r: RankResult, profile: Profile, linkBytesPerSecond: number): number {
+  const grouped = r.assignment ? regroupProfile(profile, r.assignment) : profile;
+  const totals = groupTimes(grouped);
+  const forward = grouped.layers.reduce((n, l) => n + l.forwardSeconds, 0);
+  const modelled = totals.reduce((n, t) => n + t.backwardSeconds, 0) + forward;
+  const scale = (r.computeMs / 1000) / modelled;
+  const scaled = calibrateProfile(grouped, {
+    forwardSeconds: forward * scale,
+    backwardSeconds: Object.fromEntries(totals.map((t) => [t.group, t.backwardSeconds * scale])),
+  });
+  return simulate(r.plan, scaled, {
+    link: { bandwidthBytesPerSecond: linkBytesPerSecond, latencySeconds: 50e-6 },
+    devices: 2,
+    mode: r.mode,
+    memoryBandwidthBytesPerSecond: cpuRates.sumBytesPerSecond,
+    updateSecondsPerByte: cpuRates.updateSecondsPerByte,
+    pipelineChunkBytes: DEFAULT_CHUNK_BYTES,
+  }).stepSeconds * 1000;
+}
+
+/**
+ * The link rate at which the simulator's own model of probe run `r` (its transfers, and the
+ * averaging and update it prices at the CPU rates above) takes the step `r` measured, found by
+ * bisection between 1% and 100% of the line rate; the line rate where even that is too slow. The
+ * probe's achieved exchange rate alone would count the CPU work twice: once in the rate, and
+ * again where the simulator adds it.
+ */
+function calibrateLink(r: RankResult, profile: Profile, lineBytesPerSecond: number): number {
+  let low = Math.log(lineBytesPerSecond / 100), high = Math.log(lineBytesPerSecond);
+  if (predictMs(r, profile, lineBytesPerSecond) >= r.stepMs) return lineBytesPerSecond;
+  for (let i = 0; i < 40; i++) {
+    const middle = (low + high) / 2;
+    if (predictMs(r, profile, Math.exp(middle)) > r.stepMs) low = middle;
+    else high = middle;
+  }
+  return Math.exp(high);
+}
+
 const ms = (v: number) => `${v.toFixed(v < 10 ? 1 : 0)} ms`;
 const lines: string[] = [];
 const say = (line = "") => {
@@ -183,7 +227,9 @@ say();
 say(
   `On one ${navigator.hardwareConcurrency}-core machine: 2 hosts are network namespaces joined through a bridge by ` +
     `veth links shaped with tc (tbf: 1 ms of burst, 5 ms of queue) in both directions; Open MPI over TCP only, ` +
-    `one rank (one CPU device, 1 kernel thread) per host; SGD momentum 0.9, weight decay 5e-4; synthetic data. ` +
+    `one rank per host, whose CPU device runs ${navigator.hardwareConcurrency} kernel threads (each namespace ` +
+    `looks like a whole machine to it; PyTorch runs 1 thread per process); Open MPI's TCP progress thread on; ` +
+    `SGD momentum 0.9, weight decay 5e-4; synthetic data. ` +
     `Medians of the timed steps after warm-up. Both hosts share the machine's ${navigator.hardwareConcurrency} cores, ` +
     `so compute is as on 2 cores, not 2 machines.`,
 );
@@ -199,8 +245,9 @@ say(
 );
 say();
 say(
-  "The simulator is calibrated, not fitted to the rows it predicts: its link runs at the rate the largest " +
-    "probe reached in the same mode and on the same link (below); the exchange is the MPI runtime's pipeline " +
+  "The simulator is calibrated, not fitted to the rows it predicts: its link runs at the rate at which its " +
+    "own model of the largest probe (below; same mode, same link) takes the step that probe measured; the " +
+    "exchange is the MPI runtime's pipeline " +
     `of ${
       DEFAULT_CHUNK_BYTES / (1 << 20)
     } MiB chunks (a reduce followed by its update and broadcast); its CPU ` +
@@ -220,21 +267,27 @@ for (const rate of LINKS) {
     say();
     say("| FC gradients | mode | exchange | rate (of link) |");
     say("| --- | --- | --- | --- |");
-    /** The rate the largest probe reached, per mode: the simulator's link on this link. */
-    const achievedRate: Partial<Record<(typeof MODES)[number], number>> = {};
+    /** The simulator's link per mode, calibrated on the largest probe. */
+    const linkRate: Partial<Record<(typeof MODES)[number], number>> = {};
     for (const megabytes of PROBES) {
       for (const mode of MODES) {
         const r = await tandem(cluster, {
           net: `probe:${megabytes}`,
           schedule: "overlap",
           mode,
-          batch: 8,
+          batch: PROBE_BATCH,
           steps: 5,
           warmup: 2,
           linkBytesPerSecond: bytesPerSecond,
         });
         const achieved = r.fcBytes / (r.fcExchangeMs / 1000);
-        achievedRate[mode] = achieved;
+        if (megabytes === PROBES.at(-1)) {
+          linkRate[mode] = calibrateLink(
+            r,
+            await profileOf(`probe:${megabytes}`, PROBE_BATCH / 2),
+            bytesPerSecond,
+          );
+        }
         say(
           `| ${(r.fcBytes / 1e6).toFixed(1)} MB | ${mode} | ${ms(r.fcExchangeMs)} | ${
             (achieved * 8 / 1e9).toFixed(2)
@@ -242,6 +295,13 @@ for (const rate of LINKS) {
         );
       }
     }
+    say();
+    say(
+      `The simulator's link here, calibrated on the ${PROBES.at(-1)} MB probe: ${
+        MODES.map((mode) => `${((linkRate[mode] ?? bytesPerSecond) * 8 / 1e9).toFixed(2)} Gbit/s (${mode})`)
+          .join(", ")
+      }.`,
+    );
     for (const { net, batch, steps, warmup } of NETS) {
       say();
       say(`### ${net}, global batch ${batch} (${batch / 2} per host)`);
@@ -267,29 +327,10 @@ for (const rate of LINKS) {
             ? ((seq.stepMs - r.stepMs) / seq.fcCommMs).toFixed(2)
             : "—";
           const achieved = r.fcExchangeMs > 0 ? r.fcBytes / (r.fcExchangeMs / 1000) : 0;
-          // The simulator on the measured profile, scaled to the compute this run measured.
           let sim = "—";
           try {
             if (r.wire !== "fp32") throw new Error("compressed gradients are not modelled");
-            const grouped = r.assignment ? regroupProfile(profile, r.assignment) : profile;
-            const totals = groupTimes(grouped);
-            const modelled = totals.reduce((n, t) => n + t.backwardSeconds, 0) +
-              grouped.layers.reduce((n, l) => n + l.forwardSeconds, 0);
-            const scaled = calibrateProfile(grouped, {
-              forwardSeconds: grouped.layers.reduce((n, l) => n + l.forwardSeconds, 0) *
-                (r.computeMs / 1000) / modelled,
-              backwardSeconds: Object.fromEntries(
-                totals.map((t) => [t.group, t.backwardSeconds * (r.computeMs / 1000) / modelled]),
-              ),
-            });
-            const predicted = simulate(r.plan, scaled, {
-              link: { bandwidthBytesPerSecond: achievedRate[mode] ?? bytesPerSecond, latencySeconds: 50e-6 },
-              devices: 2,
-              mode,
-              memoryBandwidthBytesPerSecond: cpuRates.sumBytesPerSecond,
-              updateSecondsPerByte: cpuRates.updateSecondsPerByte,
-              pipelineChunkBytes: DEFAULT_CHUNK_BYTES,
-            }).stepSeconds * 1000;
+            const predicted = predictMs(r, profile, linkRate[mode] ?? bytesPerSecond);
             sim = `${ms(predicted)} (${((predicted - r.stepMs) / r.stepMs * 100).toFixed(0)}%)`;
           } catch (error) {
             sim = `— (${(error as Error).message.split("\n")[0].slice(0, 60)})`;
