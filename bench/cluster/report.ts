@@ -7,7 +7,9 @@
  * Rows: nets (the AlexNet-like default; Caffe's bvlc_alexnet at 227×227 on synthetic data) ×
  * schedules (sequential, overlap, bucketed, auto, hybrid, and overlap with fp16 gradients on the wire)
  * × reductions (master, allreduce) × links (1 and 10 Gbit/s), and the FC exchange alone (`probe:<MB>` nets: one FC layer, a step that is almost all
- * exchange) at 4, 16, 64 MB. Each Tandem row is `bench/cluster/rank.ts` under mpirun on the hosts.
+ * exchange) at 4, 16, 64 MB, and the MPI transfers alone (`bench/cluster/transfers.ts`: no CPU work,
+ * Open MPI's TCP progress thread off and on). Each Tandem row is `bench/cluster/rank.ts` under
+ * mpirun on the hosts.
  *
  * Run as root: `npx deno task bench:cluster [--quick] [--alexnet-batch N,M]` (tens of minutes; leave
  * the machine otherwise idle). `--quick` runs the AlexNet-like rows and the probes only.
@@ -129,6 +131,42 @@ function tandem(cluster: Cluster, config: RankConfig): Promise<RankResult> {
     cluster,
     [Deno.execPath(), "run", "-A", script, JSON.stringify(config)],
     `${config.net} ${config.schedule}`,
+  );
+}
+
+/** What `bench/cluster/transfers.ts` prints on rank 0. */
+interface TransferResult {
+  rawTcp?: { bestMs: number; medianMs: number };
+  megabytes: number;
+  messageBytes: number;
+  progressThread: boolean;
+  rows: {
+    direction: "gather" | "broadcast";
+    polling: "spin" | "shareCpu";
+    bestMs: number;
+    medianMs: number;
+  }[];
+}
+
+/** MiB the transfers-alone rows move each way. */
+const TRANSFER_MIB = 64;
+
+/** The MPI transfers alone across `cluster`, with Open MPI's TCP progress thread on or off. */
+function transfersAlone(cluster: Cluster, progressThread: boolean): Promise<TransferResult> {
+  const script = new URL("./transfers.ts", import.meta.url).pathname;
+  return across(
+    cluster,
+    [
+      "-x",
+      `OMPI_MCA_btl_tcp_progress_thread=${progressThread ? 1 : 0}`,
+      Deno.execPath(),
+      "run",
+      "-A",
+      script,
+      String(TRANSFER_MIB),
+      ...(progressThread ? [cluster.addresses[0]] : []),
+    ],
+    "MPI transfers",
   );
 }
 
@@ -262,6 +300,35 @@ for (const rate of LINKS) {
   try {
     say();
     say(`## ${rate} link`);
+    say();
+    const [off, on] = [await transfersAlone(cluster, false), await transfersAlone(cluster, true)];
+    say(
+      `MPI transfers alone (\`bench/cluster/transfers.ts\`: ${TRANSFER_MIB} MiB in ${
+        on.messageBytes >> 10
+      } KiB messages all posted at once, no averaging or update; gather: rank 1 to rank 0, broadcast: ` +
+        "back; polled at full speed, or with 1 ms sleeps after 2 ms as beside a computing device), with Open " +
+        "MPI's TCP progress thread off and on; best / median of 5:",
+    );
+    say();
+    say("| direction | polling | progress thread off | progress thread on (default) |");
+    say("| --- | --- | --- | --- |");
+    const gbit = (ms: number) => on.megabytes * 8 / ms; // MB · 8 / ms = Gbit/s
+    const cell = (r: { bestMs: number; medianMs: number }) =>
+      `${gbit(r.bestMs).toFixed(2)} / ${gbit(r.medianMs).toFixed(2)} Gbit/s (${
+        (100 * gbit(r.medianMs) * 1e9 / 8 / bytesPerSecond).toFixed(0)
+      }%)`;
+    for (const [i, row] of on.rows.entries()) {
+      const polling = row.polling === "spin" ? "full speed" : "1 ms sleeps";
+      say(`| ${row.direction} | ${polling} | ${cell(off.rows[i])} | ${cell(row)} |`);
+    }
+    if (on.rawTcp) {
+      say();
+      say(
+        `One plain TCP connection (no MPI) carried the same bytes from rank 1 to rank 0 at ${
+          cell(on.rawTcp)
+        }.`,
+      );
+    }
     say();
     say("FC exchange alone (`probe:<MB>`: one FC layer; the step is almost all exchange), overlap schedule:");
     say();
