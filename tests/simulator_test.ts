@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import "../mod.ts"; // registers the CPU backend
 import { ValueError } from "../engine/errors.ts";
+import { Flatten, Linear, Network } from "../engine/nn/mod.ts";
 import {
   accumulatedProfile,
   alexnetScalingTable,
@@ -900,4 +901,19 @@ Deno.test("autoSchedule: hybrid when allowed and predicted faster, with the reas
   assert.deepEqual(hybridCandidate(convOut, { link: pcie3, devices: 4, mode: "master" }), {
     why: "the output-side layer with parameters, fc8, is Conv2d, not fully connected",
   });
+});
+
+// Mutation seen caught: the backward run on a first layer without parameters (a flatten, as the
+// exchange probes of bench:cluster start with), which threw "the root … does not require gradients".
+Deno.test("measureProfile: a parameter-free first layer has no backward to time", () => {
+  const network = new Network("flatten-first", [1, 4, 4], 10, {
+    flatten: new Flatten(),
+    fc1: new Linear(16, 32),
+    fc2: new Linear(32, 10),
+  }).initialize(1);
+  const profile = measureProfile(network, 4, { repeats: 1 });
+  network.dispose();
+  assert.deepEqual(profile.layers.map((l) => l.name), ["flatten", "fc1", "fc2"]);
+  assert.equal(profile.layers[0].backwardSeconds, 0);
+  assert.ok(profile.layers[1].backwardSeconds > 0 && profile.layers[2].backwardSeconds > 0);
 });

@@ -82,7 +82,9 @@ export function measureProfile(network: Network, batchSize: number, options: Mea
         const t1 = performance.now();
         const probe = randn(y.shape, { seed: 7, stream: index });
         const t2 = performance.now();
-        y.backward({ gradOutput: probe });
+        // A parameter-free first layer (a flatten) has no backward in training: nothing needs it.
+        const backward = y.requiresGrad;
+        if (backward) y.backward({ gradOutput: probe });
         const t3 = performance.now();
         for (const p of own) {
           p.tensor.grad?.dispose();
@@ -90,7 +92,7 @@ export function measureProfile(network: Network, batchSize: number, options: Mea
         }
         if (r > 0) { // the first run warms up the JIT and scratch buffers
           forwardTimes.push((t1 - t0) / 1000);
-          backwardTimes.push((t3 - t2) / 1000);
+          backwardTimes.push(backward ? (t3 - t2) / 1000 : 0);
         }
         if (r === repeats) {
           output = noGrad(() => ops.reshape(y, y.shape));
@@ -166,7 +168,7 @@ function measureGraph(network: Network, graph: Graph, batchSize: number, options
         }
         if (r > 0) {
           forwardTimes.push((t1 - t0) / 1000);
-          backwardTimes.push((t3 - t2) / 1000);
+          backwardTimes.push(backward ? (t3 - t2) / 1000 : 0);
         }
         if (r === repeats) {
           output = noGrad(() => ops.reshape(y, y.shape));
