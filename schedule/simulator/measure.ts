@@ -160,7 +160,8 @@ function measureGraph(network: Network, graph: Graph, batchSize: number, options
         const t1 = performance.now();
         const probe = randn(y.shape, { seed: 7, stream: index });
         const t2 = performance.now();
-        if (y.requiresGrad) y.backward({ gradOutput: probe });
+        const backward = y.requiresGrad;
+        if (backward) y.backward({ gradOutput: probe });
         const t3 = performance.now();
         for (const p of own) {
           p.tensor.grad?.dispose();
