@@ -67,9 +67,10 @@ async function pollsAndSleeps(
       },
     },
   } as unknown as MpiTransport;
-  // 64 MiB: a wait with the CPU to itself polls at full speed for the 67 ms such a transfer takes
-  // at 1 GB/s (the stand-in's own spin is 0).
-  const buffer = new Float32Array(16 << 20);
+  // A stand-in buffer as large as a terabyte: a wait with the CPU to itself polls at full speed for
+  // as long as that would take at 1 GB/s, so it never sleeps here however loaded the machine is;
+  // one beside a computing device sleeps after the stand-in's spin of 0.
+  const buffer = { byteLength: 1e12 };
   const request = new MpiRequest(transport, "reduce fc", "MPI_Igather", [buffer], () => 0);
   const realSetTimeout = globalThis.setTimeout;
   globalThis.setTimeout = ((handler: () => void, ms?: number) => {
@@ -86,7 +87,7 @@ async function pollsAndSleeps(
 
 Deno.test("mpi transport: a wait sleeps between polls while the device computes, and polls at full speed once it is done", async () => {
   // While computing, every poll after the (here zero) spin sleeps 1 ms, leaving the core to the
-  // device; not computing, a large transfer's wait polls through the event loop without timers.
+  // device; not computing, the large transfer's wait polls through the event loop without timers.
   const computing = await pollsAndSleeps(20, true);
   assert.equal(computing.sleeps, 19, "a wait beside a computing device sleeps between its polls");
   const alone = await pollsAndSleeps(20, false);

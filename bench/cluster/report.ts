@@ -31,6 +31,7 @@ import type { WireFormat } from "../../schedule/runtime/mod.ts";
 import { writeFileAtomic } from "../../engine/io/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
 import { DEFAULT_CHUNK_BYTES } from "../../schedule/mpi/exchange.ts";
+import { TCP_PROGRESS_THREAD } from "../../schedule/mpi/transport.ts";
 import {
   type Cluster,
   commandAcross,
@@ -158,7 +159,7 @@ function transfersAlone(cluster: Cluster, progressThread: boolean): Promise<Tran
     cluster,
     [
       "-x",
-      `OMPI_MCA_btl_tcp_progress_thread=${progressThread ? 1 : 0}`,
+      `${TCP_PROGRESS_THREAD}=${progressThread ? 1 : 0}`,
       Deno.execPath(),
       "run",
       "-A",

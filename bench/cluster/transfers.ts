@@ -20,7 +20,12 @@
  * @module
  */
 
-import { eagerMessageBytes, MpiTransport, type WaitOptions } from "../../schedule/mpi/transport.ts";
+import {
+  eagerMessageBytes,
+  MpiTransport,
+  TCP_PROGRESS_THREAD,
+  type WaitOptions,
+} from "../../schedule/mpi/transport.ts";
 
 const transport = MpiTransport.init();
 const megabytes = Number(Deno.args[0] ?? 64);
@@ -108,7 +113,7 @@ if (transport.rank === 0) {
     rawTcp: tcp.length ? { bestMs: tcp[0], medianMs: tcp[Math.floor(tcp.length / 2)] } : undefined,
     megabytes: 4 * floats / 1e6,
     messageBytes: 4 * perMessage,
-    progressThread: Deno.env.get("OMPI_MCA_btl_tcp_progress_thread") === "1",
+    progressThread: Deno.env.get(TCP_PROGRESS_THREAD) === "1",
     rows,
   }));
 }

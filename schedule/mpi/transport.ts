@@ -342,7 +342,7 @@ export class MpiRequest {
 let initialised: MpiTransport | undefined;
 
 /** The variable that turns Open MPI's TCP progress thread on (`1`) or off (`0`). */
-const TCP_PROGRESS_THREAD = "OMPI_MCA_btl_tcp_progress_thread";
+export const TCP_PROGRESS_THREAD = "OMPI_MCA_btl_tcp_progress_thread";
 
 /** Open MPI's TCP eager limit this transport asks for, unless the launch set one: 1 MiB. */
 export const TCP_EAGER_LIMIT = 1024 * 1024;
@@ -361,7 +361,8 @@ export const TCP_EAGER_LIMIT = 1024 * 1024;
  *   computing device, its transfers stall once the socket buffers are full. Open MPI's TCP
  *   progress thread moves them meanwhile. Measured here (2 namespaces, 10 Gbit/s): bvlc_alexnet at
  *   global batch 16 under `overlap` (master) took 1,841 ms a step with it, 2,175 ms without (one
- *   run each); transfers with nothing else to do ran at 6.5–9.5 Gbit/s either way.
+ *   run each). With nothing else to do, the transfers ran slower with it in `bench/CLUSTER.md`'s
+ *   10 Gbit/s run (medians 5.65–7.34 Gbit/s against 6.79–8.78), so the default wants a wider A/B.
  *
  * @internal Called by {@link MpiTransport.init} before `MPI_Init`; exported for tests.
  */
