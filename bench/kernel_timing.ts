@@ -97,6 +97,53 @@ export function tandemGemmSeconds(backend: CpuBackend, shape: GemmShape, calls =
   return callTimes(seconds, warmup);
 }
 
+/** A GEMM's rate in consecutive windows of one process: how much this machine drifts. */
+export interface GemmDrift {
+  /** GFLOP/s of each window, in the order run. */
+  windows: number[];
+  /** Seconds per window. */
+  windowSeconds: number;
+}
+
+/**
+ * Runs products of `shape` on `backend` back to back for `seconds` (after warming up) and returns
+ * their rate per window of `windowSeconds`: the same code on the same operands, so any spread is
+ * the machine's (other tenants, frequency), which a peak probe that never touches memory can miss.
+ *
+ * @example
+ * ```ts
+ * import { CpuBackend } from "../backends/cpu/backend.ts";
+ * import { squareShape } from "./gemm_shapes.ts";
+ * import { gemmDrift } from "./kernel_timing.ts";
+ * const { windows } = gemmDrift(new CpuBackend({ threads: 1 }), squareShape(128), 0.2, 0.05);
+ * ```
+ */
+export function gemmDrift(
+  backend: CpuBackend,
+  shape: GemmShape,
+  seconds: number,
+  windowSeconds: number,
+): GemmDrift {
+  const { m, n, k, transA, transB } = shape;
+  const a = backend.upload(filled(m * k, 1)), b = backend.upload(filled(k * n, 2));
+  const out = backend.allocate(m * n, "float32");
+  const spec = { batch: 1, m, n, k, transA, transB, aBatchStride: 0, bBatchStride: 0 };
+  const warmUntil = performance.now() + 200;
+  do backend.matmul(a, b, out, spec); while (performance.now() < warmUntil);
+  const windows: number[] = [];
+  for (const end = performance.now() + seconds * 1000; performance.now() < end;) {
+    const t0 = performance.now();
+    let calls = 0;
+    do {
+      backend.matmul(a, b, out, spec);
+      calls++;
+    } while (performance.now() - t0 < windowSeconds * 1000);
+    windows.push(gemmGflops(shape, (performance.now() - t0) / 1000 / calls));
+  }
+  for (const s of [a, b, out]) backend.release(s);
+  return { windows, windowSeconds };
+}
+
 /**
  * Times `calls` (default {@link TIMED_CALLS}) `tf.matMul` calls of `shape` on the current
  * TensorFlow.js backend, each read back (so it has finished), after one warm-up call when

@@ -75,6 +75,7 @@ import {
 import {
   type CallTimes,
   cifarQuickStepSeconds,
+  gemmDrift,
   tandemGemmSeconds,
   tfGemmSeconds,
   TIMED_CALLS,
@@ -134,8 +135,16 @@ console.log(`WebAssembly: ${runtimeLine}`);
 
 // ---------------------------------------------------------------- training steps beside PyTorch
 
-/** Warm-up and timed steps of every row of the PyTorch section. */
-const PEER_WARMUP = 3, PEER_TIMED = 10;
+/**
+ * The PyTorch section's timing: every row takes `PEER_STEPS_PER_ROUND` timed steps per round, the
+ * rows one after another, for `PEER_ROUNDS` rounds. This machine's speed drifts within seconds (a
+ * 512³ GEMM's rate in 0.5 s windows of one process ranged 18–34 GFLOP/s while the FMA-only peak
+ * probe held steady), so rows timed one after another in blocks compare the machine's moods as
+ * much as the code; interleaved, every row samples the same stretch of time. Tandem warms up once
+ * (`PEER_WARMUP` steps) and keeps its model or trainer across rounds; each PyTorch round is a fresh
+ * process that warms up `PEER_WARMUP_PER_PROCESS` steps first.
+ */
+const PEER_ROUNDS = 5, PEER_STEPS_PER_ROUND = 2, PEER_WARMUP = 3, PEER_WARMUP_PER_PROCESS = 2;
 
 /** A net of the PyTorch section: Tandem's zoo name (also the peer's `--net`) and its SGD. */
 interface PeerNet {
@@ -175,31 +184,39 @@ function peerBatch(net: PeerNet): { images: Float32Array; labels: Int32Array; sh
   }
 }
 
-/** Milliseconds of each timed step of `trainStep` on the default backend (one device). */
-async function tandemOneDeviceMs(net: PeerNet): Promise<number[]> {
+/** A Tandem row of the PyTorch section, kept open across rounds: one step, timed, in ms. */
+interface StepRunner {
+  step(): Promise<number>;
+  close(): Promise<void>;
+}
+
+/** `trainStep` on the default backend (one device), warmed up. */
+async function tandemOneDevice(net: PeerNet): Promise<StepRunner> {
   const model = builtinModels[net.name].create();
   const batch = peerBatch(net);
   const images = tensor(batch.images, { shape: batch.shape });
   const labels = tensor(batch.labels, { dtype: "int32" });
   const optimizer = new SGD(model.namedParameters(), net.sgd);
-  const ms: number[] = [];
-  try {
-    for (let i = 0; i < PEER_WARMUP + PEER_TIMED; i++) {
+  const runner: StepRunner = {
+    async step() {
       const t0 = performance.now();
       await trainStep(model, optimizer, { images, labels });
-      if (i >= PEER_WARMUP) ms.push(performance.now() - t0);
-    }
-  } finally {
-    optimizer.dispose();
-    model.dispose();
-    images.dispose();
-    labels.dispose();
-  }
-  return ms;
+      return performance.now() - t0;
+    },
+    close() {
+      optimizer.dispose();
+      model.dispose();
+      images.dispose();
+      labels.dispose();
+      return Promise.resolve();
+    },
+  };
+  for (let i = 0; i < PEER_WARMUP; i++) await runner.step();
+  return runner;
 }
 
-/** Milliseconds of each timed step on 2 CPU devices (Workers), overlap, shared memory. */
-async function tandemTwoDevicesMs(net: PeerNet): Promise<number[]> {
+/** 2 CPU devices (Workers), overlap, shared memory, warmed up. */
+async function tandemTwoDevices(net: PeerNet): Promise<StepRunner> {
   const spec: ModelSpec = { kind: "builtin", name: net.name };
   const trainer = await DataParallelTrainer.create({
     model: spec,
@@ -208,84 +225,141 @@ async function tandemTwoDevicesMs(net: PeerNet): Promise<number[]> {
     optimizer: (p) => new SGD(p, net.sgd),
   });
   const batch = peerBatch(net);
-  const ms: number[] = [];
-  try {
-    for (let i = 0; i < PEER_WARMUP + PEER_TIMED; i++) {
-      const result = await trainer.step(batch);
-      if (i >= PEER_WARMUP) ms.push(result.seconds * 1000);
-    }
-  } finally {
-    await trainer.close();
-  }
-  return ms;
+  const runner: StepRunner = {
+    async step() {
+      return (await trainer.step(batch)).seconds * 1000;
+    },
+    close: () => trainer.close(),
+  };
+  for (let i = 0; i < PEER_WARMUP; i++) await runner.step();
+  return runner;
+}
+
+/** The median of `xs` (the upper one for even counts, as PyTorch's peer reports it). */
+function medianOf(xs: readonly number[]): number {
+  return [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+}
+
+/** One row's timed steps, round by round. */
+type Rounds = number[][];
+
+/** A PyTorch row over all rounds: its first round's details, every round's steps pooled. */
+function pooled(first: PytorchResult, rounds: Rounds): PytorchResult {
+  const steps = rounds.flat();
+  const medianMs = medianOf(steps);
+  return {
+    ...first,
+    stepsMs: steps,
+    bestMs: Math.min(...steps),
+    medianMs,
+    imagesPerSecond: first.batch / (medianMs / 1000),
+  };
+}
+
+/**
+ * "a–b×" over the rounds both rows ran: each round's fastest step of `tandem` over that of `torch`,
+ * so a slow stretch of the machine that hits one round hits both sides of its ratio.
+ */
+function roundRatios(tandem: Rounds, torch: Rounds): string {
+  const ratios = tandem.map((steps, r) => Math.min(...steps) / Math.min(...torch[r]));
+  return `${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}×`;
 }
 
 /**
  * One net's table of the section "Training steps beside PyTorch", at global batch 64: Tandem on 1
- * and 2 devices, PyTorch in one process (2 threads) and as DDP with 2 processes (1 thread each).
+ * and 2 devices, PyTorch in one process (2 threads) and as DDP with 2 processes (1 thread each),
+ * timed in interleaved rounds (see {@link PEER_ROUNDS}).
  */
 async function pytorchTable(net: PeerNet, threads: number): Promise<{ table: string; blas: string }> {
-  const sortedMs = (xs: number[]) => [...xs].sort((a, b) => a - b);
-  const bestOf = (xs: number[]) => sortedMs(xs)[0];
-  const medianOf = (xs: number[]) => sortedMs(xs)[Math.floor(xs.length / 2)];
+  const bestOf = (xs: number[]) => Math.min(...xs);
   const ms = (x: number) => `${x.toFixed(x >= 100 ? 0 : 1)} ms`;
   const ratio = (x: number) => `${x.toFixed(2)}×`;
-  console.log(`${net.title} step beside PyTorch: Tandem, 1 device (${threads} threads) …`);
-  const one = await tandemOneDeviceMs(net);
-  console.log(`${net.title} step beside PyTorch: Tandem, 2 devices (overlap, shared memory) …`);
-  const two = await tandemTwoDevicesMs(net);
   const unavailable = await pytorchAvailable();
-  const peer = async (world: number, threads: number): Promise<PytorchResult | string> => {
-    if (unavailable) return `unavailable: ${unavailable}`;
-    console.log(`${net.title} step beside PyTorch: PyTorch, ${world} process(es) × ${threads} thread(s) …`);
-    try {
-      return await runPytorch({
-        net: net.name,
-        batch: BATCH,
-        world,
-        threads,
-        warmup: PEER_WARMUP,
-        steps: PEER_TIMED,
-        timeoutSeconds: 300,
-      });
-    } catch (error) {
-      return `failed: ${(error as Error).message}`;
+  console.log(`${net.title} step beside PyTorch: warming up Tandem on 1 device (${threads} threads) and 2 …`);
+  const runners = [await tandemOneDevice(net), await tandemTwoDevices(net)];
+  const tandemRounds: [Rounds, Rounds] = [[], []];
+  // Per PyTorch layout (1 × 2, 2 × 1): its first result, its rounds, or why there is none.
+  const torch = [{ world: 1, threads: 2 }, { world: 2, threads: 1 }].map((layout) => ({
+    ...layout,
+    first: undefined as PytorchResult | undefined,
+    rounds: [] as Rounds,
+    failure: unavailable ? `unavailable: ${unavailable}` : undefined as string | undefined,
+  }));
+  try {
+    for (let round = 0; round < PEER_ROUNDS; round++) {
+      console.log(`${net.title} step beside PyTorch: round ${round + 1} of ${PEER_ROUNDS} …`);
+      for (const [i, runner] of runners.entries()) {
+        const steps: number[] = [];
+        for (let s = 0; s < PEER_STEPS_PER_ROUND; s++) steps.push(await runner.step());
+        tandemRounds[i].push(steps);
+      }
+      for (const row of torch) {
+        if (row.failure) continue;
+        try {
+          const result = await runPytorch({
+            net: net.name,
+            batch: BATCH,
+            world: row.world,
+            threads: row.threads,
+            warmup: PEER_WARMUP_PER_PROCESS,
+            steps: PEER_STEPS_PER_ROUND,
+            timeoutSeconds: 300,
+          });
+          row.first ??= result;
+          row.rounds.push(result.stepsMs);
+        } catch (error) {
+          row.failure = `failed: ${(error as Error).message}`;
+        }
+      }
     }
-  };
-  const torchOne = await peer(1, 2);
-  const torchDdp = await peer(2, 1);
-  const how = `best and median of ${PEER_TIMED} after ${PEER_WARMUP} warm-up steps`;
-  const tandemRow = (label: string, layout: string, steps: number[], against: PytorchResult | string) => {
-    const b = bestOf(steps), m = medianOf(steps);
+  } finally {
+    for (const runner of runners) await runner.close();
+  }
+  const [torchOne, torchDdp] = torch.map((row) => row.failure ?? pooled(row.first!, row.rounds));
+  const timed = PEER_ROUNDS * PEER_STEPS_PER_ROUND;
+  const how = (warmup: string) =>
+    `best and median of ${timed}: ${PEER_ROUNDS} rounds of ${PEER_STEPS_PER_ROUND}, rows interleaved; ${warmup}`;
+  const tandemRow = (
+    label: string,
+    layout: string,
+    rounds: Rounds,
+    against: PytorchResult | string,
+    i: number,
+  ) => {
+    const steps = rounds.flat(), b = bestOf(steps), m = medianOf(steps);
     const vs = typeof against === "string"
-      ? "—"
-      : `${ratio(b / against.bestMs)} / ${ratio(m / against.medianMs)}`;
-    return `| ${label} | ${layout} | ${ms(b)} | ${ms(m)} | ${
-      (BATCH / (m / 1000)).toFixed(0)
-    } | ${vs} | ${how} |`;
+      ? "— | —"
+      : `${ratio(b / against.bestMs)} / ${ratio(m / against.medianMs)} | ${
+        roundRatios(rounds, torch[i].rounds)
+      }`;
+    return `| ${label} | ${layout} | ${ms(b)} | ${ms(m)} | ${(BATCH / (m / 1000)).toFixed(0)} | ${vs} | ${
+      how(`${PEER_WARMUP} warm-up steps once`)
+    } |`;
   };
   const torchRow = (label: string, layout: string, r: PytorchResult | string) =>
     typeof r === "string"
-      ? `| ${label} | ${layout} | — | — | — | — | ${r.replace(/\|/g, "\\|")} |`
+      ? `| ${label} | ${layout} | — | — | — | — | — | ${r.replace(/\|/g, "\\|")} |`
       : `| ${label.replace("PyTorch", `PyTorch ${r.version}`)} | ${layout} | ${ms(r.bestMs)} | ${
         ms(r.medianMs)
-      } | ${
-        r.imagesPerSecond.toFixed(0)
-      } | 1× | best and median of ${r.stepsMs.length} after ${r.warmup} warm-up steps (rank 0) |`;
+      } | ${r.imagesPerSecond.toFixed(0)} | 1× | — | ${
+        how(`a fresh process each round, ${r.warmup} warm-up steps first (rank 0)`)
+      } |`;
   const table = [
-    "| implementation | processes × threads | step time (best) | median | images/s (median) | Tandem / PyTorch, same layout (best / median) | how timed |",
-    "|---|---|---:|---:|---:|---:|---|",
+    "| implementation | processes × threads | step time (best) | median | images/s (median) | Tandem / PyTorch, same layout (best / median) | round by round | how timed |",
+    "|---|---|---:|---:|---:|---:|---:|---|",
     tandemRow(
       "**Tandem**, default CPU backend, 1 device (`trainStep`)",
       `1 × ${threads}`,
-      one,
+      tandemRounds[0],
       torchOne,
+      0,
     ),
     tandemRow(
       "**Tandem**, `DataParallelTrainer`, 2 CPU devices (Workers), overlap, shared memory",
       `1 × (2 devices × ${Math.max(1, Math.floor(threads / 2))})`,
-      two,
+      tandemRounds[1],
       torchDdp,
+      1,
     ),
     torchRow("PyTorch, one process", "1 × 2", torchOne),
     torchRow("PyTorch DDP over gloo, loopback", "2 × 1", torchDdp),
@@ -321,7 +395,10 @@ async function pytorchSection(threads: number): Promise<string> {
     "communication on the main thread; PyTorch's DDP runs 2 processes of one intra-op thread each (each " +
     "rank 32 samples, default 25 MB buckets), meeting at a barrier before each step outside the timed " +
     "span. The ratio column divides Tandem's step time by PyTorch's in the same layout (1 × 2 threads, or " +
-    "2 × 1): above 1× PyTorch is faster.",
+    "2 × 1): above 1× PyTorch is faster. The rows take turns: each round runs " +
+    `${PEER_STEPS_PER_ROUND} timed steps of every row, one row after another, ${PEER_ROUNDS} rounds, so a ` +
+    "slow stretch of a shared machine falls on every row alike; **round by round** gives the lowest and " +
+    "highest ratio of the two fastest steps of one round.",
     blas
       ? `PyTorch's kernels (${blas}). OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset in the peer's own ` +
         "environment, so OpenBLAS detects the core itself."
@@ -369,6 +446,22 @@ try {
   peakLine = `not measured (${(error as Error).message}); the percentages of peak below are left blank.`;
 }
 console.log(`Peak: ${peakLine}`);
+
+// How far this machine drifts: one product, the same operands, for 10 s in 0.5 s windows.
+console.log("Drift: one 512³ product on 1 thread for 10 s …");
+const drift = gemmDrift(tandemOne, squareShape(512), 10, 0.5);
+const driftLine = (() => {
+  const sorted = [...drift.windows].sort((a, b) => a - b);
+  const p = peak?.perCore;
+  const g = (x: number) => x.toFixed(1);
+  const pct = (x: number) => (p ? ` (${percentOfPeak(x, p)})` : "");
+  return `a 512³ product on 1 thread, back to back for 10 s on the same operands, ran at ${g(sorted[0])}${
+    pct(sorted[0])
+  } to ${g(sorted.at(-1)!)}${pct(sorted.at(-1)!)} GFLOP/s in its ${drift.windows.length} ` +
+    `windows of ${drift.windowSeconds} s (median ${g(sorted[Math.floor(sorted.length / 2)])}): the spread ` +
+    "is the machine's, not the code's, and every comparison below is only as fine as it";
+})();
+console.log(`Drift: ${driftLine}`);
 
 // ---------------------------------------------------------------- GEMM
 
@@ -784,6 +877,8 @@ const markdown = [
   "sections 1 to 4 comes from this one run. fp32 throughout.",
   "",
   `Measured peak of this machine (128-bit WebAssembly SIMD, the ceiling of every WebAssembly kernel here): ${peakLine}`,
+  "",
+  `How steady this machine was: ${driftLine}.`,
   "",
   "## 1. GEMM",
   "",
