@@ -97,6 +97,29 @@ export interface ConvOperands {
   bias?: number;
 }
 
+/**
+ * The next unit of work a thread takes (an image, or a block of weight-gradient rows): successive
+ * calls by all the threads of one job return 0, 1, 2, … once each, then values past the last unit.
+ * Whichever thread asks first takes the next unit, so a thread that runs slower (a busy core, a
+ * late wake-up) takes fewer; which thread computes a unit never changes its bits.
+ */
+export type Claim = () => number;
+
+/**
+ * A {@link Claim} of units [u0, u1) for one thread alone: a static share.
+ *
+ * @example
+ * ```ts
+ * import { rangeClaim } from "./conv.ts";
+ * const next = rangeClaim(2, 4);
+ * [next(), next(), next() > 4]; // [2, 3, true]
+ * ```
+ */
+export function rangeClaim(u0: number, u1: number): Claim {
+  let next = u0;
+  return () => (next < u1 ? next++ : Number.MAX_SAFE_INTEGER);
+}
+
 function im2colArgs(g: Conv2dGeometry): number[] {
   return [
     g.inHeight,
@@ -113,7 +136,7 @@ function im2colArgs(g: Conv2dGeometry): number[] {
 }
 
 /**
- * Forward pass of images [n0, n1): y = w ⋆ x, overwriting those images' outputs. Each image is
+ * Forward pass of the images `next` hands out: y = w ⋆ x, overwriting their outputs. Each image is
  * copied once into a zero-padded plane set, and the GEMM packs its B panels straight from there
  * (implicit im2col, `offsets` from {@link windowOffsets} at byte address `offsets`): the column
  * matrix is never written. Pointwise convolutions read the image itself as the column matrix.
@@ -121,15 +144,14 @@ function im2colArgs(g: Conv2dGeometry): number[] {
  * @example
  * ```ts
  * import { convForwardImages } from "./conv.ts";
- * // convForwardImages(kernels, geometry, { image, weight, output }, 0, geometry.batch, scratch, offsets);
+ * // convForwardImages(kernels, geometry, { image, weight, output }, rangeClaim(0, geometry.batch), scratch, offsets);
  * ```
  */
 export function convForwardImages(
   x: KernelExports,
   g: Conv2dGeometry,
   at: ConvOperands,
-  n0: number,
-  n1: number,
+  next: Claim,
   scratch: number,
   offsets: number,
 ): void {
@@ -153,10 +175,11 @@ export function convForwardImages(
     ldc: P,
     accumulate: false,
   });
-  // Every image multiplies by the same weights: packed once per group, not once per image.
+  // Every image multiplies by the same weights: packed once per group (by a thread that takes an
+  // image), not once per image.
   const weights = scratch + weightsOffset(g, columnRows(g), true), slot = packedABytes(coutG, K);
-  for (let gi = 0; gi < g.groups; gi++) packWholeA(x, problem(n0, gi), weights + gi * slot);
-  for (let n = n0; n < n1; n++) {
+  for (let n = next(), first = true; n < g.batch; n = next(), first = false) {
+    if (first) { for (let gi = 0; gi < g.groups; gi++) packWholeA(x, problem(n, gi), weights + gi * slot); }
     const image = at.image + 4 * n * g.inChannels * plane;
     if (!pointwise) x.conv_pad(image, padded, g.inChannels, g.inHeight, g.inWidth, g.padH, g.padW, Hp, Wp);
     for (let gi = 0; gi < g.groups; gi++) {
@@ -186,20 +209,19 @@ export function convForwardImages(
 }
 
 /**
- * Input gradient of images [n0, n1): dx = wᵀ ⋆ dy through col2im, overwriting those images' dx.
+ * Input gradient of the images `next` hands out: dx = wᵀ ⋆ dy through col2im, overwriting their dx.
  *
  * @example
  * ```ts
  * import { convBackwardInputImages } from "./conv.ts";
- * // convBackwardInputImages(kernels, geometry, { image: dx, weight, output: dy }, 0, geometry.batch, scratch);
+ * // convBackwardInputImages(kernels, geometry, { image: dx, weight, output: dy }, rangeClaim(0, geometry.batch), scratch);
  * ```
  */
 export function convBackwardInputImages(
   x: KernelExports,
   g: Conv2dGeometry,
   at: ConvOperands,
-  n0: number,
-  n1: number,
+  next: Claim,
   scratch: number,
 ): void {
   const P = g.outHeight * g.outWidth, plane = g.inHeight * g.inWidth;
@@ -223,8 +245,10 @@ export function convBackwardInputImages(
   });
   // Every image multiplies by the same transposed weights: packed once per group.
   const weights = scratch + weightsOffset(g, columnRows(g), false), slot = packedABytes(K, coutG);
-  for (let gi = 0; gi < g.groups; gi++) packWholeA(x, problem(n0, gi, col), weights + gi * slot);
-  for (let n = n0; n < n1; n++) {
+  for (let n = next(), first = true; n < g.batch; n = next(), first = false) {
+    if (first) {
+      for (let gi = 0; gi < g.groups; gi++) packWholeA(x, problem(n, gi, col), weights + gi * slot);
+    }
     const image = at.image + 4 * n * g.inChannels * plane;
     // Pointwise: the column matrix is dx itself, each group's product writes its own channels.
     const columns = pointwise ? image : col;

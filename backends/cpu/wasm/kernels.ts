@@ -341,7 +341,7 @@ export class WasmKernels {
       kind,
       this.#args,
       threads,
-      () => runTaskShare(this.#kernels, kind, this.#args, 0, threads),
+      (claim) => runTaskShare(this.#kernels, kind, this.#args, 0, threads, claim),
     );
   }
 

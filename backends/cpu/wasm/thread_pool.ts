@@ -13,8 +13,9 @@
  *
  * Protocol (one job at a time, the main thread is thread 0):
  * 1. main writes kind, thread count and arguments, then bumps `sequence` and notifies;
- * 2. each pool thread wakes; one whose index is below the thread count runs its share and then
- *    stores the sequence number in its own `done` slot and notifies it;
+ * 2. each pool thread wakes; one whose index is below the thread count runs its share (a fixed
+ *    one, or for convolutions units taken from the job's `claim` counter until none is left) and
+ *    then stores the sequence number in its own `done` slot and notifies it;
  * 3. main runs share 0, then waits until every participant's `done` slot holds the sequence.
  * Per-thread slots (not a shared counter) mean a thread that starts, or wakes late, can never be
  * counted towards a job it did not run.
@@ -42,8 +43,24 @@ export const Control = {
   kind: 3,
   failed: 4,
   failureLength: 5,
+  /** The job's next unit of work (see `Claim` in `conv.ts`): reset to 0 before each job. */
+  claim: 6,
   args: 8,
 } as const;
+
+/**
+ * The {@link Control.claim} counter of a control block as a `Claim`: each call takes the next unit.
+ *
+ * @example
+ * ```ts
+ * import { claimOf } from "./thread_pool.ts";
+ * const next = claimOf(new Int32Array(new SharedArrayBuffer(64)));
+ * [next(), next()]; // [0, 1]
+ * ```
+ */
+export function claimOf(control: Int32Array): () => number {
+  return () => Atomics.add(control, Control.claim, 1);
+}
 
 /**
  * Control slot of thread `index`'s ready flag (1 once it can take work).
@@ -115,12 +132,13 @@ type WorkerConstructor = new (url: URL, options: { workerData: PoolThreadData })
  * import { KernelThreadPool } from "./thread_pool.ts";
  * // const pool = new KernelThreadPool(module, memory, 3); // up to 3 threads besides the main one
  * // pool.grow(1);                                          // start one of them
- * // pool.run(kind, args, 1 + pool.ready, (t, n) => runTaskShare(kernels, kind, args, t, n));
+ * // pool.run(kind, args, 1 + pool.ready, (claim) => runTaskShare(kernels, kind, args, 0, 1 + pool.ready, claim));
  * // pool.close();
  * ```
  */
 export class KernelThreadPool {
   readonly #control: Int32Array<SharedArrayBuffer>;
+  readonly #claim: () => number;
   readonly #failure = new Uint8Array(new SharedArrayBuffer(FAILURE_BYTES));
   readonly #module: WebAssembly.Module;
   readonly #memory: WebAssembly.Memory;
@@ -134,6 +152,7 @@ export class KernelThreadPool {
     this.#module = module;
     this.#memory = memory;
     this.#control = new Int32Array(new SharedArrayBuffer(4 * (doneSlot(capacity) + 1)));
+    this.#claim = claimOf(this.#control);
   }
 
   /**
@@ -198,20 +217,23 @@ export class KernelThreadPool {
 
   /**
    * Runs a task on `threads` threads (1 + at most {@link KernelThreadPool.ready}): writes it to
-   * the control block, wakes the pool, runs share 0 here with `mainShare`, and returns when every
-   * share is done. Rethrows the first failure of any thread.
+   * the control block, wakes the pool, runs share 0 here with `mainShare` (given the job's shared
+   * {@link claimOf} counter, as every pool thread is), and returns when every share is done.
+   * Rethrows the first failure of any thread.
    */
-  run(kind: TaskKind, args: Int32Array, threads: number, mainShare: () => void): void {
+  run(kind: TaskKind, args: Int32Array, threads: number, mainShare: (claim: () => number) => void): void {
     const control = this.#control;
     control[Control.kind] = kind;
     control[Control.threads] = threads;
     control.set(args.subarray(0, MAX_TASK_ARGS), Control.args);
     Atomics.store(control, Control.failed, 0);
+    // Before the sequence moves: a thread that sees the new job sees the counter at 0.
+    Atomics.store(control, Control.claim, 0);
     const sequence = Atomics.add(control, Control.sequence, 1) + 1;
     Atomics.notify(control, Control.sequence);
     let mainError: unknown;
     try {
-      mainShare();
+      mainShare(this.#claim);
     } catch (error) {
       mainError = error;
     }

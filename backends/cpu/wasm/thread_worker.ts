@@ -8,7 +8,7 @@
 
 import { workerData } from "node:worker_threads";
 import { instantiateKernels } from "./generate/module.ts";
-import { Control, doneSlot, FAILURE_BYTES, type PoolThreadData, readySlot } from "./thread_pool.ts";
+import { claimOf, Control, doneSlot, FAILURE_BYTES, type PoolThreadData, readySlot } from "./thread_pool.ts";
 import { MAX_TASK_ARGS, runTaskShare, type TaskKind } from "./tasks.ts";
 
 const data = workerData as PoolThreadData;
@@ -19,6 +19,7 @@ const pause: () => void = (Atomics as unknown as { pause?: () => void }).pause?.
 const control = new Int32Array(data.control);
 const failure = new Uint8Array(data.failure);
 const kernels = instantiateKernels(data.module, data.memory);
+const claim = claimOf(control);
 
 function fail(error: unknown): void {
   // Only the first failure of a job is kept.
@@ -47,7 +48,7 @@ for (;;) {
   if (data.index >= threads) continue;
   try {
     const args = control.slice(Control.args, Control.args + MAX_TASK_ARGS);
-    runTaskShare(kernels, control[Control.kind] as TaskKind, args, data.index, threads);
+    runTaskShare(kernels, control[Control.kind] as TaskKind, args, data.index, threads, claim);
   } catch (error) {
     fail(error);
   }

@@ -1,0 +1,139 @@
+/**
+ * Convolutions on the kernel threads take their work as it comes: images (forward, input gradient)
+ * and blocks of weight-gradient rows are handed out by one shared counter to whichever thread asks
+ * first, so a thread on a busy core takes fewer, and the bits do not depend on who took what.
+ *
+ * Two threads are played here one after the other on this thread, with the job's counter shared:
+ * the one that runs first takes every unit, the other none, and the output (pre-filled with NaN)
+ * has the bits of the whole task run on one thread with fixed shares.
+ *
+ * Mutations tried: `runTaskShare` ignoring the counter (fixed shares: the first thread takes 0 units
+ * from it and the split is [0, 0], not [all, 0]); the weight-gradient loop stopping one block early
+ * (`(b + 1) * block < rows`: the last rows stay NaN, bits differ).
+ */
+
+import assert from "node:assert/strict";
+import { columnRows, convScratchBytes, windowOffsets } from "../backends/cpu/wasm/conv.ts";
+import { instantiateKernels, kernelModuleBytes } from "../backends/cpu/wasm/generate/module.ts";
+import {
+  encodeTask,
+  filterRowBlock,
+  filterRowsPerThread,
+  MAX_TASK_ARGS,
+  runTaskShare,
+  TaskKind,
+} from "../backends/cpu/wasm/tasks.ts";
+import { type Conv2dGeometry, conv2dGeometry } from "../backends/geometry.ts";
+import { mulberry32 } from "./reference/random.ts";
+
+const memory = new WebAssembly.Memory({ initial: 256, maximum: 1024 });
+const kernels = instantiateKernels(
+  new WebAssembly.Module(kernelModuleBytes({ fma: false, shared: false })),
+  memory,
+);
+
+/** A bump allocator over the kernel memory, 64-byte aligned. */
+function allocator(): (bytes: number) => number {
+  let next = 1024;
+  return (bytes) => {
+    const at = next;
+    next = (next + bytes + 63) & ~63;
+    if (next > memory.buffer.byteLength) throw new Error("test memory too small");
+    return at;
+  };
+}
+
+interface Case {
+  kind: TaskKind;
+  name: string;
+  g: Conv2dGeometry;
+}
+
+const g = conv2dGeometry([5, 6, 9, 9], [8, 3, 3, 3], { padding: 1, groups: 2 });
+const CASES: Case[] = [
+  { kind: TaskKind.convForward, name: "forward", g },
+  { kind: TaskKind.convBackwardInput, name: "input gradient", g },
+  { kind: TaskKind.convBackwardFilter, name: "weight gradient", g },
+];
+
+/** Units of work the counter hands out for a case on `threads` threads. */
+function units(c: Case, threads: number): number {
+  return c.kind === TaskKind.convBackwardFilter
+    ? Math.ceil(columnRows(c.g) / filterRowBlock(c.g, threads))
+    : c.g.batch;
+}
+
+/**
+ * Runs `c` as `threads` threads in the order `order`, sharing one counter (or, without `order`,
+ * on one thread with fixed shares); returns the result and how many units each thread took.
+ */
+function run(c: Case, threads: number, order?: number[]): { result: Float32Array; taken: number[] } {
+  const alloc = allocator();
+  const random = mulberry32(7);
+  const fill = (at: number, n: number) => {
+    const view = new Float32Array(memory.buffer, at, n);
+    for (let i = 0; i < n; i++) view[i] = random() * 2 - 1;
+  };
+  const xLen = c.g.batch * c.g.inChannels * c.g.inHeight * c.g.inWidth;
+  const wLen = c.g.outChannels * (c.g.inChannels / c.g.groups) * c.g.kernelH * c.g.kernelW;
+  const yLen = c.g.batch * c.g.outChannels * c.g.outHeight * c.g.outWidth;
+  const [image, weight, output] = [xLen, wLen, yLen].map((n) => alloc(4 * n + 64));
+  fill(image, xLen);
+  fill(weight, wLen);
+  fill(output, yLen);
+  // The result is written over NaN: a unit nobody computed shows.
+  const [resultAt, resultLen] = c.kind === TaskKind.convForward
+    ? [output, yLen]
+    : c.kind === TaskKind.convBackwardInput
+    ? [image, xLen]
+    : [weight, wLen];
+  new Float32Array(memory.buffer, resultAt, resultLen).fill(NaN);
+  const backwardFilter = c.kind === TaskKind.convBackwardFilter;
+  const rows = backwardFilter ? filterRowsPerThread(c.g, threads) : columnRows(c.g);
+  const implicit = c.kind !== TaskKind.convBackwardInput;
+  const scratchStride = convScratchBytes(c.g, rows, implicit);
+  const scratch = alloc(threads * scratchStride);
+  const table = windowOffsets(c.g);
+  const offsets = alloc(4 * table.length);
+  new Int32Array(memory.buffer, offsets, table.length).set(table);
+  const args = new Int32Array(MAX_TASK_ARGS);
+  encodeTask(c.kind, { ...c.g, image, weight, output, bias: 0, offsets, scratch, scratchStride }, args);
+  const taken = Array(threads).fill(0);
+  if (!order) {
+    runTaskShare(kernels, c.kind, args, 0, 1);
+  } else {
+    let counter = 0;
+    const total = units(c, threads);
+    for (const t of order) {
+      runTaskShare(kernels, c.kind, args, t, threads, () => {
+        const unit = counter++;
+        if (unit < total) taken[t]++;
+        return unit;
+      });
+    }
+  }
+  return { result: new Float32Array(memory.buffer, resultAt, resultLen).slice(), taken };
+}
+
+function sameBits(actual: Float32Array, expected: Float32Array): boolean {
+  const a = new Uint32Array(actual.buffer), b = new Uint32Array(expected.buffer);
+  return a.length === b.length && a.every((v, i) => v === b[i]);
+}
+
+Deno.test("wasm threads: convolutions hand their images and weight-gradient row blocks to whichever thread asks first", () => {
+  for (const c of CASES) {
+    const whole = run(c, 1).result;
+    assert.ok(whole.every(Number.isFinite), `${c.name}: the one-thread result is complete`);
+    assert.ok(units(c, 2) > 2, `${c.name}: more units than threads, so the split means something`);
+    for (const order of [[0, 1], [1, 0]]) {
+      const { result, taken } = run(c, 2, order);
+      const expected = order[0] === 0 ? [units(c, 2), 0] : [0, units(c, 2)];
+      assert.deepEqual(
+        taken,
+        expected,
+        `${c.name}: the thread that asks first (${order[0]}) takes every unit`,
+      );
+      assert.ok(sameBits(result, whole), `${c.name}: bits of the one-thread result whoever took the units`);
+    }
+  }
+});
