@@ -77,24 +77,43 @@ export function callTimes(seconds: number[], warmup: number): CallTimes {
  * ```
  */
 export function tandemGemmSeconds(backend: CpuBackend, shape: GemmShape, calls = TIMED_CALLS): CallTimes {
+  return withWarmGemm(backend, shape, (product, warmup) => {
+    const seconds: number[] = [];
+    for (let r = 0; r < calls; r++) {
+      const t0 = performance.now();
+      product();
+      seconds.push((performance.now() - t0) / 1000);
+    }
+    return callTimes(seconds, warmup);
+  });
+}
+
+/**
+ * Uploads seeded operands of `shape` to `backend`, runs the product until warm (at least one call
+ * and 0.2 s, see {@link tandemGemmSeconds}), hands `time` the product and the warm-up count, and
+ * releases the operands.
+ */
+function withWarmGemm<T>(
+  backend: CpuBackend,
+  shape: GemmShape,
+  time: (product: () => void, warmup: number) => T,
+): T {
   const { m, n, k, transA, transB } = shape;
   const a = backend.upload(filled(m * k, 1)), b = backend.upload(filled(k * n, 2));
   const out = backend.allocate(m * n, "float32");
   const spec = { batch: 1, m, n, k, transA, transB, aBatchStride: 0, bBatchStride: 0 };
-  const warmUntil = performance.now() + 200;
-  let warmup = 0;
-  do {
-    backend.matmul(a, b, out, spec);
-    warmup++;
-  } while (performance.now() < warmUntil);
-  const seconds: number[] = [];
-  for (let r = 0; r < calls; r++) {
-    const t0 = performance.now();
-    backend.matmul(a, b, out, spec);
-    seconds.push((performance.now() - t0) / 1000);
+  const product = () => backend.matmul(a, b, out, spec);
+  try {
+    const warmUntil = performance.now() + 200;
+    let warmup = 0;
+    do {
+      product();
+      warmup++;
+    } while (performance.now() < warmUntil);
+    return time(product, warmup);
+  } finally {
+    for (const s of [a, b, out]) backend.release(s);
   }
-  for (const s of [a, b, out]) backend.release(s);
-  return callTimes(seconds, warmup);
 }
 
 /** A GEMM's rate in consecutive windows of one process: how much this machine drifts. */
@@ -124,24 +143,19 @@ export function gemmDrift(
   seconds: number,
   windowSeconds: number,
 ): GemmDrift {
-  const { m, n, k, transA, transB } = shape;
-  const a = backend.upload(filled(m * k, 1)), b = backend.upload(filled(k * n, 2));
-  const out = backend.allocate(m * n, "float32");
-  const spec = { batch: 1, m, n, k, transA, transB, aBatchStride: 0, bBatchStride: 0 };
-  const warmUntil = performance.now() + 200;
-  do backend.matmul(a, b, out, spec); while (performance.now() < warmUntil);
-  const windows: number[] = [];
-  for (const end = performance.now() + seconds * 1000; performance.now() < end;) {
-    const t0 = performance.now();
-    let calls = 0;
-    do {
-      backend.matmul(a, b, out, spec);
-      calls++;
-    } while (performance.now() - t0 < windowSeconds * 1000);
-    windows.push(gemmGflops(shape, (performance.now() - t0) / 1000 / calls));
-  }
-  for (const s of [a, b, out]) backend.release(s);
-  return { windows, windowSeconds };
+  return withWarmGemm(backend, shape, (product) => {
+    const windows: number[] = [];
+    for (const end = performance.now() + seconds * 1000; performance.now() < end;) {
+      const t0 = performance.now();
+      let calls = 0;
+      do {
+        product();
+        calls++;
+      } while (performance.now() - t0 < windowSeconds * 1000);
+      windows.push(gemmGflops(shape, (performance.now() - t0) / 1000 / calls));
+    }
+    return { windows, windowSeconds };
+  });
 }
 
 /**

@@ -23,6 +23,7 @@
  * @module
  */
 
+import type { Claim } from "./conv.ts";
 import { MAX_TASK_ARGS, type TaskKind } from "./tasks.ts";
 
 /**
@@ -49,7 +50,7 @@ export const Control = {
 } as const;
 
 /**
- * The {@link Control.claim} counter of a control block as a `Claim`: each call takes the next unit.
+ * The {@link Control.claim} counter of a control block as a {@link Claim}: each call takes the next unit.
  *
  * @example
  * ```ts
@@ -58,7 +59,7 @@ export const Control = {
  * [next(), next()]; // [0, 1]
  * ```
  */
-export function claimOf(control: Int32Array): () => number {
+export function claimOf(control: Int32Array): Claim {
   return () => Atomics.add(control, Control.claim, 1);
 }
 
@@ -138,7 +139,7 @@ type WorkerConstructor = new (url: URL, options: { workerData: PoolThreadData })
  */
 export class KernelThreadPool {
   readonly #control: Int32Array<SharedArrayBuffer>;
-  readonly #claim: () => number;
+  readonly #claim: Claim;
   readonly #failure = new Uint8Array(new SharedArrayBuffer(FAILURE_BYTES));
   readonly #module: WebAssembly.Module;
   readonly #memory: WebAssembly.Memory;
@@ -221,7 +222,7 @@ export class KernelThreadPool {
    * {@link claimOf} counter, as every pool thread is), and returns when every share is done.
    * Rethrows the first failure of any thread.
    */
-  run(kind: TaskKind, args: Int32Array, threads: number, mainShare: (claim: () => number) => void): void {
+  run(kind: TaskKind, args: Int32Array, threads: number, mainShare: (claim: Claim) => void): void {
     const control = this.#control;
     control[Control.kind] = kind;
     control[Control.threads] = threads;
