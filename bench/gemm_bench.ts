@@ -20,6 +20,7 @@ import {
   gemmFlops,
   gemmGflops,
   type GemmShape,
+  gemmSpec,
   peakFor,
   percentOfPeak,
   squareShape,
@@ -132,16 +133,7 @@ for (const s of SHAPES) {
     const a = backend.upload(args.a),
       b = backend.upload(args.b),
       out = backend.allocate(s.m * s.n, "float32");
-    const spec = {
-      batch: 1,
-      m: s.m,
-      n: s.n,
-      k: s.k,
-      transA: s.transA,
-      transB: s.transB,
-      aBatchStride: 0,
-      bBatchStride: 0,
-    };
+    const spec = gemmSpec(s);
     const name = `wasm ${backend.threads} thread${backend.threads > 1 ? "s" : ""} ${s.name}`;
     Deno.bench({
       name,

@@ -7,6 +7,7 @@
  * @module
  */
 
+import type { MatmulSpec } from "../backends/backend.ts";
 import type { WasmPeak } from "../backends/cpu/wasm/peak.ts";
 
 /** One product C (m×n) = op(A)·op(B) with inner dimension k. */
@@ -32,6 +33,20 @@ export const FC_SHAPES: readonly GemmShape[] = [
   { name: "FC input grad dY·W (64×9216×4096, NN)", m: 64, n: 9216, k: 4096, transA: false, transB: false },
   { name: "FC weight grad dYᵀ·X (4096×9216×64, TN)", m: 4096, n: 9216, k: 64, transA: true, transB: false },
 ];
+
+/**
+ * The backend contract's spec of one product of `shape` (no batch strides).
+ *
+ * @example
+ * ```ts
+ * import { gemmSpec, squareShape } from "./gemm_shapes.ts";
+ * gemmSpec(squareShape(4)); // { batch: 1, m: 4, n: 4, k: 4, transA: false, transB: false, … }
+ * ```
+ */
+export function gemmSpec(shape: GemmShape): MatmulSpec {
+  const { m, n, k, transA, transB } = shape;
+  return { batch: 1, m, n, k, transA, transB, aBatchStride: 0, bBatchStride: 0 };
+}
 
 /** Floating-point operations of one product (a multiply-add counts 2). */
 export function gemmFlops(s: GemmShape): number {

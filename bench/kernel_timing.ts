@@ -11,7 +11,7 @@ import type { CpuBackend } from "../backends/cpu/backend.ts";
 import { describeWasmPeak, measureWasmPeak, type WasmPeak } from "../backends/cpu/wasm/peak.ts";
 import { cifarQuick, randn, setBackend, SGD, tensor, trainStep } from "../mod.ts";
 import { uniformValues } from "../engine/mod.ts";
-import { gemmGflops, type GemmShape, peakFor } from "./gemm_shapes.ts";
+import { gemmGflops, type GemmShape, gemmSpec, peakFor } from "./gemm_shapes.ts";
 import { tf, timeTf } from "./peers/tfjs.ts";
 
 /**
@@ -98,10 +98,10 @@ function withWarmGemm<T>(
   shape: GemmShape,
   time: (product: () => void, warmup: number) => T,
 ): T {
-  const { m, n, k, transA, transB } = shape;
+  const { m, n, k } = shape;
   const a = backend.upload(filled(m * k, 1)), b = backend.upload(filled(k * n, 2));
   const out = backend.allocate(m * n, "float32");
-  const spec = { batch: 1, m, n, k, transA, transB, aBatchStride: 0, bBatchStride: 0 };
+  const spec = gemmSpec(shape);
   const product = () => backend.matmul(a, b, out, spec);
   try {
     const warmUntil = performance.now() + 200;

@@ -37,6 +37,7 @@
 import { CpuBackend } from "../backends/cpu/backend.ts";
 import { describeWasmFeatures } from "../backends/cpu/wasm/features.ts";
 import { measureWasmPeak, type WasmPeak } from "../backends/cpu/wasm/peak.ts";
+import { describeMachineBlocks, machineGemmBlocks } from "../backends/cpu/wasm/blocking.ts";
 import { cpuModel, measureStamp, readForEmbedding, repositoryState, stampBlock } from "./stamp.ts";
 import {
   DataParallelTrainer,
@@ -462,6 +463,7 @@ const driftLine = (() => {
     "is the machine's, not the code's, and every comparison below is only as fine as it";
 })();
 console.log(`Drift: ${driftLine}`);
+console.log(`GEMM blocks: ${describeMachineBlocks(machineGemmBlocks())}`);
 
 // ---------------------------------------------------------------- GEMM
 
@@ -879,6 +881,11 @@ const markdown = [
   `Measured peak of this machine (128-bit WebAssembly SIMD, the ceiling of every WebAssembly kernel here): ${peakLine}`,
   "",
   `How steady this machine was: ${driftLine}.`,
+  "",
+  `GEMM cache blocks of this run: ${
+    describeMachineBlocks(machineGemmBlocks())
+  } (\`backends/cpu/wasm/blocking.ts\`; ` +
+  "`npx deno task tune` measures and files this machine's own; they never change a bit).",
   "",
   "## 1. GEMM",
   "",

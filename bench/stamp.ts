@@ -22,6 +22,7 @@
  */
 
 import { describeWasmPeak, measureWasmPeak } from "../backends/cpu/wasm/peak.ts";
+import { cpuModel } from "../backends/cpu/wasm/blocking.ts";
 
 /** The code every bench measures; each report adds its own generator files. */
 export const MEASURED_CODE: readonly string[] = ["backends", "engine", "schedule"];
@@ -67,18 +68,11 @@ export interface BenchStamp {
   peak: StampPeak | { error: string };
 }
 
+/** The CPU model, as the GEMM tuning keys it (`backends/cpu/wasm/blocking.ts`). */
+export { cpuModel };
+
 const MARK = "tandem-bench-stamp";
 const COMMENT = new RegExp(`<!-- ${MARK} (\\{.*?\\}) -->`);
-
-/** The CPU model from `/proc/cpuinfo`, or `unknown`. */
-export function cpuModel(): string {
-  try {
-    const info = Deno.readTextFileSync("/proc/cpuinfo");
-    return info.match(/^model name\s*:\s*(.+)$/m)?.[1].trim() ?? "unknown";
-  } catch {
-    return "unknown";
-  }
-}
 
 /** Runs git in `root`; its trimmed stdout, or undefined when git fails or is missing. */
 async function git(root: string, args: string[]): Promise<string | undefined> {

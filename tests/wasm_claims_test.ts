@@ -14,6 +14,7 @@
 
 import assert from "node:assert/strict";
 import { columnRows, convScratchBytes, windowOffsets } from "../backends/cpu/wasm/conv.ts";
+import { DEFAULT_GEMM_BLOCKS } from "../backends/cpu/wasm/gemm.ts";
 import { instantiateKernels, kernelModuleBytes } from "../backends/cpu/wasm/generate/module.ts";
 import {
   encodeTask,
@@ -91,13 +92,24 @@ function run(c: Case, threads: number, order?: number[]): { result: Float32Array
   const backwardFilter = c.kind === TaskKind.convBackwardFilter;
   const rows = backwardFilter ? filterRowsPerThread(c.g, threads) : columnRows(c.g);
   const implicit = c.kind !== TaskKind.convBackwardInput;
-  const scratchStride = convScratchBytes(c.g, rows, implicit);
+  const scratchStride = convScratchBytes(c.g, rows, implicit, DEFAULT_GEMM_BLOCKS);
   const scratch = alloc(threads * scratchStride);
   const table = windowOffsets(c.g);
   const offsets = alloc(4 * table.length);
   new Int32Array(memory.buffer, offsets, table.length).set(table);
   const args = new Int32Array(MAX_TASK_ARGS);
-  encodeTask(c.kind, { ...c.g, image, weight, output, bias: 0, offsets, scratch, scratchStride }, args);
+  const task = {
+    ...c.g,
+    image,
+    weight,
+    output,
+    bias: 0,
+    offsets,
+    scratch,
+    scratchStride,
+    ...DEFAULT_GEMM_BLOCKS,
+  };
+  encodeTask(c.kind, task, args);
   const taken = Array(threads).fill(0);
   if (!order) {
     runTaskShare(kernels, c.kind, args, 0, 1);

@@ -50,6 +50,7 @@ import {
 import { isDenseView } from "../geometry.ts";
 import { ArrayPool } from "./array_pool.ts";
 import { WasmKernels } from "./wasm/kernels.ts";
+import type { GemmBlocks } from "./wasm/gemm.ts";
 
 /**
  * CPU storage: a typed array the kernels use directly.
@@ -113,6 +114,12 @@ export interface CpuBackendOptions {
    * a sum.
    */
   threads?: number;
+  /**
+   * The WebAssembly GEMM's cache blocks (MC rows of A, NC columns of B per packed block). By
+   * default this machine's: tuned by `deno task tune`, else derived from the cache sizes the OS
+   * reports. They never change a result's bits.
+   */
+  gemmBlocks?: GemmBlocks;
 }
 
 /** Free arrays the backend keeps for reuse, at most. */
@@ -151,7 +158,11 @@ export class CpuBackend implements Backend {
     const kernels = options.kernels ?? "auto";
     this.requestedThreads = Math.max(1, Math.floor(options.threads ?? availableCores()));
     if (kernels !== "ts") {
-      this.wasm = WasmKernels.create({ threads: this.requestedThreads, fma: options.relaxedSimd ?? true });
+      this.wasm = WasmKernels.create({
+        threads: this.requestedThreads,
+        fma: options.relaxedSimd ?? true,
+        blocks: options.gemmBlocks,
+      });
       if (!this.wasm && kernels === "wasm") {
         throw new Error("CpuBackend: WebAssembly SIMD128 kernels are not supported by this runtime");
       }
@@ -166,6 +177,11 @@ export class CpuBackend implements Backend {
   /** True when the WebAssembly GEMM uses relaxed SIMD's fused multiply-add. */
   get fusedMultiplyAdd(): boolean {
     return this.wasm?.fma ?? false;
+  }
+
+  /** The WebAssembly GEMM's cache blocks (undefined with the TypeScript kernels). */
+  get gemmBlocks(): GemmBlocks | undefined {
+    return this.wasm?.blocks;
   }
 
   /** Threads for large GEMMs and convolutions (1 with the TypeScript kernels). */

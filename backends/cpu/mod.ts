@@ -18,3 +18,12 @@
  */
 
 export { CpuBackend, type CpuBackendOptions, CpuStorage } from "./backend.ts";
+export type { GemmBlocks } from "./wasm/gemm.ts";
+export {
+  type BlocksSource,
+  type CacheSizes,
+  describeMachineBlocks,
+  GemmBlocksError,
+  type MachineBlocks,
+  machineGemmBlocks,
+} from "./wasm/blocking.ts";

@@ -14,7 +14,7 @@
 
 import type { Conv2dGeometry } from "../../geometry.ts";
 import { isPointwise } from "../../geometry.ts";
-import { GEMM_SCRATCH_BYTES, gemmBlocked, packedABytes, packWholeA } from "./gemm.ts";
+import { gemmBlocked, type GemmBlocks, gemmScratchBytes, packedABytes, packWholeA } from "./gemm.ts";
 import type { KernelExports } from "./generate/module.ts";
 
 /**
@@ -32,37 +32,44 @@ export function columnRows(g: Conv2dGeometry): number {
 }
 
 /**
- * Bytes of scratch one thread needs for a convolution pass: GEMM panels plus either `rows` rows of
- * the column matrix (input gradient, through col2im) or, with `paddedImage` (forward, weight
- * gradient), a zero-padded copy of the image's channels under those rows.
+ * Bytes of scratch one thread needs for a convolution pass in `blocks`: GEMM panels plus either
+ * `rows` rows of the column matrix (input gradient, through col2im) or, with `paddedImage`
+ * (forward, weight gradient), a zero-padded copy of the image's channels under those rows.
  *
  * @example
  * ```ts
  * import { conv2dGeometry } from "../../geometry.ts";
+ * import { DEFAULT_GEMM_BLOCKS } from "./gemm.ts";
  * import { convScratchBytes } from "./conv.ts";
- * convScratchBytes(conv2dGeometry([1, 3, 8, 8], [4, 3, 3, 3], { padding: 1 }), 27, true);
+ * convScratchBytes(conv2dGeometry([1, 3, 8, 8], [4, 3, 3, 3], { padding: 1 }), 27, true, DEFAULT_GEMM_BLOCKS);
  * ```
  */
-export function convScratchBytes(g: Conv2dGeometry, rows: number, paddedImage: boolean): number {
-  return weightsOffset(g, rows, paddedImage) + (rows === columnRows(g) ? packedWeightsBytes(g) : 0);
+export function convScratchBytes(
+  g: Conv2dGeometry,
+  rows: number,
+  paddedImage: boolean,
+  blocks: GemmBlocks,
+): number {
+  return weightsOffset(g, rows, paddedImage, blocks) +
+    (rows === columnRows(g) ? packedWeightsBytes(g, blocks) : 0);
 }
 
 /**
  * Where, past a thread's scratch start, the weights packed once per call lie (forward and input
  * gradient): after the GEMM panels and the padded image or column rows.
  */
-function weightsOffset(g: Conv2dGeometry, rows: number, paddedImage: boolean): number {
+function weightsOffset(g: Conv2dGeometry, rows: number, paddedImage: boolean, blocks: GemmBlocks): number {
   // Rows [r0, r0 + rows) touch at most ⌈rows / area⌉ + 1 channels (all when forward).
   const channels = Math.min(g.inChannels, Math.ceil(rows / (g.kernelH * g.kernelW)) + 1);
   const padded = channels * (g.inHeight + 2 * g.padH) * (g.inWidth + 2 * g.padW) * 4;
   const columns = isPointwise(g) ? 0 : paddedImage ? padded : rows * g.outHeight * g.outWidth * 4;
-  return GEMM_SCRATCH_BYTES + ((columns + 63) & ~63);
+  return gemmScratchBytes(blocks) + ((columns + 63) & ~63);
 }
 
 /** Bytes of every group's weights packed as a GEMM's A, as W (forward) or Wᵀ (input gradient). */
-function packedWeightsBytes(g: Conv2dGeometry): number {
+function packedWeightsBytes(g: Conv2dGeometry, blocks: GemmBlocks): number {
   const K = columnRows(g) / g.groups, coutG = g.outChannels / g.groups;
-  return g.groups * Math.max(packedABytes(coutG, K), packedABytes(K, coutG));
+  return g.groups * Math.max(packedABytes(coutG, K, blocks), packedABytes(K, coutG, blocks));
 }
 
 /**
@@ -144,7 +151,7 @@ function im2colArgs(g: Conv2dGeometry): number[] {
  * @example
  * ```ts
  * import { convForwardImages } from "./conv.ts";
- * // convForwardImages(kernels, geometry, { image, weight, output }, rangeClaim(0, geometry.batch), scratch, offsets);
+ * // convForwardImages(kernels, geometry, { image, weight, output }, rangeClaim(0, geometry.batch), scratch, offsets, blocks);
  * ```
  */
 export function convForwardImages(
@@ -154,12 +161,13 @@ export function convForwardImages(
   next: Claim,
   scratch: number,
   offsets: number,
+  blocks: GemmBlocks,
 ): void {
   const P = g.outHeight * g.outWidth, plane = g.inHeight * g.inWidth;
   const cinG = g.inChannels / g.groups, coutG = g.outChannels / g.groups;
   const K = cinG * g.kernelH * g.kernelW;
   const pointwise = isPointwise(g);
-  const padded = scratch + GEMM_SCRATCH_BYTES;
+  const padded = scratch + gemmScratchBytes(blocks);
   const Hp = g.inHeight + 2 * g.padH, Wp = g.inWidth + 2 * g.padW;
   const problem = (n: number, gi: number) => ({
     m: coutG,
@@ -177,9 +185,12 @@ export function convForwardImages(
   });
   // Every image multiplies by the same weights: packed once per group (by a thread that takes an
   // image), not once per image.
-  const weights = scratch + weightsOffset(g, columnRows(g), true), slot = packedABytes(coutG, K);
+  const weights = scratch + weightsOffset(g, columnRows(g), true, blocks),
+    slot = packedABytes(coutG, K, blocks);
   for (let n = next(), first = true; n < g.batch; n = next(), first = false) {
-    if (first) { for (let gi = 0; gi < g.groups; gi++) packWholeA(x, problem(n, gi), weights + gi * slot); }
+    if (first) {
+      for (let gi = 0; gi < g.groups; gi++) packWholeA(x, problem(n, gi), weights + gi * slot, blocks);
+    }
     const image = at.image + 4 * n * g.inChannels * plane;
     if (!pointwise) x.conv_pad(image, padded, g.inChannels, g.inHeight, g.inWidth, g.padH, g.padW, Hp, Wp);
     for (let gi = 0; gi < g.groups; gi++) {
@@ -200,7 +211,7 @@ export function convForwardImages(
             Wp,
           );
         };
-      gemmBlocked(x, problem(n, gi), scratch, packColumns, weights + gi * slot);
+      gemmBlocked(x, problem(n, gi), scratch, blocks, packColumns, weights + gi * slot);
     }
     // The bias in the epilogue, while this image's output is still in cache.
     const y = at.output + 4 * n * g.outChannels * P;
@@ -214,7 +225,7 @@ export function convForwardImages(
  * @example
  * ```ts
  * import { convBackwardInputImages } from "./conv.ts";
- * // convBackwardInputImages(kernels, geometry, { image: dx, weight, output: dy }, rangeClaim(0, geometry.batch), scratch);
+ * // convBackwardInputImages(kernels, geometry, { image: dx, weight, output: dy }, rangeClaim(0, geometry.batch), scratch, blocks);
  * ```
  */
 export function convBackwardInputImages(
@@ -223,12 +234,13 @@ export function convBackwardInputImages(
   at: ConvOperands,
   next: Claim,
   scratch: number,
+  blocks: GemmBlocks,
 ): void {
   const P = g.outHeight * g.outWidth, plane = g.inHeight * g.inWidth;
   const cinG = g.inChannels / g.groups, coutG = g.outChannels / g.groups;
   const K = cinG * g.kernelH * g.kernelW;
   const pointwise = isPointwise(g);
-  const col = scratch + GEMM_SCRATCH_BYTES;
+  const col = scratch + gemmScratchBytes(blocks);
   const problem = (n: number, gi: number, columns: number) => ({
     m: K,
     n: P,
@@ -244,16 +256,17 @@ export function convBackwardInputImages(
     accumulate: false,
   });
   // Every image multiplies by the same transposed weights: packed once per group.
-  const weights = scratch + weightsOffset(g, columnRows(g), false), slot = packedABytes(K, coutG);
+  const weights = scratch + weightsOffset(g, columnRows(g), false, blocks),
+    slot = packedABytes(K, coutG, blocks);
   for (let n = next(), first = true; n < g.batch; n = next(), first = false) {
     if (first) {
-      for (let gi = 0; gi < g.groups; gi++) packWholeA(x, problem(n, gi, col), weights + gi * slot);
+      for (let gi = 0; gi < g.groups; gi++) packWholeA(x, problem(n, gi, col), weights + gi * slot, blocks);
     }
     const image = at.image + 4 * n * g.inChannels * plane;
     // Pointwise: the column matrix is dx itself, each group's product writes its own channels.
     const columns = pointwise ? image : col;
     for (let gi = 0; gi < g.groups; gi++) {
-      gemmBlocked(x, problem(n, gi, columns), scratch, undefined, weights + gi * slot);
+      gemmBlocked(x, problem(n, gi, columns), scratch, blocks, undefined, weights + gi * slot);
     }
     if (!pointwise) {
       x.fill_zero(image, 4 * g.inChannels * plane);
@@ -271,7 +284,7 @@ export function convBackwardInputImages(
  * @example
  * ```ts
  * import { columnRows, convBackwardFilterRows } from "./conv.ts";
- * // convBackwardFilterRows(kernels, geometry, { image: x, weight: dw, output: dy }, 0, columnRows(geometry), scratch, offsets);
+ * // convBackwardFilterRows(kernels, geometry, { image: x, weight: dw, output: dy }, 0, columnRows(geometry), scratch, offsets, blocks);
  * ```
  */
 export function convBackwardFilterRows(
@@ -282,8 +295,10 @@ export function convBackwardFilterRows(
   r1: number,
   scratch: number,
   offsets: number,
+  blocks: GemmBlocks,
 ): void {
   if (r1 <= r0) return;
+  const gemmScratch = gemmScratchBytes(blocks);
   const P = g.outHeight * g.outWidth, plane = g.inHeight * g.inWidth;
   const cinG = g.inChannels / g.groups, coutG = g.outChannels / g.groups;
   const area = g.kernelH * g.kernelW, K = cinG * area;
@@ -291,13 +306,13 @@ export function convBackwardFilterRows(
   const Hp = g.inHeight + 2 * g.padH, Wp = g.inWidth + 2 * g.padW;
   // Only the channels under rows [r0, r1) are padded; `padded` is where channel 0 would start.
   const c0 = Math.floor(r0 / area), c1 = Math.floor((r1 - 1) / area) + 1;
-  const padded = scratch + GEMM_SCRATCH_BYTES - 4 * c0 * Hp * Wp;
+  const padded = scratch + gemmScratch - 4 * c0 * Hp * Wp;
   for (let n = 0; n < g.batch; n++) {
     const image = at.image + 4 * n * g.inChannels * plane;
     if (!pointwise) {
       x.conv_pad(
         image + 4 * c0 * plane,
-        scratch + GEMM_SCRATCH_BYTES,
+        scratch + gemmScratch,
         c1 - c0,
         g.inHeight,
         g.inWidth,
@@ -326,10 +341,10 @@ export function convBackwardFilterRows(
         accumulate: n > 0,
       };
       if (pointwise) {
-        gemmBlocked(x, problem, scratch);
+        gemmBlocked(x, problem, scratch, blocks);
         continue;
       }
-      gemmBlocked(x, problem, scratch, (pc, kc, jc, nc, dst) => {
+      gemmBlocked(x, problem, scratch, blocks, (pc, kc, jc, nc, dst) => {
         x.conv_pack_rows(padded, dst, start + jc, nc, pc, kc, offsets, g.kernelH, g.kernelW, Hp * Wp, Wp);
       });
     }

@@ -9,7 +9,8 @@
  * MR×NR tiles with one KC×NR panel of B in L1. Each depth block sums into fresh accumulators that
  * are then added to C (blocked summation: rounding error grows with KC, not with k). An element's
  * arithmetic depends on KC only, never on MC, NC or on how the threads split C, so results are
- * the same whatever the thread count.
+ * the same whatever the thread count, and whatever MC and NC a machine chooses (`blocking.ts`):
+ * KC alone is fixed for every machine.
  *
  * @module
  */
@@ -29,15 +30,73 @@
 export const GEMM_TILE = { mr: 6, mrUnfused: 4, nr: 8 } as const;
 
 /**
- * Cache blocking: depth (KC), rows (MC, a multiple of MR) and columns (NC, a multiple of NR).
+ * Depth of a cache block (KC): the one blocking size that fixes bits (each depth block sums into
+ * fresh accumulators), so it is the same on every machine; MC and NC ({@link GemmBlocks}) are
+ * chosen per machine.
  *
  * @example
  * ```ts
- * import { GEMM_BLOCKS } from "./gemm.ts";
- * console.log(GEMM_BLOCKS.kc); // 256
+ * import { GEMM_DEPTH } from "./gemm.ts";
+ * console.log(GEMM_DEPTH); // 256
  * ```
  */
-export const GEMM_BLOCKS = { kc: 256, mc: 96, nc: 2048 } as const;
+export const GEMM_DEPTH = 256;
+
+/**
+ * The cache blocks a machine chooses: rows of A packed at once (MC, a multiple of MR, its MC×KC
+ * block meant to stay in L2) and columns of B packed at once (NC, a multiple of NR, its KC×NC
+ * block in a thread's share of L3). Neither changes any bit of any result.
+ */
+export interface GemmBlocks {
+  /** MC: rows of op(A) per packed block. */
+  mc: number;
+  /** NC: columns of op(B) per packed block. */
+  nc: number;
+}
+
+/**
+ * The blocks the kernels were tuned with, on a machine with 256 KiB of L2 per core (where they
+ * ran at 95% of the FMA peak); what a machine that reports nothing of its caches gets.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_GEMM_BLOCKS } from "./gemm.ts";
+ * console.log(DEFAULT_GEMM_BLOCKS); // { mc: 96, nc: 2048 }
+ * ```
+ */
+export const DEFAULT_GEMM_BLOCKS: GemmBlocks = Object.freeze({ mc: 96, nc: 2048 });
+
+/**
+ * What MC must be a multiple of: both register tiles' rows (6 fused, 4 unfused), since a packed
+ * A block holds whole MR-row panels in its MC×KC slot.
+ */
+export const GEMM_ROW_QUANTUM = 12;
+
+/**
+ * Smallest and largest MC and NC accepted: below, the packing overhead dominates; above, one
+ * thread's scratch ({@link gemmScratchBytes}) would pass 9 MiB.
+ */
+export const GEMM_BLOCK_LIMITS = Object.freeze({ mc: [12, 480], nc: [256, 8192] } as const);
+
+/**
+ * Why `blocks` cannot drive the GEMM (a one-line reason naming the field), or `undefined`.
+ *
+ * @example
+ * ```ts
+ * import { gemmBlocksProblem } from "./gemm.ts";
+ * gemmBlocksProblem({ mc: 100, nc: 2048 }); // "mc 100 is not a multiple of 12 in [12, 480]"
+ * ```
+ */
+export function gemmBlocksProblem(blocks: GemmBlocks): string | undefined {
+  const quanta = { mc: GEMM_ROW_QUANTUM, nc: GEMM_TILE.nr } as const;
+  for (const field of ["mc", "nc"] as const) {
+    const value = blocks[field], [low, high] = GEMM_BLOCK_LIMITS[field], quantum = quanta[field];
+    if (!Number.isInteger(value) || value < low || value > high || value % quantum !== 0) {
+      return `${field} ${value} is not a multiple of ${quantum} in [${low}, ${high}]`;
+    }
+  }
+  return undefined;
+}
 
 /** The generated GEMM functions (see `GEMM_EXPORTS` in `generate/gemm_kernels.ts`). */
 export interface GemmExports {
@@ -97,17 +156,20 @@ export interface GemmProblem {
 }
 
 /**
- * Bytes of scratch one thread needs for {@link gemmBlocked}.
+ * Bytes of scratch one thread needs for {@link gemmBlocked} with `blocks`: an MC×KC block of A,
+ * a KC×NC block of B and a tile, or {@link gemmPanels}' deeper A block and one B panel.
  *
  * @example
  * ```ts
- * import { GEMM_SCRATCH_BYTES } from "./gemm.ts";
- * console.log(GEMM_SCRATCH_BYTES > 2 << 20); // true
+ * import { DEFAULT_GEMM_BLOCKS, gemmScratchBytes } from "./gemm.ts";
+ * console.log(gemmScratchBytes(DEFAULT_GEMM_BLOCKS) > 2 << 20); // true
  * ```
  */
-export const GEMM_SCRATCH_BYTES: number = 4 *
-    (GEMM_BLOCKS.mc * GEMM_BLOCKS.kc + GEMM_BLOCKS.kc * GEMM_BLOCKS.nc + GEMM_TILE.mr * GEMM_TILE.nr) +
-  3 * 64;
+export function gemmScratchBytes(blocks: GemmBlocks): number {
+  const blocked = blocks.mc * GEMM_DEPTH + GEMM_DEPTH * blocks.nc;
+  const panels = blocks.mc * PANEL_DEPTH + GEMM_TILE.nr * PANEL_DEPTH;
+  return 4 * (Math.max(blocked, panels) + GEMM_TILE.mr * GEMM_TILE.nr) + 3 * 64;
+}
 
 /**
  * Rows [m0, m1) × columns [n0, n1) of a problem as a problem of its own (pointers moved to the
@@ -142,12 +204,12 @@ export type PanelPacker = (pc: number, kc: number, jc: number, nc: number, dst: 
  *
  * @example
  * ```ts
- * import { packedABytes } from "./gemm.ts";
- * console.log(packedABytes(64, 576)); // 3 depth blocks × 1 row block × 96·256 floats
+ * import { DEFAULT_GEMM_BLOCKS, packedABytes } from "./gemm.ts";
+ * console.log(packedABytes(64, 576, DEFAULT_GEMM_BLOCKS)); // 3 depth blocks × 1 row block × 96·256 floats
  * ```
  */
-export function packedABytes(m: number, k: number): number {
-  const { kc: KC, mc: MC } = GEMM_BLOCKS;
+export function packedABytes(m: number, k: number, blocks: GemmBlocks): number {
+  const { mc: MC } = blocks, KC = GEMM_DEPTH;
   return 4 * MC * KC * Math.ceil(k / KC) * Math.ceil(m / MC);
 }
 
@@ -159,12 +221,12 @@ export function packedABytes(m: number, k: number): number {
  * @example
  * ```ts
  * import { gemmBlocked, packWholeA } from "./gemm.ts";
- * // packWholeA(kernels, problem, packed);
- * // gemmBlocked(kernels, problem, scratch, undefined, packed); // for each product sharing A
+ * // packWholeA(kernels, problem, packed, blocks);
+ * // gemmBlocked(kernels, problem, scratch, blocks, undefined, packed); // for each product sharing A
  * ```
  */
-export function packWholeA(x: GemmExports, p: GemmProblem, dst: number): void {
-  const { kc: KC, mc: MC } = GEMM_BLOCKS;
+export function packWholeA(x: GemmExports, p: GemmProblem, dst: number, blocks: GemmBlocks): void {
+  const { mc: MC } = blocks, KC = GEMM_DEPTH;
   const aLane = p.transA ? 4 : 4 * p.lda, aDepth = p.transA ? 4 * p.lda : 4;
   for (let pc = 0, slot = dst; pc < p.k; pc += KC) {
     for (let ic = 0; ic < p.m; ic += MC, slot += 4 * MC * KC) {
@@ -182,28 +244,29 @@ export function packWholeA(x: GemmExports, p: GemmProblem, dst: number): void {
 
 /**
  * Runs one product with the generated kernels, single-threaded, using `scratch`
- * ({@link GEMM_SCRATCH_BYTES} bytes at a byte address) for packed panels. With `packColumns`,
+ * ({@link gemmScratchBytes} bytes at a byte address) for packed panels, in `blocks`. With `packColumns`,
  * op(B) comes from that packer instead of from `p.b`; with `packedA`, op(A) was packed by
  * {@link packWholeA} at that address and `p.a` is not read.
  *
  * @example
  * ```ts
- * import { gemmBlocked } from "./gemm.ts";
+ * import { DEFAULT_GEMM_BLOCKS, gemmBlocked } from "./gemm.ts";
  * // kernels: the exports of an instantiated kernel module (see generate/module.ts)
  * // gemmBlocked(kernels, { m: 2, n: 2, k: 3, a: 0, lda: 3, transA: false, b: 64, ldb: 2,
- * //   transB: false, c: 128, ldc: 2, accumulate: false }, 1024);
+ * //   transB: false, c: 128, ldc: 2, accumulate: false }, 1024, DEFAULT_GEMM_BLOCKS);
  * ```
  */
 export function gemmBlocked(
   x: GemmExports,
   p: GemmProblem,
   scratch: number,
+  blocks: GemmBlocks,
   packColumns?: PanelPacker,
   packedWholeA?: number,
 ): void {
   const { m, n, k, lda, ldb, transA, transB } = p;
   if (m <= 0 || n <= 0) return;
-  const { kc: KC, mc: MC, nc: NC } = GEMM_BLOCKS;
+  const { mc: MC, nc: NC } = blocks, KC = GEMM_DEPTH;
   const packedA = align64(scratch);
   const packedB = align64(packedA + 4 * MC * KC);
   const tile = align64(packedB + 4 * KC * NC);
@@ -215,7 +278,7 @@ export function gemmBlocked(
   // op(B) element (p, j): B[p·ldb + j], or B[j·ldb + p] transposed. Lanes of a B panel are columns j.
   const bLane = transB ? 4 * ldb : 4, bDepth = transB ? 4 : 4 * ldb;
   if (!packColumns && packedWholeA === undefined && transB && m <= MC && k > KC) {
-    gemmPanels(x, p, scratch);
+    gemmPanels(x, p, scratch, MC);
     return;
   }
   for (let jc = 0; jc < n; jc += NC) {
@@ -238,11 +301,11 @@ export function gemmBlocked(
 }
 
 /**
- * Depth of the A block {@link gemmPanels} packs at once: a multiple of KC, with MC × it floats of
- * A and NR × it of one B panel within {@link GEMM_SCRATCH_BYTES}. 1024 packed B measurably slower
+ * Depth of the A block {@link gemmPanels} packs at once: a multiple of KC, MC × it floats of A and
+ * NR × it of one B panel in the scratch ({@link gemmScratchBytes} makes room for them). 1024 packed B measurably slower
  * (shorter streams); 2048, 4096 and the full 9216 of the FC layer ran alike.
  */
-const PANEL_DEPTH = 16 * GEMM_BLOCKS.kc;
+const PANEL_DEPTH = 16 * GEMM_DEPTH;
 
 /**
  * Few rows (m ≤ MC) times transposed B, a fully connected layer's forward product X·Wᵀ: op(B) is
@@ -255,9 +318,9 @@ const PANEL_DEPTH = 16 * GEMM_BLOCKS.kc;
  * blocks, summed in the same order, as {@link gemmBlocked}, so every element of C gets the same
  * bits either way (and whatever the thread count: threads take column ranges of C).
  */
-function gemmPanels(x: GemmExports, p: GemmProblem, scratch: number): void {
+function gemmPanels(x: GemmExports, p: GemmProblem, scratch: number, MC: number): void {
   const { m, n, k, lda, ldb, transA } = p;
-  const { kc: KC, mc: MC } = GEMM_BLOCKS;
+  const KC = GEMM_DEPTH;
   const NR = GEMM_TILE.nr;
   const packedA = align64(scratch);
   const packedB = align64(packedA + 4 * MC * PANEL_DEPTH);

@@ -20,7 +20,8 @@ import type { AdamStep, Conv2dGeometry, MatmulSpec, Pool2dGeometry, SgdStep } fr
 import { columnRows, convScratchBytes, windowOffsets } from "./conv.ts";
 import { detectWasmFeatures, type WasmFeatures } from "./features.ts";
 import { firstFound } from "./finite.ts";
-import { GEMM_SCRATCH_BYTES } from "./gemm.ts";
+import { type GemmBlocks, gemmBlocksProblem, gemmScratchBytes } from "./gemm.ts";
+import { machineGemmBlocks } from "./blocking.ts";
 import { KernelHeap } from "./heap.ts";
 import { checkLrn, type LrnParams } from "../../geometry.ts";
 import { lrnConstants, lrnScratchBytes } from "./lrn.ts";
@@ -81,6 +82,11 @@ export interface WasmKernelOptions {
   threads: number;
   /** Use relaxed SIMD's fused multiply-add where the engine has it (default true). */
   fma?: boolean;
+  /**
+   * GEMM cache blocks (MC, NC); by default this machine's ({@link machineGemmBlocks}: tuned,
+   * from its cache sizes, or the defaults). They never change a result's bits.
+   */
+  blocks?: GemmBlocks;
 }
 
 function checkLength(name: string, a: ArrayLike<number>, expected: number): void {
@@ -137,6 +143,8 @@ export class WasmKernels {
   private constructor(
     readonly features: WasmFeatures,
     readonly fma: boolean,
+    /** The GEMM's cache blocks (MC, NC), the same on every thread. */
+    readonly blocks: GemmBlocks,
     module: WebAssembly.Module,
     memory: WebAssembly.Memory,
     threads: number,
@@ -150,9 +158,13 @@ export class WasmKernels {
 
   /**
    * Compiles the kernels for this engine, or returns `undefined` where it lacks SIMD128 (or
-   * refuses to compile synchronously, as browsers do on their main thread).
+   * refuses to compile synchronously, as browsers do on their main thread). Throws a RangeError
+   * naming the field when `blocks` cannot drive the GEMM.
    */
   static create(options: WasmKernelOptions): WasmKernels | undefined {
+    const blocks = options.blocks ? { mc: options.blocks.mc, nc: options.blocks.nc } : undefined;
+    const problem = blocks && gemmBlocksProblem(blocks);
+    if (problem) throw new RangeError(`GEMM blocks: ${problem}`);
     const features = detectWasmFeatures();
     if (!features.simd128) return undefined;
     const fma = (options.fma ?? true) && features.relaxedSimd;
@@ -160,7 +172,8 @@ export class WasmKernels {
     try {
       const module = compiledKernels(fma, shared);
       const memory = new WebAssembly.Memory({ initial: 16, maximum: MAX_MEMORY_PAGES, shared });
-      return new WasmKernels(features, fma, module, memory, shared ? Math.max(1, options.threads) : 1);
+      const threads = shared ? Math.max(1, options.threads) : 1;
+      return new WasmKernels(features, fma, blocks ?? machineGemmBlocks().blocks, module, memory, threads);
     } catch {
       return undefined;
     }
@@ -361,7 +374,8 @@ export class WasmKernels {
     const threads = this.#threadsFor(2 * batch * m * n * k);
     try {
       const aAt = this.#stage(a, aLength, true), bAt = this.#stage(b, bLength, true);
-      const cAt = this.#stage(out, cLength, false), scratch = this.#scratch(threads * GEMM_SCRATCH_BYTES);
+      const cAt = this.#stage(out, cLength, false), scratchStride = gemmScratchBytes(this.blocks);
+      const scratch = this.#scratch(threads * scratchStride);
       if (aAt === undefined || bAt === undefined || cAt === undefined || scratch === undefined) return false;
       this.#run(TaskKind.matmul, {
         batch,
@@ -381,7 +395,8 @@ export class WasmKernels {
         cBatchStride: 4 * m * n,
         accumulate: false,
         scratch,
-        scratchStride: GEMM_SCRATCH_BYTES,
+        scratchStride,
+        ...this.blocks,
       }, threads);
       this.#unstage(out, cAt, cLength);
       return true;
@@ -408,7 +423,7 @@ export class WasmKernels {
     if (kind !== TaskKind.convBackwardFilter) threads = Math.min(threads, g.batch);
     const rows = kind === TaskKind.convBackwardFilter ? filterRowsPerThread(g, threads) : columnRows(g);
     const implicit = kind !== TaskKind.convBackwardInput;
-    const scratchStride = convScratchBytes(g, rows, implicit);
+    const scratchStride = convScratchBytes(g, rows, implicit, this.blocks);
     const scratch = this.#scratch(threads * scratchStride);
     let offsets = 0;
     if (implicit) {
@@ -419,7 +434,11 @@ export class WasmKernels {
       offsets = address;
     }
     if (scratch === undefined) return false;
-    this.#run(kind, { ...g, ...at, bias: at.bias ?? 0, offsets, scratch, scratchStride }, threads);
+    this.#run(
+      kind,
+      { ...g, ...at, bias: at.bias ?? 0, offsets, scratch, scratchStride, ...this.blocks },
+      threads,
+    );
     return true;
   }
 

@@ -19,7 +19,7 @@ import {
   convForwardImages,
   rangeClaim,
 } from "./conv.ts";
-import { GEMM_TILE, gemmBlocked, type GemmProblem, gemmWindow } from "./gemm.ts";
+import { GEMM_TILE, gemmBlocked, type GemmBlocks, type GemmProblem, gemmWindow } from "./gemm.ts";
 import type { KernelExports } from "./generate/module.ts";
 import { LRN_FIELDS, type LrnTask, runLrnImages } from "./lrn.ts";
 
@@ -87,16 +87,19 @@ export interface ElementwiseTask {
 /** One of the {@link TaskKind} codes. */
 export type TaskKind = typeof TaskKind[keyof typeof TaskKind];
 
-/** A batch of products `c[i] = [c[i] +] op(a[i])·op(b[i])`, strides in bytes. */
-export interface MatmulTask extends GemmProblem {
+/**
+ * A batch of products `c[i] = [c[i] +] op(a[i])·op(b[i])`, strides in bytes, in the cache blocks
+ * `mc`, `nc` (every thread must pack in the same blocks its scratch was sized for).
+ */
+export interface MatmulTask extends GemmProblem, GemmBlocks {
   batch: number;
   aBatchStride: number;
   bBatchStride: number;
   cBatchStride: number;
 }
 
-/** A convolution pass: geometry and operand addresses. */
-export interface ConvTask extends Conv2dGeometry {
+/** A convolution pass: geometry, operand addresses and the GEMM's cache blocks. */
+export interface ConvTask extends Conv2dGeometry, GemmBlocks {
   image: number;
   weight: number;
   output: number;
@@ -190,6 +193,8 @@ const MATMUL_FIELDS = [
   "accumulate",
   "scratch",
   "scratchStride",
+  "mc",
+  "nc",
 ] as const;
 
 const CONV_FIELDS = [
@@ -214,6 +219,8 @@ const CONV_FIELDS = [
   "bias",
   "scratch",
   "scratchStride",
+  "mc",
+  "nc",
 ] as const;
 
 /** The fields of {@link PoolWindows}, in the order every pooling kernel takes them. */
@@ -287,7 +294,7 @@ function fieldsOf(kind: TaskKind): readonly string[] {
  * encodeTask(TaskKind.matmul, {
  *   batch: 1, m: 2, n: 2, k: 2, a: 0, lda: 2, transA: false, aBatchStride: 0, b: 16, ldb: 2,
  *   transB: false, bBatchStride: 0, c: 32, ldc: 2, cBatchStride: 0, accumulate: false,
- *   scratch: 1024, scratchStride: 0,
+ *   scratch: 1024, scratchStride: 0, mc: 96, nc: 2048,
  * }, args);
  * ```
  */
@@ -397,6 +404,7 @@ function share(count: number, t: number, threads: number, quantum = 1): [number,
 
 function runMatmul(x: KernelExports, task: Record<string, number>, t: number, threads: number): void {
   const scratch = task.scratch + t * task.scratchStride;
+  const blocks = { mc: task.mc, nc: task.nc };
   const problem = (i: number): GemmProblem => ({
     m: task.m,
     n: task.n,
@@ -413,7 +421,7 @@ function runMatmul(x: KernelExports, task: Record<string, number>, t: number, th
   });
   if (task.batch >= 4 * threads || task.batch % threads === 0) {
     const [b0, b1] = share(task.batch, t, threads);
-    for (let i = b0; i < b1; i++) gemmBlocked(x, problem(i), scratch);
+    for (let i = b0; i < b1; i++) gemmBlocked(x, problem(i), scratch, blocks);
     return;
   }
   // Few products: every thread takes a slice of each, along the longer side of C.
@@ -421,10 +429,10 @@ function runMatmul(x: KernelExports, task: Record<string, number>, t: number, th
     const p = problem(i);
     if (p.n >= p.m) {
       const [n0, n1] = share(p.n, t, threads, GEMM_TILE.nr);
-      if (n1 > n0) gemmBlocked(x, gemmWindow(p, 0, p.m, n0, n1), scratch);
+      if (n1 > n0) gemmBlocked(x, gemmWindow(p, 0, p.m, n0, n1), scratch, blocks);
     } else {
       const [m0, m1] = share(p.m, t, threads, GEMM_TILE.mr);
-      if (m1 > m0) gemmBlocked(x, gemmWindow(p, m0, m1, 0, p.n), scratch);
+      if (m1 > m0) gemmBlocked(x, gemmWindow(p, m0, m1, 0, p.n), scratch, blocks);
     }
   }
 }
@@ -536,22 +544,24 @@ export function runTaskShare(
   const g = task as unknown as Conv2dGeometry;
   const at = { image: task.image, weight: task.weight, output: task.output, bias: task.bias };
   const scratch = task.scratch + t * task.scratchStride;
+  const blocks = { mc: task.mc, nc: task.nc };
   if (kind === TaskKind.convBackwardFilter) {
     const rows = columnRows(g);
     if (!claim) {
       const [r0, r1] = share(rows, t, threads, GEMM_TILE.nr);
-      convBackwardFilterRows(x, g, at, r0, r1, scratch, task.offsets);
+      convBackwardFilterRows(x, g, at, r0, r1, scratch, task.offsets, blocks);
       return;
     }
     const block = filterRowBlock(g, threads);
     for (let b = claim(); b * block < rows; b = claim()) {
-      convBackwardFilterRows(x, g, at, b * block, Math.min(rows, (b + 1) * block), scratch, task.offsets);
+      const end = Math.min(rows, (b + 1) * block);
+      convBackwardFilterRows(x, g, at, b * block, end, scratch, task.offsets, blocks);
     }
     return;
   }
   const next = claim ?? rangeClaim(...share(g.batch, t, threads));
-  if (kind === TaskKind.convForward) convForwardImages(x, g, at, next, scratch, task.offsets);
-  else convBackwardInputImages(x, g, at, next, scratch);
+  if (kind === TaskKind.convForward) convForwardImages(x, g, at, next, scratch, task.offsets, blocks);
+  else convBackwardInputImages(x, g, at, next, scratch, blocks);
 }
 
 /**
