@@ -7,9 +7,12 @@
  * the one that runs first takes every unit, the other none, and the output (pre-filled with NaN)
  * has the bits of the whole task run on one thread with fixed shares.
  *
+ * Products do the same with whole products, or windows of few products' longer side.
+ *
  * Mutations tried: `runTaskShare` ignoring the counter (fixed shares: the first thread takes 0 units
  * from it and the split is [0, 0], not [all, 0]); the weight-gradient loop stopping one block early
- * (`(b + 1) * block < rows`: the last rows stay NaN, bits differ).
+ * (`(b + 1) * block < rows`: the last rows stay NaN, bits differ); `runMatmul` ignoring the counter
+ * (the same [0, 0]); a claimed window's product index taken as `u % batch` (NaN left, bits differ).
  */
 
 import assert from "node:assert/strict";
@@ -20,10 +23,12 @@ import {
   encodeTask,
   filterRowBlock,
   filterRowsPerThread,
+  matmulWindow,
   MAX_TASK_ARGS,
   runTaskShare,
   TaskKind,
 } from "../backends/cpu/wasm/tasks.ts";
+import { GEMM_TILE, gemmScratchBytes } from "../backends/cpu/wasm/gemm.ts";
 import { type Conv2dGeometry, conv2dGeometry } from "../backends/geometry.ts";
 import { mulberry32 } from "./reference/random.ts";
 
@@ -146,6 +151,87 @@ Deno.test("wasm threads: convolutions hand their images and weight-gradient row 
         `${c.name}: the thread that asks first (${order[0]}) takes every unit`,
       );
       assert.ok(sameBits(result, whole), `${c.name}: bits of the one-thread result whoever took the units`);
+    }
+  }
+});
+
+/** Products: [batch, m, n, k, transA, transB], each cut into a different kind of unit on 2 threads. */
+const PRODUCTS: [string, number, number, number, number, boolean, boolean][] = [
+  ["9 whole products", 9, 40, 50, 300, false, true],
+  ["one product in column windows", 1, 30, 260, 301, true, false],
+  ["one product in row windows", 1, 270, 40, 70, false, false],
+  ["3 products in windows across them", 3, 20, 130, 90, true, true],
+];
+
+function runProducts(
+  [, batch, m, n, k, transA, transB]: typeof PRODUCTS[number],
+  threads: number,
+  order?: number[],
+): { result: Float32Array; taken: number[]; units: number } {
+  const alloc = allocator();
+  const random = mulberry32(11);
+  const a = alloc(4 * batch * m * k), b = alloc(4 * batch * k * n), c = alloc(4 * batch * m * n);
+  for (const [at, count] of [[a, batch * m * k], [b, batch * k * n]]) {
+    const view = new Float32Array(memory.buffer, at, count);
+    for (let i = 0; i < count; i++) view[i] = random() * 2 - 1;
+  }
+  new Float32Array(memory.buffer, c, batch * m * n).fill(NaN);
+  const scratchStride = gemmScratchBytes(DEFAULT_GEMM_BLOCKS);
+  const scratch = alloc(threads * scratchStride);
+  const args = new Int32Array(MAX_TASK_ARGS);
+  encodeTask(TaskKind.matmul, {
+    batch,
+    m,
+    n,
+    k,
+    a,
+    lda: transA ? m : k,
+    transA,
+    aBatchStride: 4 * m * k,
+    b,
+    ldb: transB ? k : n,
+    transB,
+    bBatchStride: 4 * k * n,
+    c,
+    ldc: n,
+    cBatchStride: 4 * m * n,
+    accumulate: false,
+    scratch,
+    scratchStride,
+    ...DEFAULT_GEMM_BLOCKS,
+  }, args);
+  const whole = batch >= 4 * threads || batch % threads === 0;
+  const [size, quantum] = n >= m ? [n, GEMM_TILE.nr] : [m, GEMM_TILE.mr];
+  const units = whole ? batch : batch * Math.ceil(size / matmulWindow(size, quantum, threads));
+  const taken = Array(threads).fill(0);
+  if (!order) runTaskShare(kernels, TaskKind.matmul, args, 0, 1);
+  else {
+    let counter = 0;
+    for (const t of order) {
+      runTaskShare(kernels, TaskKind.matmul, args, t, threads, () => {
+        const unit = counter++;
+        if (unit < units) taken[t]++;
+        return unit;
+      });
+    }
+  }
+  return { result: new Float32Array(memory.buffer, c, batch * m * n).slice(), taken, units };
+}
+
+Deno.test("wasm threads: products hand whole products or windows of C to whichever thread asks first", () => {
+  for (const product of PRODUCTS) {
+    const name = product[0];
+    const whole = runProducts(product, 1).result;
+    assert.ok(whole.every(Number.isFinite), `${name}: the one-thread result is complete`);
+    for (const order of [[0, 1], [1, 0]]) {
+      const { result, taken, units } = runProducts(product, 2, order);
+      assert.ok(units > 2, `${name}: more units than threads (${units})`);
+      assert.deepEqual(
+        taken,
+        order[0] === 0 ? [units, 0] : [0, units],
+        `${name}: the first to ask takes all`,
+      );
+      assert.ok(sameBits(result, whole), `${name}: bits of the one-thread result whoever took the units`);
     }
   }
 });

@@ -402,7 +402,13 @@ function share(count: number, t: number, threads: number, quantum = 1): [number,
   return [start, end];
 }
 
-function runMatmul(x: KernelExports, task: Record<string, number>, t: number, threads: number): void {
+function runMatmul(
+  x: KernelExports,
+  task: Record<string, number>,
+  t: number,
+  threads: number,
+  claim?: Claim,
+): void {
   const scratch = task.scratch + t * task.scratchStride;
   const blocks = { mc: task.mc, nc: task.nc };
   const problem = (i: number): GemmProblem => ({
@@ -420,21 +426,47 @@ function runMatmul(x: KernelExports, task: Record<string, number>, t: number, th
     accumulate: task.accumulate === 1,
   });
   if (task.batch >= 4 * threads || task.batch % threads === 0) {
-    const [b0, b1] = share(task.batch, t, threads);
-    for (let i = b0; i < b1; i++) gemmBlocked(x, problem(i), scratch, blocks);
+    // Whole products per thread.
+    const next = claim ?? rangeClaim(...share(task.batch, t, threads));
+    for (let i = next(); i < task.batch; i = next()) gemmBlocked(x, problem(i), scratch, blocks);
     return;
   }
-  // Few products: every thread takes a slice of each, along the longer side of C.
-  for (let i = 0; i < task.batch; i++) {
+  // Few products: each is cut along the longer side of C into windows, which threads claim (or take
+  // a fixed share of); a window is a product of its own, every element summed whole in it.
+  const p0 = problem(0), columns = p0.n >= p0.m;
+  const { size, quantum } = columns
+    ? { size: p0.n, quantum: GEMM_TILE.nr }
+    : { size: p0.m, quantum: GEMM_TILE.mr };
+  const window = claim ? matmulWindow(size, quantum, threads) : size;
+  const perProduct = Math.ceil(size / window);
+  const run = (i: number, w0: number, w1: number) => {
     const p = problem(i);
-    if (p.n >= p.m) {
-      const [n0, n1] = share(p.n, t, threads, GEMM_TILE.nr);
-      if (n1 > n0) gemmBlocked(x, gemmWindow(p, 0, p.m, n0, n1), scratch, blocks);
-    } else {
-      const [m0, m1] = share(p.m, t, threads, GEMM_TILE.mr);
-      if (m1 > m0) gemmBlocked(x, gemmWindow(p, m0, m1, 0, p.n), scratch, blocks);
+    if (w1 <= w0) return;
+    gemmBlocked(x, columns ? gemmWindow(p, 0, p.m, w0, w1) : gemmWindow(p, w0, w1, 0, p.n), scratch, blocks);
+  };
+  if (claim) {
+    for (let u = claim(); u < task.batch * perProduct; u = claim()) {
+      const i = Math.floor(u / perProduct), w0 = (u % perProduct) * window;
+      run(i, w0, Math.min(size, w0 + window));
     }
+    return;
   }
+  for (let i = 0; i < task.batch; i++) run(i, ...share(size, t, threads, quantum));
+}
+
+/**
+ * Columns (or rows) of C per window a thread claims of a product cut `size` long on `threads`
+ * threads: about a quarter of a thread's fixed share, in whole register tiles. Finer windows would
+ * repack the other operand more often (each window packs its own share of A or B).
+ *
+ * @example
+ * ```ts
+ * import { matmulWindow } from "./tasks.ts";
+ * matmulWindow(9216, 8, 2); // 1152: 8 windows of the FC input gradient's 9216 columns
+ * ```
+ */
+export function matmulWindow(size: number, quantum: number, threads: number): number {
+  return quantum * Math.max(1, Math.ceil(size / quantum / (4 * threads)));
 }
 
 /** A pooling kernel's geometry arguments for `planes` planes, in {@link WINDOW_FIELDS} order. */
@@ -470,10 +502,10 @@ function runAvgPoolPlanes(
 
 /**
  * Runs thread `t`'s share (of `threads`) of the task encoded in `args`. With `claim` (the job's
- * shared counter, see {@link Claim}), convolutions take their units of work as they come instead
- * of a fixed share — images (forward, input gradient) or blocks of weight-gradient rows
- * ({@link filterRowBlock}) — so threads that run at different speeds finish together; every
- * other kind keeps its fixed share.
+ * shared counter, see {@link Claim}), products and convolutions take their units of work as they
+ * come instead of a fixed share — whole products or windows of one ({@link matmulWindow}), images
+ * (forward, input gradient) or blocks of weight-gradient rows ({@link filterRowBlock}) — so
+ * threads that run at different speeds finish together; every other kind keeps its fixed share.
  *
  * @example
  * ```ts
@@ -491,7 +523,7 @@ export function runTaskShare(
 ): void {
   const task = decode(kind, args);
   if (kind === TaskKind.matmul) {
-    runMatmul(x, task, t, threads);
+    runMatmul(x, task, t, threads, claim);
     return;
   }
   if (kind === TaskKind.sgdUpdate || kind === TaskKind.adamUpdate) {

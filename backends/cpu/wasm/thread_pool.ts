@@ -14,8 +14,8 @@
  * Protocol (one job at a time, the main thread is thread 0):
  * 1. main writes kind, thread count and arguments, then bumps `sequence` and notifies;
  * 2. each pool thread wakes; one whose index is below the thread count runs its share (a fixed
- *    one, or for convolutions units taken from the job's `claim` counter until none is left) and
- *    then stores the sequence number in its own `done` slot and notifies it;
+ *    one, or for products and convolutions units taken from the job's `claim` counter until none is
+ *    left) and then stores the sequence number in its own `done` slot and notifies it;
  * 3. main runs share 0, then waits until every participant's `done` slot holds the sequence.
  * Per-thread slots (not a shared counter) mean a thread that starts, or wakes late, can never be
  * counted towards a job it did not run.
