@@ -32,6 +32,7 @@ import { GEMM_BLOCK_LIMITS, type GemmBlocks } from "../backends/cpu/wasm/gemm.ts
 import { writeFileAtomic } from "../engine/io/mod.ts";
 import { benchPeak, filled } from "./kernel_timing.ts";
 import { measureStamp, stampBlock } from "./stamp.ts";
+import { chooseBlocks, MARGIN, type Measured, measured, noiseMargin } from "./tune_choice.ts";
 import {
   FC_SHAPES,
   gemmGflops,
@@ -41,11 +42,6 @@ import {
   squareShape,
 } from "./gemm_shapes.ts";
 
-/**
- * How much faster than the untuned blocks (as a log ratio) a candidate must be to be filed instead,
- * at least: more where the untuned blocks against themselves show a larger spread.
- */
-const MARGIN = 0.03;
 const ROW_BLOCKS = [48, 96, 144, 192, 288, 384];
 const COLUMN_BLOCKS = [1024, 2048, 4096, 8192];
 const SHAPES: GemmShape[] = [squareShape(512), squareShape(1024), ...FC_SHAPES];
@@ -126,13 +122,6 @@ function trial(blocks: GemmBlocks): Trial {
   return { blocks, backend, products };
 }
 
-/** A candidate's speedup over the untuned blocks per product, and the untuned blocks' fastest call. */
-interface Result {
-  blocks: GemmBlocks;
-  speedups: number[];
-  score: number;
-}
-
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const base = trial(untuned);
 const baseBest = SHAPES.map(() => Infinity);
@@ -142,8 +131,8 @@ const baseBest = SHAPES.map(() => Infinity);
  * first): both calls of a pair see the same stretch of the machine, so the median ratio is the
  * candidate's speedup even while the machine's speed drifts by 2× over seconds.
  */
-function compare(blocks: GemmBlocks, again = false, count = pairs): Result {
-  if (!again && label(blocks) === label(untuned)) return { blocks, speedups: SHAPES.map(() => 1), score: 1 };
+function compare(blocks: GemmBlocks, again = false, count = pairs): Measured {
+  if (!again && label(blocks) === label(untuned)) return measured(blocks, SHAPES.map(() => 1));
   const candidate = trial(blocks);
   const speedups = SHAPES.map((_, s) => {
     const ratios: number[] = [];
@@ -158,16 +147,15 @@ function compare(blocks: GemmBlocks, again = false, count = pairs): Result {
     return median(ratios);
   });
   candidate.backend.dispose();
-  const score = Math.exp(speedups.reduce((sum, x) => sum + Math.log(x), 0) / speedups.length);
-  return { blocks, speedups, score };
+  return measured(blocks, speedups);
 }
 
 // The untuned blocks against a second backend in the same blocks: the speedups a change that does
 // nothing shows here, which a candidate must clear.
 const noise = compare(untuned, true);
-const margin = Math.max(MARGIN, 2 * Math.max(...noise.speedups.map((x) => Math.abs(Math.log(x)))));
+const margin = noiseMargin(noise);
 // Coordinate search: rows of A first (at the untuned NC), then columns of B at the best MC.
-const results: Result[] = [];
+const results: Measured[] = [];
 const rowsFirst = ROW_BLOCKS.filter((mc) => mc <= GEMM_BLOCK_LIMITS.mc[1]).map((mc) =>
   compare({ mc, nc: untuned.nc })
 );
@@ -186,8 +174,10 @@ const leader = ranked[0];
 const confirmation = label(leader.blocks) === label(untuned)
   ? leader
   : compare(leader.blocks, false, 2 * pairs);
-const confirmed = Math.log(leader.score) > margin && Math.log(confirmation.score) > margin;
-const winner = confirmed ? confirmation : results.find((r) => label(r.blocks) === label(untuned))!;
+const chosen = chooseBlocks(untuned, leader, confirmation, margin);
+const winner = label(chosen) === label(untuned)
+  ? results.find((r) => label(r.blocks) === label(untuned))!
+  : confirmation;
 
 say(`| product | untuned ${label(untuned)}: fastest call | % of peak |`);
 say(`| --- | --- | --- |`);
@@ -198,7 +188,7 @@ SHAPES.forEach((shape, s) => {
 say(`\nSpeedup over the untuned blocks (median of ${pairs} pairs), fastest first:\n`);
 say(`| MC × NC | ${SHAPES.map((s) => s.name).join(" | ")} | geometric mean |`);
 say(`| --- | ${SHAPES.map(() => "---").join(" | ")} | --- |`);
-const row = (r: Result, tag: string) =>
+const row = (r: Measured, tag: string) =>
   say(
     `| ${label(r.blocks)}${tag} | ${r.speedups.map((x) => `${x.toFixed(3)}×`).join(" | ")} | ${
       r.score.toFixed(3)

@@ -1,0 +1,70 @@
+/**
+ * How `deno task tune` decides, apart from its measuring: a candidate's score is the geometric mean
+ * of its speedups over the untuned blocks; the margin it must clear is {@link MARGIN} or twice the
+ * largest speedup the untuned blocks showed against themselves, whichever is larger; and the
+ * leader must clear it twice, in the search and when measured again.
+ *
+ * @module
+ */
+
+import type { GemmBlocks } from "../backends/cpu/wasm/gemm.ts";
+
+/** The least margin, as a log ratio (3%): a smaller gain is not worth a tuning file. */
+export const MARGIN = 0.03;
+
+/** One candidate's measured speedups (untuned time / its time, per product) and their score. */
+export interface Measured {
+  blocks: GemmBlocks;
+  speedups: number[];
+  /** Geometric mean of `speedups`. */
+  score: number;
+}
+
+/**
+ * `blocks` with these speedups and their geometric mean.
+ *
+ * @example
+ * ```ts
+ * import { measured } from "./tune_choice.ts";
+ * measured({ mc: 96, nc: 2048 }, [1.21, 1]).score; // 1.1
+ * ```
+ */
+export function measured(blocks: GemmBlocks, speedups: number[]): Measured {
+  const score = Math.exp(speedups.reduce((sum, x) => sum + Math.log(x), 0) / speedups.length);
+  return { blocks, speedups, score };
+}
+
+/**
+ * The margin (log ratio) a candidate must clear, given the untuned blocks measured against a
+ * second backend in the same blocks: {@link MARGIN}, or twice their largest deviation from 1×.
+ *
+ * @example
+ * ```ts
+ * import { measured, noiseMargin } from "./tune_choice.ts";
+ * noiseMargin(measured({ mc: 96, nc: 2048 }, [1.05, 0.99])); // 2·ln 1.05 ≈ 0.098
+ * ```
+ */
+export function noiseMargin(noise: Measured): number {
+  return Math.max(MARGIN, 2 * Math.max(...noise.speedups.map((x) => Math.abs(Math.log(x)))));
+}
+
+/**
+ * The blocks to file: the leader's when its score and its confirmation's (the leader measured
+ * again) both clear `margin`, else the untuned blocks.
+ *
+ * @example
+ * ```ts
+ * import { chooseBlocks, measured } from "./tune_choice.ts";
+ * const leader = measured({ mc: 288, nc: 2048 }, [1.2]), again = measured({ mc: 288, nc: 2048 }, [1.01]);
+ * chooseBlocks({ mc: 192, nc: 4096 }, leader, again, 0.03); // { mc: 192, nc: 4096 }: not confirmed
+ * ```
+ */
+export function chooseBlocks(
+  untuned: GemmBlocks,
+  leader: Measured,
+  confirmation: Measured,
+  margin: number,
+): GemmBlocks {
+  const clears = (m: Measured) => Math.log(m.score) > margin;
+  return clears(leader) && clears(confirmation) ? confirmation.blocks : untuned;
+}
