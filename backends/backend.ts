@@ -36,6 +36,9 @@ export interface Storage {
 /** Elementwise functions of one float32 argument. */
 export type UnaryOp = "neg" | "exp" | "log" | "sqrt" | "relu" | "abs" | "sign";
 
+/** What a convolution applies to its output in its epilogue, after the bias: `"relu"` for now. */
+export type ConvActivation = "relu";
+
 /**
  * Elementwise functions of two float32 arguments. `equal` and `greater` give 1 or 0;
  * `reluGrad(dy, y)` gives `dy` where `y > 0` and 0 elsewhere.
@@ -253,9 +256,17 @@ export interface Backend {
   /**
    * Cross-correlation of NCHW `x` with `[Cout, Cin/groups, kh, kw]` weights; with `bias`
    * (`[Cout]`), each output channel then adds its bias, one float32 rounding, the same bits as a
-   * broadcast `add` afterwards.
+   * broadcast `add` afterwards; with `activation` `"relu"`, the output is then `x > 0 ? x : 0`,
+   * the same bits as a `relu` unary afterwards (one pass over the output fewer).
    */
-  conv2dForward(x: Storage, weight: Storage, out: Storage, geometry: Conv2dGeometry, bias?: Storage): void;
+  conv2dForward(
+    x: Storage,
+    weight: Storage,
+    out: Storage,
+    geometry: Conv2dGeometry,
+    bias?: Storage,
+    activation?: ConvActivation,
+  ): void;
   /** Gradient of the convolution with respect to its input. */
   conv2dBackwardInput(dy: Storage, weight: Storage, dx: Storage, geometry: Conv2dGeometry): void;
   /** Gradient of the convolution with respect to its weights (summed over the batch). */

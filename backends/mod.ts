@@ -22,6 +22,7 @@ export type {
   AdamStep,
   Backend,
   BinaryOp,
+  ConvActivation,
   DType,
   HostArray,
   MatmulSpec,

@@ -109,6 +109,7 @@ function run(c: Case, threads: number, order?: number[]): { result: Float32Array
     weight,
     output,
     bias: 0,
+    relu: false,
     offsets,
     scratch,
     scratchStride,

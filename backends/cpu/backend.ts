@@ -16,6 +16,7 @@ import type {
   Backend,
   BinaryOp,
   Conv2dGeometry,
+  ConvActivation,
   DType,
   HostArray,
   LrnParams,
@@ -356,13 +357,20 @@ export class CpuBackend implements Backend {
     }
   }
 
-  conv2dForward(x: Storage, weight: Storage, out: Storage, geometry: Conv2dGeometry, bias?: Storage): void {
+  conv2dForward(
+    x: Storage,
+    weight: Storage,
+    out: Storage,
+    geometry: Conv2dGeometry,
+    bias?: Storage,
+    activation?: ConvActivation,
+  ): void {
     const b = bias ? f32(bias) : undefined;
     if (b && b.length !== geometry.outChannels) {
       throw new Error(`conv2d: bias has ${b.length} elements, geometry expects ${geometry.outChannels}`);
     }
-    if (this.wasm?.conv2dForward(f32(x), f32(weight), f32(out), geometry, b)) return;
-    conv2dForward(f32(x), f32(weight), f32(out), geometry, b);
+    if (this.wasm?.conv2dForward(f32(x), f32(weight), f32(out), geometry, b, activation)) return;
+    conv2dForward(f32(x), f32(weight), f32(out), geometry, b, activation);
   }
 
   conv2dBackwardInput(dy: Storage, weight: Storage, dx: Storage, geometry: Conv2dGeometry): void {

@@ -108,7 +108,8 @@ function col2imAdd(col: Float32Array, dx: Float32Array, dxOff: number, g: Conv2d
 }
 
 /**
- * Convolution forward: `out` [N, outC, OH, OW] = x ⋆ w (no bias), overwriting `out`.
+ * Convolution forward: `out` [N, outC, OH, OW] = x ⋆ w [+ bias], overwriting `out`; with
+ * `activation` `"relu"` then `x > 0 ? x : 0` (the `relu` unary's bits), per image while it is in cache.
  *
  * @example
  * ```ts
@@ -125,6 +126,7 @@ export function conv2dForward(
   out: Float32Array,
   g: Conv2dGeometry,
   bias?: Float32Array,
+  activation?: "relu",
 ): void {
   const { batch, inChannels, outChannels, groups } = g;
   const inPlane = g.inHeight * g.inWidth, P = g.outHeight * g.outWidth;
@@ -156,6 +158,11 @@ export function conv2dForward(
       });
     }
     if (bias) addBias(out, n * outChannels * P, bias, P);
+    if (activation === "relu") {
+      for (let i = n * outChannels * P, end = i + outChannels * P; i < end; i++) {
+        out[i] = out[i] > 0 ? out[i] : 0;
+      }
+    }
   }
 }
 

@@ -21,6 +21,7 @@ import type {
   Backend,
   BinaryOp,
   Conv2dGeometry,
+  ConvActivation,
   DType,
   HostArray,
   LrnParams,
@@ -577,12 +578,21 @@ export class WebGpuBackend implements Backend {
   // ---------------------------------------------------------------------------------------------
   // Convolution: im2col into a pooled scratch buffer, then the tiled GEMM; col2im is a gather.
 
-  conv2dForward(x: Storage, weight: Storage, out: Storage, g: Conv2dGeometry, bias?: Storage): void {
+  conv2dForward(
+    x: Storage,
+    weight: Storage,
+    out: Storage,
+    g: Conv2dGeometry,
+    bias?: Storage,
+    activation?: ConvActivation,
+  ): void {
     const sx = this.own(x, "conv2d"), sw = this.own(weight, "conv2d"), o = this.own(out, "conv2d");
     const { P, K, CKK, coutG } = convSizes(g);
     const col = this.columns(sx, g);
-    // With a bias the products go to a scratch buffer, and the broadcast add writes the output.
-    const products = bias ? this.acquire(o.length, "float32") : o;
+    // With a bias or a ReLU the products go to a scratch buffer, and the last pass (the broadcast
+    // add, then the ReLU) writes the output: a dispatch cannot read and write one buffer.
+    const relu = activation === "relu";
+    const products = bias || relu ? this.acquire(o.length, "float32") : o;
     for (let gi = 0; gi < g.groups; gi++) {
       this.gemm(sw.buffer, col.buffer, products.buffer, {
         batch: g.batch,
@@ -601,8 +611,10 @@ export class WebGpuBackend implements Backend {
       });
     }
     if (col !== sx) this.release(col);
+    let result = products;
     if (bias) {
       const shape = [g.batch, g.outChannels, P];
+      const biased = relu ? this.acquire(o.length, "float32") : o;
       this.binary(
         "add",
         products,
@@ -612,10 +624,15 @@ export class WebGpuBackend implements Backend {
           offset: 0,
           strides: [0, 1, 0],
         },
-        out,
+        biased,
         shape,
       );
       this.release(products);
+      result = biased;
+    }
+    if (relu) {
+      this.unary("relu", result, out);
+      this.release(result);
     }
   }
 

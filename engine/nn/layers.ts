@@ -143,6 +143,14 @@ export class Conv2d extends Module {
     return ops.conv2d(x, this.weight, this.bias, this.options);
   }
 
+  /**
+   * The layer and a ReLU after it in one op (the ReLU in the convolution's epilogue): what
+   * {@link Sequential} runs for a Conv2d directly followed by a ReLU, with the same bits.
+   */
+  forwardWithRelu(x: Tensor): Tensor {
+    return ops.conv2d(x, this.weight, this.bias, { ...this.options, activation: "relu" });
+  }
+
   /** Output shape and per-sample forward FLOPs for an input shape. */
   describe(inputShape: readonly number[]): LayerDescription {
     const g = conv2dGeometry(inputShape, this.weight.shape, this.options);
@@ -452,11 +460,20 @@ export class Sequential extends Module {
     return this.children();
   }
 
-  /** Applies the layer to a batch. */
+  /**
+   * Applies the layers to a batch in order. A {@link Conv2d} directly followed by a {@link ReLU}
+   * runs as one op ({@link Conv2d.forwardWithRelu}): the same bits, one pass over the output and
+   * one intermediate tensor fewer.
+   */
   forward(x: Tensor, context?: ForwardContext): Tensor {
     let h = x;
-    for (const [, layer] of this.children()) {
-      const next = layer.forward(h, context);
+    const layers = this.children();
+    for (let i = 0; i < layers.length; i++) {
+      const layer = layers[i][1];
+      // Exact classes only: a subclass may change what either layer computes.
+      const fused = layer.constructor === Conv2d && layers[i + 1]?.[1].constructor === ReLU;
+      const next = fused ? (layer as Conv2d).forwardWithRelu(h) : layer.forward(h, context);
+      if (fused) i++;
       if (h !== x) h.dispose(); // the graph keeps what backward needs
       h = next;
     }

@@ -15,9 +15,9 @@ import {
   type Pool2dOptions,
 } from "../../backends/geometry.ts";
 import { recordOp } from "../autograd.ts";
-import { formatShape, ShapeError } from "../errors.ts";
+import { formatShape, ShapeError, ValueError } from "../errors.ts";
 import { outputTensor, type Tensor } from "../tensor.ts";
-import { checkOperands, reduceRaw } from "./raw.ts";
+import { binaryRaw, checkOperands, reduceRaw } from "./raw.ts";
 
 export type { Conv2dOptions, LrnParams, Pool2dOptions };
 
@@ -42,10 +42,26 @@ function geometry<T>(compute: () => T): T {
  * const x = randn([1, 96, 27, 27], { seed: 1 });
  * const w = randn([256, 48, 5, 5], { seed: 2, std: 0.01 });
  * const y = ops.conv2d(x, w, zeros([256]), { padding: 2, groups: 2 }); // [1, 256, 27, 27]
+ * const r = ops.conv2d(x, w, zeros([256]), { padding: 2, groups: 2, activation: "relu" }); // relu(y), fused
  * ```
+ *
+ * With `activation: "relu"` the ReLU runs in the convolution's epilogue (one pass over the output
+ * fewer) and its gradient mask inside the convolution's backward: the bits of `relu(conv2d(…))`.
  */
-export function conv2d(x: Tensor, weight: Tensor, bias?: Tensor | null, options: Conv2dOptions = {}): Tensor {
+export function conv2d(
+  x: Tensor,
+  weight: Tensor,
+  bias?: Tensor | null,
+  options: Conv2dOptions & { activation?: "relu" } = {},
+): Tensor {
   checkOperands("conv2d", x, weight, ...(bias ? [bias] : []));
+  const relu = options.activation === "relu";
+  if (options.activation !== undefined && !relu) {
+    throw new ValueError(
+      "conv2d",
+      `activation ${JSON.stringify(options.activation)}: expected "relu" or none`,
+    );
+  }
   const g = geometry(() => conv2dGeometry(x.shape, weight.shape, options));
   if (bias && (bias.rank !== 1 || bias.shape[0] !== g.outChannels)) {
     throw new ShapeError(
@@ -56,9 +72,11 @@ export function conv2d(x: Tensor, weight: Tensor, bias?: Tensor | null, options:
   const out = outputTensor(x.backend, [g.batch, g.outChannels, g.outHeight, g.outWidth]);
   // The bias is added by the convolution itself, in its epilogue (one pass over the output fewer);
   // its gradient sums dy over batch and pixels, as the broadcast add's would.
-  x.backend.conv2dForward(x.storage, weight.storage, out.storage, g, bias?.storage);
+  x.backend.conv2dForward(x.storage, weight.storage, out.storage, g, bias?.storage, options.activation);
   const inputs = bias ? [x, weight, bias] : [x, weight];
-  recordOp("conv2d", inputs, out, [x, weight], (dy) => {
+  recordOp("conv2d", inputs, out, relu ? [x, weight, out] : [x, weight], (gradient) => {
+    // The ReLU's own backward, on the output it kept: what a separate relu node would hand on.
+    const dy = relu ? binaryRaw("reluGrad", gradient, out, "conv2d") : gradient;
     let dx: Tensor | null = null, dw: Tensor | null = null, db: Tensor | null = null;
     if (x.requiresGrad) {
       dx = outputTensor(x.backend, x.shape);
@@ -69,6 +87,7 @@ export function conv2d(x: Tensor, weight: Tensor, bias?: Tensor | null, options:
       x.backend.conv2dBackwardFilter(x.storage, dy.storage, dw.storage, g);
     }
     if (bias?.requiresGrad) db = reduceRaw("sum", dy, [0, 2, 3], false, "conv2d");
+    if (dy !== gradient) dy.dispose();
     return bias ? [dx, dw, db] : [dx, dw];
   });
   return out;

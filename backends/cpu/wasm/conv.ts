@@ -102,6 +102,8 @@ export interface ConvOperands {
   output: number;
   /** Forward: the `[outChannels]` bias each output channel adds, or 0 for none. */
   bias?: number;
+  /** Forward: ReLU after the bias. */
+  relu?: boolean;
 }
 
 /**
@@ -213,9 +215,10 @@ export function convForwardImages(
         };
       gemmBlocked(x, problem(n, gi), scratch, blocks, packColumns, weights + gi * slot);
     }
-    // The bias in the epilogue, while this image's output is still in cache.
+    // The bias and the ReLU in the epilogue, while this image's output is still in cache.
     const y = at.output + 4 * n * g.outChannels * P;
     if (at.bias) x.add_channels(y, at.bias, y, 1, g.outChannels, P);
+    if (at.relu) x.relu(y, y, g.outChannels * P);
   }
 }
 

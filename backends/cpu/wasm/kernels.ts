@@ -413,7 +413,7 @@ export class WasmKernels {
   #convTask(
     kind: TaskKind,
     g: Conv2dGeometry,
-    at: { image: number; weight: number; output: number; bias?: number },
+    at: { image: number; weight: number; output: number; bias?: number; relu?: boolean },
   ): boolean {
     const flops = 2 * g.batch * g.outHeight * g.outWidth * g.outChannels * (g.inChannels / g.groups) *
       g.kernelH *
@@ -436,7 +436,16 @@ export class WasmKernels {
     if (scratch === undefined) return false;
     this.#run(
       kind,
-      { ...g, ...at, bias: at.bias ?? 0, offsets, scratch, scratchStride, ...this.blocks },
+      {
+        ...g,
+        ...at,
+        bias: at.bias ?? 0,
+        relu: at.relu ?? false,
+        offsets,
+        scratch,
+        scratchStride,
+        ...this.blocks,
+      },
       threads,
     );
     return true;
@@ -450,6 +459,7 @@ export class WasmKernels {
     output: Float32Array,
     result: "image" | "weight" | "output",
     bias?: Float32Array,
+    relu = false,
   ): boolean {
     checkLength("x", image, g.batch * g.inChannels * g.inHeight * g.inWidth);
     checkLength("w", weight, g.outChannels * (g.inChannels / g.groups) * g.kernelH * g.kernelW);
@@ -467,6 +477,7 @@ export class WasmKernels {
         weight: weightAt,
         output: outputAt,
         bias: biasAt,
+        relu,
       });
       if (!done) return false;
       if (result === "image") this.#unstage(image, imageAt, image.length);
@@ -739,8 +750,9 @@ export class WasmKernels {
   }
 
   /**
-   * Convolution forward (`y` overwritten), plus `bias` per output channel when given; false when it
-   * does not fit the kernel memory.
+   * Convolution forward (`y` overwritten), plus `bias` per output channel when given, then ReLU
+   * with `activation` `"relu"` (both per image, while it is in cache); false when it does not fit
+   * the kernel memory.
    */
   conv2dForward(
     x: Float32Array,
@@ -748,8 +760,9 @@ export class WasmKernels {
     y: Float32Array,
     g: Conv2dGeometry,
     bias?: Float32Array,
+    activation?: "relu",
   ): boolean {
-    return this.#conv(TaskKind.convForward, g, x, w, y, "output", bias);
+    return this.#conv(TaskKind.convForward, g, x, w, y, "output", bias, activation === "relu");
   }
 
   /** Input gradient (`dx` overwritten); false when it does not fit the kernel memory. */

@@ -107,6 +107,8 @@ export interface ConvTask extends Conv2dGeometry, GemmBlocks {
   offsets: number;
   /** Forward: address of the bias, 0 for none. */
   bias: number;
+  /** Forward: ReLU after the bias. */
+  relu: boolean;
 }
 
 /** Pooling windows over `planes` planes (geometry as `Pool2dGeometry`, batch × channels = planes). */
@@ -217,6 +219,7 @@ const CONV_FIELDS = [
   "output",
   "offsets",
   "bias",
+  "relu",
   "scratch",
   "scratchStride",
   "mc",
@@ -574,7 +577,13 @@ export function runTaskShare(
     return;
   }
   const g = task as unknown as Conv2dGeometry;
-  const at = { image: task.image, weight: task.weight, output: task.output, bias: task.bias };
+  const at = {
+    image: task.image,
+    weight: task.weight,
+    output: task.output,
+    bias: task.bias,
+    relu: task.relu === 1,
+  };
   const scratch = task.scratch + t * task.scratchStride;
   const blocks = { mc: task.mc, nc: task.nc };
   if (kind === TaskKind.convBackwardFilter) {
