@@ -7,13 +7,16 @@
  * Mutations tried, each made a test here fail: the WebAssembly epilogue skipping its ReLU; the
  * TypeScript kernel skipping it; WebGPU skipping its ReLU dispatch; the fused backward passing the
  * gradient on without the ReLU's mask; `Sequential` not fusing (a ReLU pass runs: the counted
- * `unary("relu")` calls are not 0).
+ * `unary("relu")` calls are not 0); the graph not fusing (the same); the graph fusing a
+ * convolution another node also reads (that node reads a blob that was never made).
  */
 
 import assert from "node:assert/strict";
 import { CpuBackend } from "../backends/cpu/backend.ts";
 import type { Storage, UnaryOp } from "../backends/backend.ts";
 import { createWebGpuBackend } from "../backends/webgpu/backend.ts";
+import { Graph } from "../engine/nn/graph.ts";
+import { Eltwise } from "../engine/nn/join.ts";
 import {
   Conv2d,
   ops,
@@ -99,10 +102,10 @@ Deno.test({
   fn: () => compare("webgpu-fused"),
 });
 
-Deno.test("fused ReLU: Sequential runs Conv2d → ReLU as one op, with the bits of the two layers", async () => {
-  // A backend that counts its ReLU passes.
+/** A CPU backend that counts its ReLU passes, registered and made current. */
+function countingBackend(name: string): CpuBackend & { reluPasses: number } {
   const counting = Object.create(new CpuBackend()) as CpuBackend & { name: string; reluPasses: number };
-  Object.defineProperty(counting, "name", { value: "cpu-counting" });
+  Object.defineProperty(counting, "name", { value: name });
   counting.reluPasses = 0;
   const unary = CpuBackend.prototype.unary;
   counting.unary = function (op: UnaryOp, x: Storage, out: Storage) {
@@ -110,34 +113,79 @@ Deno.test("fused ReLU: Sequential runs Conv2d → ReLU as one op, with the bits 
     return unary.call(this, op, x, out);
   };
   registerBackend(counting);
-  setBackend("cpu-counting");
+  setBackend(name);
+  return counting;
+}
+
+/** A ReLU by another class: fusion takes exact classes only, so a pair with it runs as two ops. */
+class SeparateReLU extends ReLU {}
+
+/** Loss and gradients of `Σ f(x)²` over `params`. */
+async function lossAndGrads(f: () => Tensor, params: Tensor[]): Promise<Float32Array[]> {
+  const { value, grads } = valueAndGrad((...p: Tensor[]) => {
+    void p;
+    const y = f();
+    return ops.sum(ops.mul(y, y));
+  })(...params);
+  return [
+    await value.data() as Float32Array,
+    ...await Promise.all(grads.map((g) => g.data() as Promise<Float32Array>)),
+  ];
+}
+
+Deno.test("fused ReLU: Sequential runs Conv2d → ReLU as one op, with the bits of the two layers", async () => {
+  const counting = countingBackend("cpu-counting");
   try {
-    /** A ReLU by another class: Sequential fuses exact classes only, so this pair runs as two ops. */
-    class SeparateReLU extends ReLU {}
     const net = (relu: ReLU) =>
       new Sequential({ conv: new Conv2d(3, 8, 3, { padding: 1, groups: 1 }), relu }).initialize(5);
     const fusedNet = net(new ReLU()), plainNet = net(new SeparateReLU());
     const x = tensor(values(4 * 3 * 6 * 6), { shape: [4, 3, 6, 6] });
-    const step = (model: Sequential) => {
-      const f = valueAndGrad((...params: Tensor[]) => {
-        void params;
-        return ops.sum(ops.mul(model.forward(x), model.forward(x)));
-      });
-      return f(...model.parameters());
-    };
     counting.reluPasses = 0;
-    const fused = step(fusedNet);
+    const fused = await lossAndGrads(() => fusedNet.forward(x), fusedNet.parameters());
     assert.equal(counting.reluPasses, 0, "the fused pair runs no ReLU pass of its own");
-    const plain = step(plainNet);
-    assert.equal(counting.reluPasses, 2, "the unfused pair runs one ReLU pass per forward");
-    sameBits(await fused.value.data() as Float32Array, await plain.value.data() as Float32Array, "loss");
-    for (let i = 0; i < fused.grads.length; i++) {
-      sameBits(
-        await fused.grads[i].data() as Float32Array,
-        await plain.grads[i].data() as Float32Array,
-        `grad ${i}`,
-      );
-    }
+    const plain = await lossAndGrads(() => plainNet.forward(x), plainNet.parameters());
+    assert.equal(counting.reluPasses, 1, "the unfused pair runs one ReLU pass");
+    fused.forEach((v, i) => sameBits(v, plain[i], `output ${i}`));
+  } finally {
+    setBackend("cpu");
+  }
+});
+
+Deno.test("fused ReLU: a graph fuses a convolution whose one reader is a ReLU, and no other", async () => {
+  const counting = countingBackend("cpu-counting-graph");
+  try {
+    // conv1 → relu1 (its one reader: fused); conv2 → relu2 and → the sum (two readers: not fused).
+    const graph = (relu: () => ReLU) => {
+      const modules = {
+        conv1: new Conv2d(4, 4, 3, { padding: 1 }).initialize(1),
+        conv2: new Conv2d(4, 4, 3, { padding: 1 }).initialize(2),
+      };
+      return {
+        params: [...modules.conv1.parameters(), ...modules.conv2.parameters()],
+        graph: new Graph({
+          input: "x",
+          nodes: [
+            { name: "conv1", module: modules.conv1, bottoms: ["x"], top: "c1" },
+            { name: "relu1", module: relu(), bottoms: ["c1"], top: "r1" },
+            { name: "conv2", module: modules.conv2, bottoms: ["r1"], top: "c2" },
+            { name: "relu2", module: relu(), bottoms: ["c2"], top: "r2" },
+            { name: "sum", module: new Eltwise("SUM"), bottoms: ["r2", "c2"], top: "out" },
+          ],
+        }),
+      };
+    };
+    const fusedGraph = graph(() => new ReLU()), plainGraph = graph(() => new SeparateReLU());
+    const x = tensor(values(2 * 4 * 5 * 5), { shape: [2, 4, 5, 5] });
+    counting.reluPasses = 0;
+    const fused = await lossAndGrads(() => fusedGraph.graph.run(x, ["out"])[0], fusedGraph.params);
+    assert.equal(
+      counting.reluPasses,
+      1,
+      "relu1 fused into conv1; relu2 runs, conv2's output has two readers",
+    );
+    const plain = await lossAndGrads(() => plainGraph.graph.run(x, ["out"])[0], plainGraph.params);
+    assert.equal(counting.reluPasses, 3);
+    fused.forEach((v, i) => sameBits(v, plain[i], `output ${i}`));
   } finally {
     setBackend("cpu");
   }

@@ -20,6 +20,7 @@
 import { formatShape, ShapeError, TandemError } from "../errors.ts";
 import type { Tensor } from "../tensor.ts";
 import { JoinModule } from "./join.ts";
+import { fusesWithRelu } from "./layers.ts";
 import type { ForwardContext, LayerDescription, Module } from "./module.ts";
 
 /** One layer of a graph. */
@@ -181,13 +182,25 @@ export class Graph {
     for (const i of order) for (const b of this.nodes[i].bottoms) readers.set(b, (readers.get(b) ?? 0) + 1);
     const kept = new Set(outputs);
     const blobs = new Map<string, Tensor>([[this.input, x]]);
-    for (const i of order) {
-      const node = this.nodes[i];
+    for (let k = 0; k < order.length; k++) {
+      const node = this.nodes[order[k]], module = node.module;
       const inputs = node.bottoms.map((b) => blobs.get(b)!);
-      const out = node.module instanceof JoinModule
-        ? node.module.forwardAll(inputs, context)
-        : node.module.forward(inputs[0], context);
-      blobs.set(node.top, out);
+      // A convolution whose output only the next node, a ReLU, reads runs fused with it: the
+      // convolution's blob is never made, the ReLU's is.
+      const after = this.nodes[order[k + 1]];
+      const fused = after !== undefined && fusesWithRelu(module, after.module) &&
+        after.bottoms.length === 1 && after.bottoms[0] === node.top && readers.get(node.top) === 1 &&
+        !kept.has(node.top);
+      const out = module instanceof JoinModule
+        ? module.forwardAll(inputs, context)
+        : fused
+        ? module.forwardWithRelu(inputs[0])
+        : module.forward(inputs[0], context);
+      if (fused) {
+        k++;
+        readers.set(node.top, 0);
+      }
+      blobs.set(fused ? after.top : node.top, out);
       for (const b of node.bottoms) {
         const left = readers.get(b)! - 1;
         readers.set(b, left);

@@ -437,6 +437,21 @@ function namedLayers(layers: SequentialLayers): (readonly [string, Module])[] {
 }
 
 /**
+ * Whether `layer` followed by `next` runs as one op ({@link Conv2d.forwardWithRelu}): a Conv2d and
+ * a ReLU, exact classes only, since a subclass may change what either computes. `Sequential` and
+ * Caffe-style graphs both ask here.
+ *
+ * @example
+ * ```ts
+ * import { Conv2d, fusesWithRelu, ReLU } from "./layers.ts";
+ * fusesWithRelu(new Conv2d(3, 8, 3), new ReLU()); // true
+ * ```
+ */
+export function fusesWithRelu(layer: Module, next: Module | undefined): layer is Conv2d {
+  return layer.constructor === Conv2d && next?.constructor === ReLU;
+}
+
+/**
  * Layers applied in order. Named layers (an object) give dotted parameter names like
  * `conv2.weight`; an array names them `0`, `1`, ….
  *
@@ -470,9 +485,8 @@ export class Sequential extends Module {
     const layers = this.children();
     for (let i = 0; i < layers.length; i++) {
       const layer = layers[i][1];
-      // Exact classes only: a subclass may change what either layer computes.
-      const fused = layer.constructor === Conv2d && layers[i + 1]?.[1].constructor === ReLU;
-      const next = fused ? (layer as Conv2d).forwardWithRelu(h) : layer.forward(h, context);
+      const fused = fusesWithRelu(layer, layers[i + 1]?.[1]);
+      const next = fused ? layer.forwardWithRelu(h) : layer.forward(h, context);
       if (fused) i++;
       if (h !== x) h.dispose(); // the graph keeps what backward needs
       h = next;
