@@ -120,15 +120,13 @@ export function uniformValues(count: number, key: RandomKey, offset = 0, low = 0
   const out = new Float32Array(count);
   const words = new Uint32Array(4);
   const span = high - low;
-  let block = -1;
-  for (let i = 0; i < count; i++) {
-    const position = offset + i;
-    const b = Math.floor(position / 4);
-    if (b !== block) {
-      block = b;
-      philox(k0, k1, b >>> 0, Math.floor(b / 2 ** 32) >>> 0, stream, step, words);
+  // One Philox block per 4 positions: block b holds positions 4b … 4b+3.
+  for (let i = 0; i < count;) {
+    const position = offset + i, b = Math.floor(position / 4);
+    philox(k0, k1, b >>> 0, Math.floor(b / 2 ** 32) >>> 0, stream, step, words);
+    for (let w = position - 4 * b; w < 4 && i < count; w++, i++) {
+      out[i] = low + span * ((words[w] >>> 8) * 2 ** -24);
     }
-    out[i] = low + span * ((words[position & 3] >>> 8) * 2 ** -24);
   }
   return out;
 }
