@@ -312,6 +312,8 @@ export function writeTunedBlocks(file: string, machine: string, entry: TunedBloc
   const contents: TuningFileContents = readTuningFile(file) ?? { version: 1, machines: {} };
   contents.machines[machine] = entry;
   Deno.mkdirSync(file.slice(0, file.lastIndexOf("/")) || ".", { recursive: true });
+  // Written beside it and renamed, as engine/io's writeFileAtomic does: the backends sit below the
+  // engine and cannot import it, and a tuning file is small enough to write synchronously.
   const temporary = `${file}.${Deno.pid}.tmp`;
   Deno.writeTextFileSync(temporary, JSON.stringify(contents, null, 2) + "\n");
   Deno.renameSync(temporary, file);
