@@ -17,6 +17,8 @@
  */
 
 import { type Conv2dGeometry, isPointwise } from "../geometry.ts";
+import type { ConvActivation } from "../backend.ts";
+import { unaryKernel } from "./elementwise.ts";
 import { gemm } from "./gemm.ts";
 
 /**
@@ -126,7 +128,7 @@ export function conv2dForward(
   out: Float32Array,
   g: Conv2dGeometry,
   bias?: Float32Array,
-  activation?: "relu",
+  activation?: ConvActivation,
 ): void {
   const { batch, inChannels, outChannels, groups } = g;
   const inPlane = g.inHeight * g.inWidth, P = g.outHeight * g.outWidth;
@@ -159,9 +161,8 @@ export function conv2dForward(
     }
     if (bias) addBias(out, n * outChannels * P, bias, P);
     if (activation === "relu") {
-      for (let i = n * outChannels * P, end = i + outChannels * P; i < end; i++) {
-        out[i] = out[i] > 0 ? out[i] : 0;
-      }
+      const image = out.subarray(n * outChannels * P, (n + 1) * outChannels * P);
+      unaryKernel("relu", image, image);
     }
   }
 }

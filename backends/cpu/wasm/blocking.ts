@@ -18,8 +18,15 @@
  * @module
  */
 
-import { DEFAULT_GEMM_BLOCKS, GEMM_BLOCK_LIMITS, GEMM_DEPTH, GEMM_ROW_QUANTUM, GEMM_TILE } from "./gemm.ts";
-import { type GemmBlocks, gemmBlocksProblem } from "./gemm.ts";
+import {
+  DEFAULT_GEMM_BLOCKS,
+  GEMM_BLOCK_LIMITS,
+  GEMM_DEPTH,
+  GEMM_ROW_QUANTUM,
+  GEMM_TILE,
+  type GemmBlocks,
+  gemmBlocksProblem,
+} from "./gemm.ts";
 
 /**
  * A tuning file or `TANDEM_GEMM_BLOCKS` that cannot be used: which file or variable, what it
@@ -237,7 +244,7 @@ export function tuningFile(): string | undefined {
 
 /** One machine's entry in a tuning file. */
 export interface TunedBlocks extends GemmBlocks {
-  /** The 1-thread GFLOP/s the tuner measured with these blocks (median over its shapes). */
+  /** The 1-thread GFLOP/s the tuner measured with these blocks (geometric mean over its products). */
   gflops: number;
   /** The same with the blocks the machine would use untuned. */
   untunedGflops: number;

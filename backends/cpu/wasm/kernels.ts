@@ -16,7 +16,14 @@
  * @module
  */
 
-import type { AdamStep, Conv2dGeometry, MatmulSpec, Pool2dGeometry, SgdStep } from "../../backend.ts";
+import type {
+  AdamStep,
+  Conv2dGeometry,
+  ConvActivation,
+  MatmulSpec,
+  Pool2dGeometry,
+  SgdStep,
+} from "../../backend.ts";
 import { columnRows, convScratchBytes, windowOffsets } from "./conv.ts";
 import { detectWasmFeatures, type WasmFeatures } from "./features.ts";
 import { firstFound } from "./finite.ts";
@@ -760,7 +767,7 @@ export class WasmKernels {
     y: Float32Array,
     g: Conv2dGeometry,
     bias?: Float32Array,
-    activation?: "relu",
+    activation?: ConvActivation,
   ): boolean {
     return this.#conv(TaskKind.convForward, g, x, w, y, "output", bias, activation === "relu");
   }
