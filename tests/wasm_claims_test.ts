@@ -55,7 +55,8 @@ interface Case {
   g: Conv2dGeometry;
 }
 
-const g = conv2dGeometry([5, 6, 9, 9], [8, 3, 3, 3], { padding: 1, groups: 2 });
+// 162 column-matrix rows: 4 weight-gradient blocks of at least 6 panels (FILTER_BLOCK_PANELS).
+const g = conv2dGeometry([5, 18, 9, 9], [8, 9, 3, 3], { padding: 1, groups: 2 });
 const CASES: Case[] = [
   { kind: TaskKind.convForward, name: "forward", g },
   { kind: TaskKind.convBackwardInput, name: "input gradient", g },

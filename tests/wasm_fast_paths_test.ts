@@ -70,8 +70,11 @@ function free(kernels: WasmKernels, ...arrays: Float32Array[]): void {
   for (const a of arrays) kernels.freeArray(a);
 }
 
-/** Odd lengths around the 4- and 8-float steps, and one long enough for two threads to split. */
-const LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 31, 33, 1001, 4099, 300_007];
+/**
+ * Odd lengths around the 4- and 8-float steps, and one long enough for two threads to split (an
+ * update takes a second thread from 1 Mi floats on).
+ */
+const LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 31, 33, 1001, 4099, 1_048_583];
 
 /**
  * Parameters of both signs, gradients with −0 entries (where a decay term of exactly zero would

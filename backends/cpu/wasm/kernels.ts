@@ -53,6 +53,9 @@ import { KernelThreadPool } from "./thread_pool.ts";
 /** Below this many floating-point operations per thread, extra threads cost more than they save. */
 const FLOPS_PER_THREAD = 2e6;
 
+/** Floats of an optimizer update per kernel thread (see `#updateThreads`). */
+const UPDATE_FLOATS_PER_THREAD = 1 << 19;
+
 const PAGE = 65536;
 
 /** Bytes the kernels may read past an operand's end (vector loads whose extra lanes go unused). */
@@ -794,11 +797,15 @@ export class WasmKernels {
   }
 
   /**
-   * Threads for an update of `length` floats: memory-bound, about 20 bytes per element, so a
-   * thread pays from some 100,000 elements on.
+   * Threads for an update of `length` floats: one per {@link UPDATE_FLOATS_PER_THREAD} (at least one). An
+   * update is memory-bound, so a second thread buys little, and waking it costs most where cores
+   * are busy: measured here on 2 cores, 256 Ki floats (an MPI exchange's 1 MiB chunk) took
+   * 181 µs at the median on one thread against 430 µs on two (best 162 against 157), and over a
+   * 10 Gbit/s link two threads per chunk slowed rank 0's 66.5 MB exchange from 154 to 184 ms. At
+   * 1 Mi floats two threads win (median 739 against 1,096 µs).
    */
   #updateThreads(length: number): number {
-    return this.#threadsFor(length * 16);
+    return this.#threadsFor(FLOPS_PER_THREAD * Math.floor(length / UPDATE_FLOATS_PER_THREAD));
   }
 
   /**

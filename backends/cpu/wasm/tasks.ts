@@ -606,11 +606,21 @@ export function runTaskShare(
 }
 
 /**
+ * Fewest NR-lane panels in a claimed weight-gradient block. Every block packs dy's rows of every
+ * image again (its GEMM's A), and a block of r rows does only 2·r multiply-adds per packed float:
+ * at 8 rows, cifar10_quick's conv1 (75 rows) ran its weight gradient no faster on 2 threads than
+ * on 1; at 48, 2 threads went from 20 to 28 GFLOP/s (best of 15, interleaved, this machine), and
+ * AlexNet-like conv1 (25 rows) from 12 to 13–17.
+ */
+const FILTER_BLOCK_PANELS = 6;
+
+/**
  * Rows of the column matrix in one claimed block of a weight-gradient task on `threads` threads:
- * about an eighth of a thread's fixed share, in whole NR-lane panels, never more than
- * {@link filterRowsPerThread} (which sizes the scratch). A thread that finishes first waits at most
- * for one block of the other's. Each block pads its images' channels again, a small cost next to
- * its GEMM (quarters of a share left the cifar10_quick weight gradients waiting 3–6 ms a step).
+ * about an eighth of a thread's fixed share, in whole NR-lane panels, at least
+ * {@link FILTER_BLOCK_PANELS} of them, never more than {@link filterRowsPerThread} (which sizes the
+ * scratch). A thread that finishes first waits at most for one block of the other's. Each block
+ * pads its images' channels again, a small cost next to its GEMM (quarters of a share left the
+ * cifar10_quick weight gradients waiting 3–6 ms a step).
  *
  * @example
  * ```ts
@@ -622,7 +632,10 @@ export function runTaskShare(
 export function filterRowBlock(g: Conv2dGeometry, threads: number): number {
   const nr = GEMM_TILE.nr;
   const panels = Math.ceil(columnRows(g) / nr);
-  return Math.min(filterRowsPerThread(g, threads), nr * Math.max(1, Math.ceil(panels / (8 * threads))));
+  return Math.min(
+    filterRowsPerThread(g, threads),
+    nr * Math.max(FILTER_BLOCK_PANELS, Math.ceil(panels / (8 * threads))),
+  );
 }
 
 /**
