@@ -82,6 +82,8 @@ export interface TrainArgs {
   batch: number;
   /** Micro-batches per device per step (gradient accumulation); 1 means none. */
   accumulate: number;
+  /** Kernel threads of each CPU device; absent means its share of the cores. */
+  threads?: number;
   /** Base learning rate (halved every epoch). */
   lr: number;
   /** Seed of initialisation, shuffling, augmentation and dropout. */
@@ -125,6 +127,7 @@ export const STRING_FLAGS = [
   "steps",
   "batch",
   "accumulate",
+  "threads",
   "lr",
   "seed",
   "checkpoint",
@@ -179,6 +182,9 @@ Parallelism
   --backend cpu|webgpu  device kind (default cpu: Workers; webgpu: one GPUDevice per device handle)
   --devices N           device handles, N >= 1 (default ${DEFAULTS.devices}; under MPI: the number of ranks);
                         at most what this machine's memory and cores hold for the model (said if exceeded)
+  --threads N           kernel threads of each CPU device (default: its share of the cores, cores /
+                        devices, or cores / ranks on the host under MPI); give each rank its share where
+                        hosts share one machine's cores (deno task cluster)
   --transport T         local | mpi (default local, or mpi when started by mpirun): mpi runs one device
                         per MPI rank, across processes and hosts, e.g.
                         mpirun -np 2 ./node_modules/.bin/deno run -A cli/train.ts --transport mpi
@@ -382,6 +388,12 @@ export function parseTrainArgs(
       throw new CliError(`--link ${error.message.slice(`${error.op}: `.length)}`);
     }
   }
+  const threads = integer("threads", s("threads"), 1);
+  if (threads !== undefined && transport === "local" && s("backend") === "webgpu") {
+    throw new CliError(
+      `--threads ${threads} sets CPU devices' kernel threads: it does nothing with --backend webgpu`,
+    );
+  }
   const wire = oneOf("wire", s("wire"), WIRE_FORMATS) ?? "fp32";
   const errorFeedback = values["error-feedback"] === true;
   if (errorFeedback && wire === "fp32") {
@@ -463,6 +475,7 @@ export function parseTrainArgs(
     steps,
     batch,
     accumulate,
+    threads,
     lr: positive("lr", s("lr")) ?? DEFAULTS.lr,
     seed: integer("seed", s("seed"), 0) ?? DEFAULTS.seed,
     checkpoint: path("checkpoint"),

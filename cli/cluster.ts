@@ -31,6 +31,7 @@ usage: deno task cluster --hosts N --rate R [--delay D] -- <train arguments>
 
 Every host's traffic to the others goes through its own shaped link (both directions), over TCP.
 Needs root, iproute2 (ip, tc) and Open MPI (mpirun). Everything it creates is removed when it ends.
+The hosts share this machine's cores: give each rank its share with the train command's --threads.
 On real machines the same run is:
   mpirun --host a,b -np 2 --bind-to none --mca btl self,tcp ./node_modules/.bin/deno run -A cli/train.ts …`;
 

@@ -310,6 +310,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     plan,
     seed: args.seed,
     accumulate: args.accumulate,
+    deviceThreads: args.threads,
     trace,
     // WebGPU devices each get a GPUDevice of their own; CPU devices are Workers (the default).
     startDevice: args.backend === "webgpu"

@@ -447,10 +447,17 @@ export function badInputs(f: Fixtures): BadInput[] {
     "--wire fp16",
     "--backend webgpu",
   );
+  add(
+    "--threads 2 --backend webgpu",
+    ["--threads", "2", "--backend", "webgpu"],
+    "--threads 2",
+    "--backend webgpu",
+  );
   add("--transport mpi without mpirun", ["--transport", "mpi"], "--transport mpi", "start it with mpirun");
   add("--batch 9 over 2", ["--batch", "9", "--devices", "2"], "--batch 9 does not split evenly over 2");
   add("--accumulate 3 of 4", ["--batch", "8", "--devices", "2", "--accumulate", "3"], "--accumulate 3");
   add("--accumulate 0", ["--accumulate", "0"], "--accumulate must be at least 1, got 0");
+  add("--threads 0", ["--threads", "0"], "--threads must be at least 1, got 0");
   add("--steps 0 --resume missing", ["--steps", "0", "--resume", f.missing], "--resume", "--steps 0");
   add("--steps 0 --trace", ["--steps", "0", "--trace", `${f.dir}/t.json`], "--trace", "--steps 0");
   add("--steps 0 --report", ["--steps", "0", "--report", `${f.dir}/r.html`], "--report", "--steps 0");

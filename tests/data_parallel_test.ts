@@ -127,6 +127,10 @@ Deno.test("bad configurations are refused with clear errors", async () => {
     /devices must be a positive integer, got 0/,
   );
   await assert.rejects(
+    DataParallelTrainer.create({ ...base, deviceThreads: 1.5 }),
+    /deviceThreads must be a positive integer, got 1.5/,
+  );
+  await assert.rejects(
     DataParallelTrainer.create({ ...base, plan: sequentialPlan(["fc", "head"]) }),
     /names groups \[fc,head\] but the model has \[fc,conv\]/,
   );
@@ -136,6 +140,33 @@ Deno.test("bad configurations are refused with clear errors", async () => {
   } finally {
     await trainer.close();
   }
+});
+
+// Mutation tried, which made this test fail: startInProcess not passing deviceThreads on (each of
+// the 2 devices then ran the default share, ⌊cores / 2⌋).
+Deno.test("deviceThreads sets every CPU device's kernel threads, and leaves the bits alone", async () => {
+  const cores = Math.max(1, navigator.hardwareConcurrency || 1);
+  const run = async (deviceThreads?: number) => {
+    const trainer = await DataParallelTrainer.create({
+      model,
+      devices: 2,
+      plan: overlapPlan(groups),
+      optimizer: tinyOptimizers.sgd,
+      seed: 4,
+      deviceThreads,
+    });
+    try {
+      for (let step = 0; step < 2; step++) await trainer.step(batch(step, 12));
+      const threads = trainer.devices.map((d) => (d as CpuDevice).kernelThreads);
+      return { threads, parameters: trainer.masterParameters() };
+    } finally {
+      await trainer.close();
+    }
+  };
+  const shared = await run(), three = await run(3);
+  assert.deepEqual(shared.threads, [Math.max(1, Math.floor(cores / 2)), Math.max(1, Math.floor(cores / 2))]);
+  assert.deepEqual(three.threads, [3, 3]);
+  assert.deepEqual(bits(three.parameters), bits(shared.parameters));
 });
 
 Deno.test("an automatic schedule's split reaches every replica and stays lossless", async () => {

@@ -15,7 +15,7 @@
  * - the schedule actually run (`auto` names its choice).
  *
  * Usage: `deno run -A bench/cluster/rank.ts '<json config>'`, config `{ net, schedule, mode, batch,
- * steps, warmup, linkBytesPerSecond, wire? }`; `net` is `alexnet-like`, `alexnet` or `probe:<MB>`.
+ * steps, warmup, linkBytesPerSecond, wire?, deviceThreads? }`; `net` is `alexnet-like`, `alexnet` or `probe:<MB>`.
  *
  * @module
  */
@@ -54,6 +54,8 @@ export interface RankConfig {
   linkBytesPerSecond: number;
   /** How gradients travel (default fp32). */
   wire?: WireFormat;
+  /** Kernel threads of each rank's device (default: the cores of its host). */
+  deviceThreads?: number;
 }
 
 /** The model spec of a config's net. */
@@ -125,6 +127,7 @@ if (import.meta.main) {
       trace,
       timeoutSeconds: 600,
       wire: config.wire,
+      deviceThreads: config.deviceThreads,
     });
     const shape = [config.batch, channels, height, width];
     const batchOf = (step: number) => ({

@@ -73,6 +73,13 @@ const NETS = [
   }))),
 ];
 const PROBES = [4, 16, 64];
+/**
+ * Kernel threads per rank: the hosts share this machine's cores, which each namespace would
+ * otherwise take as its own (2 threads per rank on 2 shared cores ran the AlexNet-like step at
+ * 123–131 ms against 112–115 ms with 1, medians, 10 Gbit/s, sequential, allreduce).
+ */
+const HOSTS = 2;
+const DEVICE_THREADS = Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / HOSTS));
 /** The probes' global batch (the FC layer's compute is small at any batch). */
 const PROBE_BATCH = 8;
 
@@ -130,7 +137,7 @@ function tandem(cluster: Cluster, config: RankConfig): Promise<RankResult> {
   const script = new URL("./rank.ts", import.meta.url).pathname;
   return across(
     cluster,
-    [Deno.execPath(), "run", "-A", script, JSON.stringify(config)],
+    [Deno.execPath(), "run", "-A", script, JSON.stringify({ deviceThreads: DEVICE_THREADS, ...config })],
     `${config.net} ${config.schedule}`,
   );
 }
@@ -266,8 +273,11 @@ say();
 say(
   `On one ${navigator.hardwareConcurrency}-core machine: 2 hosts are network namespaces joined through a bridge by ` +
     `veth links shaped with tc (tbf: 1 ms of burst, 5 ms of queue) in both directions; Open MPI over TCP only, ` +
-    `one rank per host, whose CPU device runs ${navigator.hardwareConcurrency} kernel threads (each namespace ` +
-    `looks like a whole machine to it; PyTorch runs 1 thread per process); Open MPI's TCP progress thread on; ` +
+    `one rank per host, whose CPU device runs ${DEVICE_THREADS} kernel thread${
+      DEVICE_THREADS > 1 ? "s" : ""
+    } ` +
+    `(its share of the cores the hosts share, \`deviceThreads\`; PyTorch runs 1 thread per process); Open MPI's ` +
+    `TCP progress thread on; ` +
     `SGD momentum 0.9, weight decay 5e-4; synthetic data. ` +
     `Medians of the timed steps after warm-up. Both hosts share the machine's ${navigator.hardwareConcurrency} cores, ` +
     `so compute is as on 2 cores, not 2 machines.`,
@@ -297,7 +307,7 @@ say(
 
 for (const rate of LINKS) {
   const bytesPerSecond = rateBitsPerSecond(rate) / 8;
-  const cluster = await createCluster(2, rate);
+  const cluster = await createCluster(HOSTS, rate);
   try {
     say();
     say(`## ${rate} link`);

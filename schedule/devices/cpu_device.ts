@@ -82,6 +82,11 @@ export class CpuDevice implements Device {
   /** Kernel threads asked for at start (else a share of the cores), and the count last sent. */
   #threadsOption: number | undefined;
   #threadsSent = 0;
+  /** Kernel threads the replica's backend was last told to run (0 before its first step). */
+  get kernelThreads(): number {
+    return this.#threadsSent;
+  }
+
   /** Where this device's shard of the images travels to the worker (see `#share`). */
   #input: Float32Array = new Float32Array(new SharedArrayBuffer(0));
 

@@ -192,7 +192,7 @@ export class MpiExchange implements Exchange {
         : await CpuDevice.start(rank, options.model, layout, {
           timeoutSeconds,
           // The ranks on this host share its cores, as Worker devices in one process do.
-          threads: cpuThreadsPerRank(detectMpiLaunch()?.localSize ?? 1),
+          threads: options.deviceThreads ?? cpuThreadsPerRank(detectMpiLaunch()?.localSize ?? 1),
         });
       // The rank's device keeps its own statistics, starting from the reference's (then rank 0's).
       loadInitialBuffers([device], reference.buffers, reference.initialBuffers);

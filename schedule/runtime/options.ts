@@ -65,6 +65,13 @@ export interface DataParallelOptions {
    * device, and the slices update after the last (`devices/head_micro_batches.ts`).
    */
   accumulate?: number;
+  /**
+   * Kernel threads of each CPU device (default: its share of the cores, ⌊cores / devices⌋ in one
+   * process, ⌊cores / ranks on the host⌋ under MPI). Set it where hosts share cores that the launch
+   * cannot see, such as ranks in network namespaces of one machine (`deno task cluster`), or to
+   * leave cores to other work. Results do not depend on it.
+   */
+  deviceThreads?: number;
   /** A device (or rank) that does not answer within this many seconds fails the step (default 120). */
   timeoutSeconds?: number;
   /** After every step, check that all replicas hold bit-identical parameters (default false). */
@@ -139,7 +146,8 @@ export interface DataParallelStepResult {
 
 /**
  * Checks what `DataParallelTrainer.create` can check before building anything: the reduction
- * mode, `accumulate`, the device count (in this process; MPI counts its ranks) and the wire format.
+ * mode, `accumulate`, the device count (in this process; MPI counts its ranks), `deviceThreads` and
+ * the wire format.
  * Returns the device count.
  *
  * @example
@@ -160,6 +168,10 @@ export function checkOptions(options: DataParallelOptions): number {
   }
   if (!options.transport && (!Number.isInteger(count) || count < 1)) {
     throw new ValueError("DataParallelTrainer", `devices must be a positive integer, got ${count}`);
+  }
+  const threads = options.deviceThreads;
+  if (threads !== undefined && (!Number.isInteger(threads) || threads < 1)) {
+    throw new ValueError("DataParallelTrainer", `deviceThreads must be a positive integer, got ${threads}`);
   }
   checkWireOptions(options);
   return count;

@@ -118,7 +118,10 @@ export async function startInProcess(
       devices.push(
         options.startDevice
           ? await options.startDevice(d, options.model, layout, timeoutSeconds)
-          : await CpuDevice.start(d, options.model, layout, { timeoutSeconds }),
+          : await CpuDevice.start(d, options.model, layout, {
+            timeoutSeconds,
+            threads: options.deviceThreads,
+          }),
       );
     }
     for (const device of devices) device.parameters.set(initial);
