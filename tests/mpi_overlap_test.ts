@@ -44,6 +44,22 @@ Deno.test({
   },
 });
 
+// Catches MpiExchange.beforeStep posting nothing (rank 0 then posts its FC receives only once its FC
+// gradients are final, which the held report never lets happen: the job fails after the 2 s wait).
+Deno.test({
+  name: "mpi: rank 0 posts its FC receives, in place, before its FC gradients exist (overlap, sequential)",
+  ignore: !mpirun,
+  fn: async () => {
+    const run = await mpiScenario("early-receives");
+    const losses = report<Record<string, number[]>>(run);
+    for (const plan of ["overlap", "sequential"]) {
+      assert.equal(losses[plan]?.length, 4, `${plan}: ${JSON.stringify(losses)}`);
+      assert.ok(losses[plan].every(Number.isFinite), `${plan}: ${losses[plan]}`);
+    }
+    assert.deepEqual(losses.overlap, losses.sequential, "both plans train the same bits");
+  },
+});
+
 // Catches `await Promise.all(computes);` before the communication loop of runIteration (executor.ts):
 // rank 0's `update fc` then ends after every rank's `backward conv` in every step.
 Deno.test({

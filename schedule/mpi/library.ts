@@ -98,6 +98,12 @@ export const MPI_FUNCTIONS = {
     parameters: ["buffer", "i32", "pointer", "buffer", "i32", "pointer", "i32", "pointer", "buffer"],
     result: "i32",
   },
+  // The same at the root with MPI_IN_PLACE (a pointer that is no buffer) as sendbuf.
+  MPI_Igather_in_place: {
+    name: "MPI_Igather",
+    parameters: ["pointer", "i32", "pointer", "buffer", "i32", "pointer", "i32", "pointer", "buffer"],
+    result: "i32",
+  },
   // (sendbuf, sendcount, sendtype, recvbuf, recvcounts[], displs[], recvtype, root, comm, request)
   MPI_Igatherv: {
     parameters: [

@@ -23,6 +23,7 @@
 export { MpiError } from "./library.ts";
 export {
   detectMpiLaunch,
+  type GatherOptions,
   inspectMpiLaunch,
   type MpiBuffer,
   type MpiDetection,

@@ -198,6 +198,16 @@ export interface WaitOptions {
   readonly spin?: boolean;
 }
 
+/** Options of {@link MpiTransport.gather}. */
+export interface GatherOptions {
+  /**
+   * On the root: `MPI_IN_PLACE`, so the root sends nothing and its own block of `receive` is left
+   * as it is (it fills or ignores that block itself), and its `send` buffer is not read — so the
+   * root may post the gather before its own data exists. Other ranks ignore it.
+   */
+  readonly inPlace?: boolean;
+}
+
 /** Bytes per millisecond a wait that does not share the CPU expects to move while polling at full speed. */
 const SPIN_BYTES_PER_MS = 1e6;
 
@@ -536,9 +546,15 @@ export class MpiTransport {
 
   /**
    * `MPI_Igather`: every rank's `send` lands, in rank order, in `receive` on `root` (`size ×
-   * send.length` elements; other ranks pass nothing).
+   * send.length` elements; other ranks pass nothing). See {@link GatherOptions.inPlace}.
    */
-  gather(send: MpiBuffer, receive: MpiBuffer | undefined, root: number, operation = "gather"): MpiRequest {
+  gather(
+    send: MpiBuffer,
+    receive: MpiBuffer | undefined,
+    root: number,
+    operation = "gather",
+    options: GatherOptions = {},
+  ): MpiRequest {
     if (this.rank === root && (!receive || receive.length < send.length * this.size)) {
       throw new TransportError(
         this.rank,
@@ -548,6 +564,27 @@ export class MpiTransport {
     }
     const { symbols, handles } = this.library;
     const type = this.#type(send), count = this.#count(operation, send.length);
+    if (this.rank === root && options.inPlace) {
+      // Open MPI's MPI_IN_PLACE is `(void *) 1`; `send` only gives the count and type.
+      const inPlace = Deno.UnsafePointer.create(1n);
+      return this.#post(
+        operation,
+        "MPI_Igather",
+        [receive],
+        (slot) =>
+          symbols.MPI_Igather_in_place(
+            inPlace,
+            count,
+            type,
+            receive!,
+            count,
+            type,
+            root,
+            handles.commWorld,
+            slot,
+          ),
+      );
+    }
     const target = this.rank === root ? receive! : null;
     return this.#post(
       operation,
