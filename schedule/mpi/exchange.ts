@@ -288,22 +288,30 @@ export class MpiExchange implements Exchange {
    * encoded first under a compressed wire.
    */
   #gathers(group: string): MpiRequest[] {
-    const n = this.size, transport = this.transport, wire = this.wire;
+    const transport = this.transport, wire = this.wire;
     const base = groupRange(this.#layout, group).offset;
     const operation = `reduce ${group}`;
     return this.#messages(group).map((m) => {
       const gradients = this.#device.gradients.subarray(m.offset, m.offset + m.size);
+      // A compressed wire sends each message's gradients encoded (as bytes) and gathers them encoded.
       const encoded = wire ? this.#sendWire!.subarray(m.offset - base, m.offset - base + m.size) : undefined;
       if (wire && !this.#root) wire.encode(this.rank, m.offset, gradients, encoded!);
       const send = encoded ? bytesOf(encoded) : gradients;
-      const at = n * (m.offset - base), end = n * (m.offset - base + m.size);
-      const receive = wire
-        ? this.#gatheredWire && bytesOf(this.#gatheredWire.subarray(at, end))
-        : this.#gathered?.subarray(at, end);
+      const gatheredWire = this.#block(this.#gatheredWire, m, base);
+      const receive = wire ? gatheredWire && bytesOf(gatheredWire) : this.#block(this.#gathered, m, base);
       return this.#mode === "master"
         ? transport.gather(send, receive, 0, operation, { inPlace: true })
         : transport.allgather(send, receive!, operation);
     });
+  }
+
+  /**
+   * Message `m`'s part of a gathered buffer (`#gathered`, `#gatheredWire`): every rank's values of
+   * it, in rank order, at n · (m.offset − base); `undefined` where the buffer is.
+   */
+  #block<T extends Float32Array | Uint16Array>(buffer: T | undefined, m: Piece, base: number): T | undefined {
+    const at = this.size * (m.offset - base);
+    return buffer?.subarray(at, at + this.size * m.size) as T | undefined;
   }
 
   async reduce(group: string, context: ExchangeContext): Promise<void> {
@@ -341,15 +349,12 @@ export class MpiExchange implements Exchange {
     const messages = this.#messages(group);
     const base = groupRange(this.#layout, group).offset;
     const gathered = this.#gathered;
-    // Message m's gradients of every rank land, in rank order, at gathered[n · (m.offset − base) …].
-    const target = (m: Piece) => gathered?.subarray(n * (m.offset - base), n * (m.offset - base + m.size));
+    const target = (m: Piece) => this.#block(gathered, m, base);
     const gradients = (m: Piece) => this.#device.gradients.subarray(m.offset, m.offset + m.size);
     const parameters = (m: Piece) => this.#device.parameters.subarray(m.offset, m.offset + m.size);
     const spans: PipelineSpans = { reduce: [performance.now(), 0] };
     const wire = this.wire;
-    // A compressed wire sends each message's gradients encoded (as bytes) and gathers them encoded.
-    const encodedTarget = (m: Piece) =>
-      this.#gatheredWire?.subarray(n * (m.offset - base), n * (m.offset - base + m.size));
+    const encodedTarget = (m: Piece) => this.#block(this.#gatheredWire, m, base);
     const early = group === this.#earlyGroup ? this.#posted : undefined;
     if (early) this.#posted = undefined;
     const gathers = early ?? this.#gathers(group);
