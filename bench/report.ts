@@ -38,6 +38,7 @@ import { CpuBackend } from "../backends/cpu/backend.ts";
 import { describeWasmFeatures } from "../backends/cpu/wasm/features.ts";
 import { measureWasmPeak, type WasmPeak } from "../backends/cpu/wasm/peak.ts";
 import { describeMachineBlocks, machineGemmBlocks } from "../backends/cpu/wasm/blocking.ts";
+import { GEMM_TILE } from "../backends/cpu/wasm/gemm.ts";
 import { cpuModel, measureStamp, readForEmbedding, repositoryState, stampBlock } from "./stamp.ts";
 import {
   DataParallelTrainer,
@@ -892,7 +893,8 @@ const markdown = [
   `WebAssembly in this runtime: ${runtimeLine}.`,
   "",
   "Tandem's default CPU backend runs GEMM as WebAssembly SIMD kernels generated at run time " +
-  "(`backends/cpu/wasm/`: 6×8 register tile, packed panels for every transpose layout, threads split the " +
+  `(\`backends/cpu/wasm/\`: ${GEMM_TILE.mr}×${GEMM_TILE.nr} register tile, packed panels` +
+  " for every transpose layout, threads split the " +
   "output), shown on all cores, on one thread, on one thread with plain SIMD128 (`f32x4.mul` + " +
   "`f32x4.add`, as on a runtime without relaxed SIMD), and beside its pure-TypeScript kernels " +
   "(`backends/cpu/gemm.ts`, the oracle). Operands are uploaded once, as a model's tensors are. Peers: " +

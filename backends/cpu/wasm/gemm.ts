@@ -16,18 +16,22 @@
  */
 
 /**
- * The register tile of the generated GEMM kernels: MR×NR with fused multiply-add (12 accumulator
- * vectors, 2 of B, 1 of A: 15 of the 16 SIMD registers), MR_UNFUSED×NR with `f32x4.mul` +
- * `f32x4.add`, whose product needs a register of its own (6 rows would spill: 31 against 50
- * GFLOP/s for 4 rows, measured). Scratch is sized for the larger.
+ * The register tile of the generated GEMM kernels: MR×NR, 8 accumulator vectors, 2 of B, the
+ * current step's 4 A values as one vector and a lane of it broadcast (12 of the 16 SIMD
+ * registers; the unfused `f32x4.mul` + `f32x4.add` needs one more for the product). Loads, not
+ * multiply-adds, are what a shared core runs short of: this tile issues 3 loads per 8
+ * multiply-adds, where the 6×8 tile it replaced (a splat load per row) issued 8 per 12, and it ran
+ * the same products 1.05–1.27× faster at the median with the same bits (interleaved, this
+ * 2-core EPYC, 256³ to the FC products). A 6×8 tile with broadcast lanes needs 16 registers and
+ * spills (20 GFLOP/s, always).
  *
  * @example
  * ```ts
  * import { GEMM_TILE } from "./gemm.ts";
- * console.log(`${GEMM_TILE.mr}×${GEMM_TILE.nr}`); // "6×8"
+ * console.log(`${GEMM_TILE.mr}×${GEMM_TILE.nr}`); // "4×8"
  * ```
  */
-export const GEMM_TILE = { mr: 6, mrUnfused: 4, nr: 8 } as const;
+export const GEMM_TILE = { mr: 4, nr: 8 } as const;
 
 /**
  * Depth of a cache block (KC): the one blocking size that fixes bits (each depth block sums into
@@ -67,8 +71,9 @@ export interface GemmBlocks {
 export const DEFAULT_GEMM_BLOCKS: GemmBlocks = Object.freeze({ mc: 96, nc: 2048 });
 
 /**
- * What MC must be a multiple of: both register tiles' rows (6 fused, 4 unfused), since a packed
- * A block holds whole MR-row panels in its MC×KC slot.
+ * What MC must be a multiple of: of MR, since a packed A block holds whole MR-row panels in its
+ * MC×KC slot, and of 12, the quantum of the 6-row tile before it, so the blocks tuning runs
+ * measured and filed (and the cache-size rule's choices) stay the ones accepted.
  */
 export const GEMM_ROW_QUANTUM = 12;
 

@@ -5,9 +5,10 @@
  *
  * Layout (GotoBLAS): op(A) is packed into panels of MR rows, element (p, i) of a panel at
  * `p·MR + i`; op(B) into panels of NR columns, element (p, j) at `p·NR + j`. The micro-kernel then
- * reads both with unit stride: per depth step one `v128.load` per four columns of B and one
- * `v128.load32_splat` per row of A, feeding MR·NR/4 multiply-adds into MR·NR/4 accumulator
- * vectors that live in registers for the whole depth loop.
+ * reads both with unit stride: per depth step one `v128.load` per four columns of B and one per
+ * four rows of A (each row's value broadcast from it by a shuffle; leftover rows of an MR that is
+ * not a multiple of 4 use `v128.load32_splat`), feeding MR·NR/4 multiply-adds into MR·NR/4
+ * accumulator vectors that live in registers for the whole depth loop.
  *
  * Accumulators start at zero for every depth block and are added to C at the end when asked
  * (`accumulate`): blocked summation, whose rounding error grows with the block depth rather than
@@ -73,14 +74,26 @@ function writeMicroKernel(f: FunctionWriter, shape: GemmKernelShape, rows: numbe
   const acc: number[][] = [];
   for (let i = 0; i < rows; i++) acc.push(Array.from({ length: vectors }, () => f.local(v128)));
   const bv = Array.from({ length: vectors }, () => f.local(v128));
-  const av = f.local(v128);
+  const av = f.local(v128), quad = f.local(v128);
   const row = f.local(i32);
+  // Rows in whole groups of four read their A values as one vector and broadcast each lane with a
+  // shuffle; the rest load-and-splat. A shared core (another tenant's thread on the same
+  // physical core) leaves this kernel fewer loads per cycle than multiply-adds: 3 loads per 8
+  // multiply-adds (4×8 tile) held 26 GFLOP/s there against 21.5 for 8 per 12 (6×8, one splat
+  // load per row), both 32–36 when the core is not shared (`f32x4.relaxed_madd`, L1-resident).
+  const quadRows = mr - (mr % 4);
 
   /** One depth step read at `offset` steps past the panel pointers. */
   const step = (offset: number) => {
     for (let v = 0; v < vectors; v++) f.localGet(b).v128Load((offset * nr + v * 4) * 4).localSet(bv[v]);
     for (let i = 0; i < rows; i++) {
-      f.localGet(a).v128Load32Splat((offset * mr + i) * 4).localSet(av);
+      if (i < quadRows) {
+        // The panel holds MR values per step (zero past the block's rows), so the vector stays
+        // inside it even when fewer rows are computed.
+        if (i % 4 === 0) f.localGet(a).v128Load((offset * mr + i) * 4).localSet(quad);
+        const lane = i % 4;
+        f.localGet(quad).localGet(quad).shuffleF32Lanes([lane, lane, lane, lane]).localSet(av);
+      } else f.localGet(a).v128Load32Splat((offset * mr + i) * 4).localSet(av);
       for (let v = 0; v < vectors; v++) {
         if (fma) {
           f.localGet(av).localGet(bv[v]).localGet(acc[i][v]).f32x4RelaxedMadd();
@@ -219,7 +232,7 @@ function writePack(f: FunctionWriter, width: number): void {
     {
       f.forRange(p, () => f.i32Const(0), () => f.localGet(depth), 1, () => {
         f.localGet(panel).localGet(p).localGet(depthStride).i32Mul().i32Add().localSet(from);
-        // Whole vectors, then a pair, then a single float: panels are MR = 6 or NR = 8 wide.
+        // Whole vectors, then a pair, then a single float: any width (MR = 4 and NR = 8 here).
         let lane = 0;
         for (; lane + 4 <= width; lane += 4) {
           f.localGet(dst).localGet(from).v128Load(lane * 4).v128Store(lane * 4);
@@ -257,7 +270,7 @@ function writePack(f: FunctionWriter, width: number): void {
 /**
  * A full panel whose lanes are rows of contiguous depth (row-major A, transposed B): four depth
  * steps at a time, each group of four lanes is loaded as four vectors along the depth and
- * transposed with shuffles into four vectors across the lanes; a trailing pair of lanes (MR = 6)
+ * transposed with shuffles into four vectors across the lanes; a trailing pair of lanes (a 4k + 2 wide panel)
  * is interleaved into 64-bit halves. Leftover depth steps go element by element.
  */
 function writeTransposingPack(

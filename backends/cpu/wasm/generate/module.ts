@@ -139,8 +139,7 @@ export function kernelModuleBytes(options: KernelModuleOptions): Uint8Array<Arra
     maximumPages: MAX_MEMORY_PAGES,
     shared: options.shared,
   });
-  const mr = options.fma ? GEMM_TILE.mr : GEMM_TILE.mrUnfused;
-  emitGemmKernels(builder, { mr, nr: GEMM_TILE.nr, unroll: 4, fma: options.fma });
+  emitGemmKernels(builder, { mr: GEMM_TILE.mr, nr: GEMM_TILE.nr, unroll: 4, fma: options.fma });
   emitConvKernels(builder);
   emitMaxPoolKernels(builder, { relaxed: options.fma });
   emitAvgPoolKernels(builder);
