@@ -1,7 +1,8 @@
 /**
  * Convolutions on the kernel threads take their work as it comes: images (forward, input gradient)
- * and blocks of weight-gradient rows are handed out by one shared counter to whichever thread asks
- * first, so a thread on a busy core takes fewer, and the bits do not depend on who took what.
+ * and the weight gradient's image chunks (or, with more threads than chunks, row blocks of them)
+ * are handed out by one shared counter to whichever thread asks first, so a thread on a busy core
+ * takes fewer, and the bits do not depend on who took what.
  *
  * Two threads are played here one after the other on this thread, with the job's counter shared:
  * the one that runs first takes every unit, the other none, and the output (pre-filled with NaN)
@@ -10,19 +11,27 @@
  * Products do the same with whole products, or windows of few products' longer side.
  *
  * Mutations tried: `runTaskShare` ignoring the counter (fixed shares: the first thread takes 0 units
- * from it and the split is [0, 0], not [all, 0]); the weight-gradient loop stopping one block early
- * (`(b + 1) * block < rows`: the last rows stay NaN, bits differ); `runMatmul` ignoring the counter
+ * from it and the split is [0, 0], not [all, 0]); the weight-gradient units stopping one early
+ * (`u < units - 1`: the last rows or chunk stay NaN or unsummed); `filterRowBlock`'s
+ * `threads <= chunks` reversed (the one-image case gets no row blocks); a chunk's first image
+ * accumulating (`n > 0`: NaN); `runMatmul` ignoring the counter
  * (the same [0, 0]); a claimed window's product index taken as `u % batch` (NaN left, bits differ).
  */
 
 import assert from "node:assert/strict";
-import { columnRows, convScratchBytes, windowOffsets } from "../backends/cpu/wasm/conv.ts";
+import {
+  addFilterChunks,
+  columnRows,
+  convScratchBytes,
+  filterChunks,
+  filterPartialsBytes,
+  windowOffsets,
+} from "../backends/cpu/wasm/conv.ts";
 import { DEFAULT_GEMM_BLOCKS } from "../backends/cpu/wasm/gemm.ts";
 import { instantiateKernels, kernelModuleBytes } from "../backends/cpu/wasm/generate/module.ts";
 import {
   encodeTask,
   filterRowBlock,
-  filterRowsPerThread,
   matmulWindow,
   MAX_TASK_ARGS,
   runTaskShare,
@@ -55,18 +64,30 @@ interface Case {
   g: Conv2dGeometry;
 }
 
-// 162 column-matrix rows: 4 weight-gradient blocks of at least 6 panels (FILTER_BLOCK_PANELS).
-const g = conv2dGeometry([5, 18, 9, 9], [8, 9, 3, 3], { padding: 1, groups: 2 });
+// 162 column-matrix rows in 2 groups. The weight gradient: 5 images, 5 chunks of one; 11 images,
+// 8 chunks of 1 or 2; 1 image, one chunk in 3 row blocks of at least 6 panels (FILTER_BLOCK_PANELS).
+const [w, options] = [[8, 9, 3, 3], { padding: 1, groups: 2 }] as const;
+const g = conv2dGeometry([5, 18, 9, 9], w, options);
 const CASES: Case[] = [
   { kind: TaskKind.convForward, name: "forward", g },
   { kind: TaskKind.convBackwardInput, name: "input gradient", g },
-  { kind: TaskKind.convBackwardFilter, name: "weight gradient", g },
+  { kind: TaskKind.convBackwardFilter, name: "weight gradient, 5 images", g },
+  {
+    kind: TaskKind.convBackwardFilter,
+    name: "weight gradient, 11 images",
+    g: conv2dGeometry([11, 18, 9, 9], w, options),
+  },
+  {
+    kind: TaskKind.convBackwardFilter,
+    name: "weight gradient, 1 image",
+    g: conv2dGeometry([1, 18, 9, 9], w, options),
+  },
 ];
 
 /** Units of work the counter hands out for a case on `threads` threads. */
 function units(c: Case, threads: number): number {
   return c.kind === TaskKind.convBackwardFilter
-    ? Math.ceil(columnRows(c.g) / filterRowBlock(c.g, threads))
+    ? filterChunks(c.g) * Math.ceil(columnRows(c.g) / filterRowBlock(c.g, threads))
     : c.g.batch;
 }
 
@@ -96,7 +117,10 @@ function run(c: Case, threads: number, order?: number[]): { result: Float32Array
     : [weight, wLen];
   new Float32Array(memory.buffer, resultAt, resultLen).fill(NaN);
   const backwardFilter = c.kind === TaskKind.convBackwardFilter;
-  const rows = backwardFilter ? filterRowsPerThread(c.g, threads) : columnRows(c.g);
+  const rows = backwardFilter ? filterRowBlock(c.g, threads) : columnRows(c.g);
+  // Partials start as NaN too: a chunk that added to them instead of overwriting shows.
+  const partials = alloc(filterPartialsBytes(c.g));
+  new Float32Array(memory.buffer, partials, filterPartialsBytes(c.g) / 4).fill(NaN);
   const implicit = c.kind !== TaskKind.convBackwardInput;
   const scratchStride = convScratchBytes(c.g, rows, implicit, DEFAULT_GEMM_BLOCKS);
   const scratch = alloc(threads * scratchStride);
@@ -112,6 +136,7 @@ function run(c: Case, threads: number, order?: number[]): { result: Float32Array
     bias: 0,
     relu: false,
     offsets,
+    partials,
     scratch,
     scratchStride,
     ...DEFAULT_GEMM_BLOCKS,
@@ -131,6 +156,7 @@ function run(c: Case, threads: number, order?: number[]): { result: Float32Array
       });
     }
   }
+  if (backwardFilter) addFilterChunks(kernels, c.g, weight, partials);
   return { result: new Float32Array(memory.buffer, resultAt, resultLen).slice(), taken };
 }
 
@@ -139,7 +165,7 @@ function sameBits(actual: Float32Array, expected: Float32Array): boolean {
   return a.length === b.length && a.every((v, i) => v === b[i]);
 }
 
-Deno.test("wasm threads: convolutions hand their images and weight-gradient row blocks to whichever thread asks first", () => {
+Deno.test("wasm threads: convolutions hand their images and weight-gradient chunks and row blocks to whichever thread asks first", () => {
   for (const c of CASES) {
     const whole = run(c, 1).result;
     assert.ok(whole.every(Number.isFinite), `${c.name}: the one-thread result is complete`);

@@ -24,7 +24,7 @@ import type {
   Pool2dGeometry,
   SgdStep,
 } from "../../backend.ts";
-import { columnRows, convScratchBytes, windowOffsets } from "./conv.ts";
+import { addFilterChunks, columnRows, convScratchBytes, filterPartialsBytes, windowOffsets } from "./conv.ts";
 import { detectWasmFeatures, type WasmFeatures } from "./features.ts";
 import { firstFound } from "./finite.ts";
 import { type GemmBlocks, gemmBlocksProblem, gemmScratchBytes } from "./gemm.ts";
@@ -42,7 +42,7 @@ import {
 import {
   ElementwiseOp,
   encodeTask,
-  filterRowsPerThread,
+  filterRowBlock,
   floatBits,
   MAX_TASK_ARGS,
   runTaskShare,
@@ -431,10 +431,12 @@ export class WasmKernels {
     let threads = this.#threadsFor(flops);
     // Forward and input gradient split the batch: never more threads than images.
     if (kind !== TaskKind.convBackwardFilter) threads = Math.min(threads, g.batch);
-    const rows = kind === TaskKind.convBackwardFilter ? filterRowsPerThread(g, threads) : columnRows(g);
+    const filter = kind === TaskKind.convBackwardFilter;
+    const rows = filter ? filterRowBlock(g, threads) : columnRows(g);
     const implicit = kind !== TaskKind.convBackwardInput;
     const scratchStride = convScratchBytes(g, rows, implicit, this.blocks);
     const scratch = this.#scratch(threads * scratchStride);
+    const partials = filter ? this.#scratch(filterPartialsBytes(g)) : 0;
     let offsets = 0;
     if (implicit) {
       const table = windowOffsets(g);
@@ -443,7 +445,7 @@ export class WasmKernels {
       new Int32Array(this.#memory.buffer, address, table.length).set(table);
       offsets = address;
     }
-    if (scratch === undefined) return false;
+    if (scratch === undefined || partials === undefined) return false;
     this.#run(
       kind,
       {
@@ -452,12 +454,14 @@ export class WasmKernels {
         bias: at.bias ?? 0,
         relu: at.relu ?? false,
         offsets,
+        partials,
         scratch,
         scratchStride,
         ...this.blocks,
       },
       threads,
     );
+    if (filter) addFilterChunks(this.#kernels, g, at.weight, partials);
     return true;
   }
 

@@ -17,6 +17,9 @@ import {
   convBackwardFilterRows,
   convBackwardInputImages,
   convForwardImages,
+  filterChunkImages,
+  filterChunks,
+  filterChunkTarget,
   rangeClaim,
 } from "./conv.ts";
 import { GEMM_TILE, gemmBlocked, type GemmBlocks, type GemmProblem, gemmWindow } from "./gemm.ts";
@@ -109,6 +112,8 @@ export interface ConvTask extends Conv2dGeometry, GemmBlocks {
   bias: number;
   /** Forward: ReLU after the bias. */
   relu: boolean;
+  /** Weight gradient: address of the partial gradients of image chunks 1, 2, … (see `filterChunks`). */
+  partials: number;
 }
 
 /** Pooling windows over `planes` planes (geometry as `Pool2dGeometry`, batch × channels = planes). */
@@ -220,6 +225,7 @@ const CONV_FIELDS = [
   "offsets",
   "bias",
   "relu",
+  "partials",
   "scratch",
   "scratchStride",
   "mc",
@@ -507,7 +513,7 @@ function runAvgPoolPlanes(
  * Runs thread `t`'s share (of `threads`) of the task encoded in `args`. With `claim` (the job's
  * shared counter, see {@link Claim}), products and convolutions take their units of work as they
  * come instead of a fixed share — whole products or windows of one ({@link matmulWindow}), images
- * (forward, input gradient) or blocks of weight-gradient rows ({@link filterRowBlock}) — so
+ * (forward, input gradient) or weight-gradient image chunks and row blocks ({@link filterRowBlock}) — so
  * threads that run at different speeds finish together; every other kind keeps its fixed share.
  *
  * @example
@@ -587,16 +593,25 @@ export function runTaskShare(
   const scratch = task.scratch + t * task.scratchStride;
   const blocks = { mc: task.mc, nc: task.nc };
   if (kind === TaskKind.convBackwardFilter) {
-    const rows = columnRows(g);
-    if (!claim) {
-      const [r0, r1] = share(rows, t, threads, GEMM_TILE.nr);
-      convBackwardFilterRows(x, g, at, r0, r1, scratch, task.offsets, blocks);
-      return;
-    }
-    const block = filterRowBlock(g, threads);
-    for (let b = claim(); b * block < rows; b = claim()) {
-      const end = Math.min(rows, (b + 1) * block);
-      convBackwardFilterRows(x, g, at, b * block, end, scratch, task.offsets, blocks);
+    // Units are (image chunk, row block) pairs, chunk by chunk; each sums into its chunk's partial.
+    const rows = columnRows(g), block = filterRowBlock(g, threads), blocksPerChunk = Math.ceil(rows / block);
+    const units = filterChunks(g) * blocksPerChunk;
+    const next = claim ?? rangeClaim(...share(units, t, threads));
+    for (let u = next(); u < units; u = next()) {
+      const chunk = Math.floor(u / blocksPerChunk), r0 = (u % blocksPerChunk) * block;
+      const target = { ...at, weight: filterChunkTarget(g, at.weight, task.partials, chunk) };
+      const images = filterChunkImages(g, chunk);
+      convBackwardFilterRows(
+        x,
+        g,
+        target,
+        r0,
+        Math.min(rows, r0 + block),
+        scratch,
+        task.offsets,
+        blocks,
+        images,
+      );
     }
     return;
   }
@@ -606,53 +621,31 @@ export function runTaskShare(
 }
 
 /**
- * Fewest NR-lane panels in a claimed weight-gradient block. Every block packs dy's rows of every
- * image again (its GEMM's A), and a block of r rows does only 2·r multiply-adds per packed float:
- * at 8 rows, cifar10_quick's conv1 (75 rows) ran its weight gradient no faster on 2 threads than
- * on 1; at 48, 2 threads went from 20 to 28 GFLOP/s (best of 15, interleaved, this machine), and
- * AlexNet-like conv1 (25 rows) from 12 to 13–17.
+ * Fewest NR-lane panels in a weight-gradient row block. Every block pads its images and packs
+ * dy's rows of every image again (its GEMM's A), and a block of r rows does only 2·r
+ * multiply-adds per packed float: at 8 rows, cifar10_quick's conv1 (75 rows) ran its weight
+ * gradient no faster on 2 threads than on 1; at 48, 2 threads went from 20 to 28 GFLOP/s.
  */
 const FILTER_BLOCK_PANELS = 6;
 
 /**
- * Rows of the column matrix in one claimed block of a weight-gradient task on `threads` threads:
- * about an eighth of a thread's fixed share, in whole NR-lane panels, at least
- * {@link FILTER_BLOCK_PANELS} of them, never more than {@link filterRowsPerThread} (which sizes the
- * scratch). A thread that finishes first waits at most for one block of the other's. Each block
- * pads its images' channels again, a small cost next to its GEMM (quarters of a share left the
- * cifar10_quick weight gradients waiting 3–6 ms a step).
+ * Rows of the column matrix in one unit of a weight-gradient task on `threads` threads: all of
+ * them while the image chunks ({@link filterChunks}) alone give every thread work; with more
+ * threads than chunks, about a 2·threads/chunks-th of them in whole NR-lane panels, at least
+ * {@link FILTER_BLOCK_PANELS} (it also sizes each thread's scratch). Rows never change a bit.
  *
  * @example
  * ```ts
  * import { filterRowBlock } from "./tasks.ts";
  * import { conv2dGeometry } from "../../geometry.ts";
- * filterRowBlock(conv2dGeometry([1, 32, 16, 16], [32, 32, 5, 5], { padding: 2 }), 2); // 56 of 800 rows
+ * filterRowBlock(conv2dGeometry([64, 32, 16, 16], [32, 32, 5, 5], { padding: 2 }), 2); // all 800 rows
+ * filterRowBlock(conv2dGeometry([1, 32, 16, 16], [32, 32, 5, 5], { padding: 2 }), 2); // 200 of 800 rows
  * ```
  */
 export function filterRowBlock(g: Conv2dGeometry, threads: number): number {
-  const nr = GEMM_TILE.nr;
-  const panels = Math.ceil(columnRows(g) / nr);
-  return Math.min(
-    filterRowsPerThread(g, threads),
-    nr * Math.max(FILTER_BLOCK_PANELS, Math.ceil(panels / (8 * threads))),
-  );
-}
-
-/**
- * Rows of the column matrix thread `t` handles in a weight-gradient task (for sizing its scratch).
- *
- * @example
- * ```ts
- * import { filterRowsPerThread } from "./tasks.ts";
- * import { conv2dGeometry } from "../../geometry.ts";
- * filterRowsPerThread(conv2dGeometry([1, 3, 8, 8], [4, 3, 3, 3]), 2); // 16: 27 rows split 16 + 11
- * ```
- */
-export function filterRowsPerThread(g: Conv2dGeometry, threads: number): number {
-  let most = 0;
-  for (let t = 0; t < threads; t++) {
-    const [r0, r1] = share(columnRows(g), t, threads, GEMM_TILE.nr);
-    most = Math.max(most, r1 - r0);
-  }
-  return most;
+  const nr = GEMM_TILE.nr, rows = columnRows(g), chunks = filterChunks(g);
+  if (threads <= chunks) return rows;
+  const panels = Math.ceil(rows / nr);
+  const blocks = Math.min(Math.ceil((2 * threads) / chunks), Math.floor(panels / FILTER_BLOCK_PANELS));
+  return blocks <= 1 ? rows : nr * Math.ceil(panels / blocks);
 }
