@@ -79,6 +79,27 @@ export interface MatmulSpec {
   bBatchStride: number;
 }
 
+/**
+ * A dropout mask drawn from the engine's counter-based generator (Philox4x32-10, `engine/random.ts`):
+ * position q's value is word q mod 4 of the block whose counter is (⌊q/4⌋ as two words, `stream`,
+ * `step`) under `key`, and it is kept where that word's top 24 bits are at least `threshold`
+ * (= ⌈p·2^24⌉, so exactly where the uniform `(word >>> 8) / 2^24` is at least p).
+ */
+export interface DropoutMaskSpec {
+  /** The seed's low and high 32-bit words. */
+  key: readonly [number, number];
+  /** Counter word 2. */
+  stream: number;
+  /** Counter word 3. */
+  step: number;
+  /** Position of the mask's first element (below 2^53). */
+  offset: number;
+  /** Integer in [0, 2^24]. */
+  threshold: number;
+  /** The value of kept elements (1/(1 − p), rounded to float32); dropped ones are 0. */
+  keep: number;
+}
+
 /** Hyper-parameters of one fused SGD step (Caffe's order: decay, then momentum with the rate inside). */
 export interface SgdStep {
   /** Learning rate of this parameter (base rate × lr_mult). */
@@ -310,6 +331,12 @@ export interface Backend {
    * Without it, callers read the storage back and scan it.
    */
   firstNonFinite?(x: Storage): number | Promise<number>;
+  /**
+   * Optional: fills float32 `out` with the dropout mask `spec` describes, bit for bit what the
+   * engine computes in TypeScript (which has no 64-bit multiply for the generator), and returns
+   * true; false when this instance cannot (the engine then makes the mask itself).
+   */
+  dropoutMask?(out: Storage, spec: DropoutMaskSpec): boolean;
 
   /** Numerically stable softmax of each row. */
   softmax(x: Storage, out: Storage, rows: RowSpec): void;

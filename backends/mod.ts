@@ -23,6 +23,7 @@ export type {
   Backend,
   BinaryOp,
   ConvActivation,
+  DropoutMaskSpec,
   DType,
   HostArray,
   MatmulSpec,

@@ -728,7 +728,7 @@ Deno.test("errors: softmaxCrossEntropy labels and non-finite logits", () => {
   });
 });
 
-Deno.test("errors: dropout p and disposed operands", () => {
+Deno.test("errors: dropout p and offset, disposed operands", () => {
   tidy(() => {
     throwsWith(
       () => ops.dropout(zeros([4]), { p: 1, seed: 1 }),
@@ -736,6 +736,13 @@ Deno.test("errors: dropout p and disposed operands", () => {
       /^dropout: p must be in \[0, 1\), got 1/,
     );
     throwsWith(() => ops.dropout(zeros([4]), { p: -0.5 }), ValueError, /^dropout: p must be in \[0, 1\)/);
+    for (const offset of [-4, 2.5]) {
+      throwsWith(
+        () => ops.dropout(zeros([4]), { p: 0.5, offset }),
+        ValueError,
+        new RegExp(`^dropout: offset must be a non-negative integer, got ${offset}$`),
+      );
+    }
     const x = zeros([2]);
     x.dispose();
     throwsWith(() => ops.exp(x), DisposedError, /was disposed/);

@@ -7,7 +7,7 @@
 
 import { recordOp } from "../autograd.ts";
 import { ValueError } from "../errors.ts";
-import { nextGlobalKey, type RandomKey, uniformValues } from "../random.ts";
+import { nextGlobalKey, philoxWords, type RandomKey, uniformValues } from "../random.ts";
 import { Tensor } from "../tensor.ts";
 import { reshape } from "./movement.ts";
 import { binaryRaw, checkOperands } from "./raw.ts";
@@ -45,20 +45,47 @@ export function dropout(x: Tensor, options: DropoutOptions): Tensor {
   checkOperands("dropout", x);
   const { p } = options;
   if (!(p >= 0 && p < 1)) throw new ValueError("dropout", `p must be in [0, 1), got ${p}`);
+  const offset = options.offset ?? 0;
+  if (!Number.isSafeInteger(offset) || offset < 0) {
+    throw new ValueError("dropout", `offset must be a non-negative integer, got ${offset}`);
+  }
   // A view, not `x` itself, so callers can dispose the result as they would in training.
   if (options.training === false || p === 0) return reshape(x, x.shape);
   const key = options.seed !== undefined
     ? { seed: options.seed, stream: options.stream ?? 0, step: options.step ?? 0 }
     : nextGlobalKey();
-  const uniforms = maskUniforms(x, key, options);
-  const keep = 1 / (1 - p);
-  const values = new Float32Array(x.size);
-  for (let i = 0; i < values.length; i++) values[i] = uniforms[i] >= p ? keep : 0;
-  const mask = new Tensor(x.backend, x.backend.upload(values), x.shape);
+  const mask = maskOf(x, key, options, p);
   const out = binaryRaw("mul", x, mask, "dropout");
   recordOp("dropout", [x], out, [mask], (dy) => [binaryRaw("mul", dy, mask)]);
   mask.dispose();
   return out;
+}
+
+/**
+ * The mask `keep = 1/(1−p)` where the uniform is at least p, else 0: drawn by the backend where it
+ * can (the whole layer's mask, one run of positions), else here from {@link maskUniforms}.
+ */
+function maskOf(x: Tensor, key: RandomKey, options: DropoutOptions, p: number): Tensor {
+  const keep = 1 / (1 - p), backend = x.backend;
+  if (!options.columns && backend.dropoutMask) {
+    const [k0, k1, stream, step] = philoxWords(key);
+    const storage = backend.allocateUninitialized?.(x.size, "float32") ?? backend.allocate(x.size, "float32");
+    // A uniform (word >>> 8)·2^-24 is at least p exactly when its numerator is at least ⌈p·2^24⌉.
+    const spec = {
+      key: [k0, k1],
+      stream,
+      step,
+      offset: options.offset ?? 0,
+      threshold: Math.ceil(p * 2 ** 24),
+      keep,
+    } as const;
+    if (backend.dropoutMask(storage, spec)) return new Tensor(backend, storage, x.shape);
+    backend.release(storage);
+  }
+  const uniforms = maskUniforms(x, key, options);
+  const values = new Float32Array(x.size);
+  for (let i = 0; i < values.length; i++) values[i] = uniforms[i] >= p ? keep : 0;
+  return new Tensor(backend, backend.upload(values), x.shape);
 }
 
 /** The uniforms behind the mask: one run, or one run per row for a block of columns. */

@@ -20,6 +20,7 @@ import type {
   AdamStep,
   Conv2dGeometry,
   ConvActivation,
+  DropoutMaskSpec,
   MatmulSpec,
   Pool2dGeometry,
   SgdStep,
@@ -579,6 +580,34 @@ export class WasmKernels {
       }
     }
     return -1;
+  }
+
+  /** {@link Backend.dropoutMask} into `out` (one thread); false when out of memory. */
+  dropoutMask(out: Float32Array, spec: DropoutMaskSpec): boolean {
+    try {
+      const outAt = this.#stage(out, out.length, false), scratch = this.#scratch(64);
+      if (outAt === undefined || scratch === undefined) return false;
+      // Groups of 16 positions (4 counter blocks) from the one holding `offset`.
+      const group = Math.floor(spec.offset / 16), block = 4 * group;
+      this.#kernels.dropout_mask(
+        outAt,
+        out.length,
+        block % 2 ** 32,
+        Math.floor(block / 2 ** 32),
+        spec.offset - 16 * group,
+        spec.key[0],
+        spec.key[1],
+        spec.stream,
+        spec.step,
+        spec.threshold,
+        spec.keep,
+        scratch,
+      );
+      this.#unstage(out, outAt, out.length);
+      return true;
+    } finally {
+      this.#releaseTemporaries();
+    }
   }
 
   /** `out = relu(x)` over equal-length arrays (the TypeScript kernel's bits); false when out of memory. */

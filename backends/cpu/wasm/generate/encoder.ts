@@ -129,6 +129,10 @@ const Simd = {
   i32x4ExtractLane: 0x1b,
   i32x4Eq: 0x37,
   i32x4LtS: 0x39,
+  i32x4GeS: 0x3f,
+  i32x4ShrU: 0xad,
+  i64x2ExtmulLowI32x4U: 0xde,
+  i64x2ExtmulHighI32x4U: 0xdf,
   f32x4Abs: 0xe0,
   f32x4Neg: 0xe1,
   f32x4Sqrt: 0xe3,
@@ -646,6 +650,10 @@ export class FunctionWriter {
   v128Or(): this {
     return this.#simd(Simd.or);
   }
+  /** `v128.xor`. */
+  v128Xor(): this {
+    return this.#simd(Simd.xor);
+  }
   /** `v128.bitselect` (bits of the first operand where the mask is set, else of the second). */
   v128Bitselect(): this {
     return this.#simd(Simd.bitselect);
@@ -661,6 +669,22 @@ export class FunctionWriter {
   /** `i32x4.eq`. */
   i32x4Eq(): this {
     return this.#simd(Simd.i32x4Eq);
+  }
+  /** `i32x4.ge_s`. */
+  i32x4GeS(): this {
+    return this.#simd(Simd.i32x4GeS);
+  }
+  /** `i32x4.shr_u` (the shift count, an i32, on top of the vector). */
+  i32x4ShrU(): this {
+    return this.#simd(Simd.i32x4ShrU);
+  }
+  /** `i64x2.extmul_low_i32x4_u`: lanes 0 and 1 of each operand multiplied into two 64-bit products. */
+  i64x2ExtmulLowI32x4U(): this {
+    return this.#simd(Simd.i64x2ExtmulLowI32x4U);
+  }
+  /** `i64x2.extmul_high_i32x4_u`: the same for lanes 2 and 3. */
+  i64x2ExtmulHighI32x4U(): this {
+    return this.#simd(Simd.i64x2ExtmulHighI32x4U);
   }
   /** `f32x4.abs`. */
   f32x4Abs(): this {

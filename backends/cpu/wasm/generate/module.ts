@@ -1,6 +1,6 @@
 /**
  * Assembles the CPU backend's kernel module (GEMM, convolution helpers, max and average pooling,
- * the elementwise, optimizer and LRN kernels, the non-finite scan) for the features the engine has,
+ * the elementwise, optimizer and LRN kernels, the non-finite scan, dropout masks) for the features the engine has,
  * and instantiates it over a memory that can grow and, where the engine allows, be shared with pool
  * threads.
  *
@@ -15,6 +15,7 @@ import { emitGemmKernels } from "./gemm_kernels.ts";
 import { emitMaxPoolKernels } from "./max_pool_kernels.ts";
 import { emitAvgPoolKernels } from "./avg_pool_kernels.ts";
 import { emitOptimizerKernels } from "./optimizer_kernels.ts";
+import { emitRandomKernels } from "./random_kernels.ts";
 import { GEMM_TILE, type GemmExports } from "../gemm.ts";
 
 /**
@@ -120,6 +121,21 @@ export interface KernelExports extends GemmExports {
   mul(a: number, b: number, out: number, n: number): void;
   /** See `ELEMENTWISE_EXPORTS.firstNonFinite`. */
   first_non_finite(x: number, n: number, first: number, slot: number): void;
+  /** See `RANDOM_EXPORTS.dropoutMask` (keep is float32). */
+  dropout_mask(
+    out: number,
+    count: number,
+    blockLo: number,
+    blockHi: number,
+    skip: number,
+    k0: number,
+    k1: number,
+    stream: number,
+    step: number,
+    threshold: number,
+    keep: number,
+    scratch: number,
+  ): void;
 }
 
 /**
@@ -148,6 +164,7 @@ export function kernelModuleBytes(options: KernelModuleOptions): Uint8Array<Arra
   emitLrnKernels(builder);
   // Last, so the functions above keep their indices (and the module its bytes up to here).
   emitFiniteKernel(builder);
+  emitRandomKernels(builder);
   return builder.build();
 }
 
