@@ -804,7 +804,7 @@ async function profileSection(threads: number): Promise<string> {
     "call, so that row is GEMM and packing together. GFLOP/s counts 2·batch·m·n·k per product and " +
     "2·N·outC·outH·outW·(inC/groups)·kH·kW per convolution pass, over the time inside those calls, and " +
     `is shown as a share of the measured ${threads}-thread peak. Elementwise is unary, binary (bias adds, ` +
-    "ReLU gradients, dropout masks), reduce and fill; copies are copyStrided, upload, read/readSync, " +
+    "ReLU gradients, applying dropout masks), reduce, fill and drawing dropout masks (`dropoutMask`); copies are copyStrided, upload, read/readSync, " +
     "write and view; allocation is allocate, allocateUninitialized and release. Outside kernels is the " +
     "step's time minus the time inside backend calls: the engine's JavaScript (autograd graph, tensor " +
     "bookkeeping), and the profiler's own timing.",
