@@ -25,7 +25,7 @@ import {
   convScratchBytes,
   filterChunks,
   filterPartialsBytes,
-  windowOffsets,
+  packingTables,
 } from "../backends/cpu/wasm/conv.ts";
 import { DEFAULT_GEMM_BLOCKS } from "../backends/cpu/wasm/gemm.ts";
 import { instantiateKernels, kernelModuleBytes } from "../backends/cpu/wasm/generate/module.ts";
@@ -124,7 +124,7 @@ function run(c: Case, threads: number, order?: number[]): { result: Float32Array
   const implicit = c.kind !== TaskKind.convBackwardInput;
   const scratchStride = convScratchBytes(c.g, rows, implicit, DEFAULT_GEMM_BLOCKS);
   const scratch = alloc(threads * scratchStride);
-  const table = windowOffsets(c.g);
+  const table = packingTables(c.g);
   const offsets = alloc(4 * table.length);
   new Int32Array(memory.buffer, offsets, table.length).set(table);
   const args = new Int32Array(MAX_TASK_ARGS);

@@ -92,6 +92,47 @@ export function windowOffsets(g: Conv2dGeometry): Int32Array {
   return out;
 }
 
+/**
+ * Byte offset within a padded image (`C × (H + 2·padH) × (W + 2·padW)`) of each column-matrix row's
+ * tap (c, ki, kj): the row table the forward pass packs columns with.
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry } from "../../geometry.ts";
+ * import { rowOffsets } from "./conv.ts";
+ * rowOffsets(conv2dGeometry([1, 2, 2, 2], [1, 2, 1, 2])); // Int32Array [0, 4, 16, 20]
+ * ```
+ */
+export function rowOffsets(g: Conv2dGeometry): Int32Array {
+  const Hp = g.inHeight + 2 * g.padH, Wp = g.inWidth + 2 * g.padW;
+  const out = new Int32Array(columnRows(g));
+  for (let c = 0, r = 0; c < g.inChannels; c++) {
+    for (let ki = 0; ki < g.kernelH; ki++) {
+      for (let kj = 0; kj < g.kernelW; kj++, r++) out[r] = 4 * ((c * Hp + ki) * Wp + kj);
+    }
+  }
+  return out;
+}
+
+/**
+ * The int32 tables the implicit-im2col packers read, one after the other: {@link windowOffsets}
+ * (one per output pixel), then {@link rowOffsets} (one per column-matrix row).
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry } from "../../geometry.ts";
+ * import { packingTables } from "./conv.ts";
+ * packingTables(conv2dGeometry([1, 1, 4, 4], [1, 1, 3, 3])).length; // 4 pixels + 9 rows
+ * ```
+ */
+export function packingTables(g: Conv2dGeometry): Int32Array {
+  const windows = windowOffsets(g), rows = rowOffsets(g);
+  const out = new Int32Array(windows.length + rows.length);
+  out.set(windows);
+  out.set(rows, windows.length);
+  return out;
+}
+
 /** Addresses of a convolution's operands in kernel memory. */
 export interface ConvOperands {
   /** x (forward, weight gradient) or dx (input gradient). */
@@ -147,8 +188,8 @@ function im2colArgs(g: Conv2dGeometry): number[] {
 /**
  * Forward pass of the images `next` hands out: y = w ⋆ x, overwriting their outputs. Each image is
  * copied once into a zero-padded plane set, and the GEMM packs its B panels straight from there
- * (implicit im2col, `offsets` from {@link windowOffsets} at byte address `offsets`): the column
- * matrix is never written. Pointwise convolutions read the image itself as the column matrix.
+ * (implicit im2col, `offsets` the {@link packingTables} at that byte address): the column matrix
+ * is never written. Pointwise convolutions read the image itself as the column matrix.
  *
  * @example
  * ```ts
@@ -199,19 +240,7 @@ export function convForwardImages(
       const packColumns = pointwise
         ? undefined
         : (pc: number, kc: number, jc: number, nc: number, dst: number) => {
-          x.conv_pack_columns(
-            padded,
-            dst,
-            gi * K + pc,
-            kc,
-            jc,
-            nc,
-            offsets,
-            g.kernelH,
-            g.kernelW,
-            Hp * Wp,
-            Wp,
-          );
+          x.conv_pack_columns(padded, dst, gi * K + pc, kc, jc, nc, offsets, offsets + 4 * P);
         };
       gemmBlocked(x, problem(n, gi), scratch, blocks, packColumns, weights + gi * slot);
     }

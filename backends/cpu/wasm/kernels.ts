@@ -25,7 +25,7 @@ import type {
   Pool2dGeometry,
   SgdStep,
 } from "../../backend.ts";
-import { addFilterChunks, columnRows, convScratchBytes, filterPartialsBytes, windowOffsets } from "./conv.ts";
+import { addFilterChunks, columnRows, convScratchBytes, filterPartialsBytes, packingTables } from "./conv.ts";
 import { detectWasmFeatures, type WasmFeatures } from "./features.ts";
 import { firstFound } from "./finite.ts";
 import { type GemmBlocks, gemmBlocksProblem, gemmScratchBytes } from "./gemm.ts";
@@ -440,7 +440,7 @@ export class WasmKernels {
     const partials = filter ? this.#scratch(filterPartialsBytes(g)) : 0;
     let offsets = 0;
     if (implicit) {
-      const table = windowOffsets(g);
+      const table = packingTables(g);
       const address = this.#scratch(4 * table.length);
       if (address === undefined) return false;
       new Int32Array(this.#memory.buffer, address, table.length).set(table);
