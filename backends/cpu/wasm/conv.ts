@@ -62,8 +62,26 @@ function weightsOffset(g: Conv2dGeometry, rows: number, paddedImage: boolean, bl
   // Rows [r0, r0 + rows) touch at most ⌈rows / area⌉ + 1 channels (all when forward).
   const channels = Math.min(g.inChannels, Math.ceil(rows / (g.kernelH * g.kernelW)) + 1);
   const padded = channels * (g.inHeight + 2 * g.padH) * (g.inWidth + 2 * g.padW) * 4;
-  const columns = isPointwise(g) ? 0 : paddedImage ? padded : rows * g.outHeight * g.outWidth * 4;
+  const columns = isPointwise(g)
+    ? 0
+    : paddedImage
+    ? padded
+    : ((rows * g.outHeight * g.outWidth * 4 + 63) & ~63) + paddedGradientBytes(g);
   return gemmScratchBytes(blocks) + ((columns + 63) & ~63);
+}
+
+/**
+ * Floats per row of the padded planes a stride-1 input gradient sums its column matrix onto: the
+ * padded width and a margin, so each of an output row's runs is whole vectors.
+ */
+function paddedGradientWidth(g: Conv2dGeometry): number {
+  return g.kernelW - 1 + 4 * Math.ceil(g.outWidth / 4);
+}
+
+/** Bytes of those padded planes (0 where the input gradient sums onto dx itself: stride above 1). */
+function paddedGradientBytes(g: Conv2dGeometry): number {
+  if (g.strideH !== 1 || g.strideW !== 1 || isPointwise(g)) return 0;
+  return 4 * g.inChannels * (g.inHeight + 2 * g.padH) * paddedGradientWidth(g) + 64;
 }
 
 /** Bytes of every group's weights packed as a GEMM's A, as W (forward) or Wᵀ (input gradient). */
@@ -273,6 +291,9 @@ export function convBackwardInputImages(
   const K = cinG * g.kernelH * g.kernelW;
   const pointwise = isPointwise(g);
   const col = scratch + gemmScratchBytes(blocks);
+  // Stride 1: the padded planes after the column matrix (see paddedGradientBytes).
+  const Hp = g.inHeight + 2 * g.padH, Wq = paddedGradientWidth(g);
+  const dxPadded = paddedGradientBytes(g) > 0 ? col + ((4 * columnRows(g) * P + 63) & ~63) : 0;
   const problem = (n: number, gi: number, columns: number) => ({
     m: K,
     n: P,
@@ -300,7 +321,23 @@ export function convBackwardInputImages(
     for (let gi = 0; gi < g.groups; gi++) {
       gemmBlocked(x, problem(n, gi, columns), scratch, blocks, undefined, weights + gi * slot);
     }
-    if (!pointwise) {
+    if (dxPadded) {
+      // Whole-vector runs onto padded planes, then their middle out: the same sums in the same order.
+      x.fill_zero(dxPadded, 4 * g.inChannels * Hp * Wq);
+      const rowBytes = 4 * Wq;
+      x.conv_col2im_padded(
+        dxPadded,
+        col,
+        columnRows(g),
+        g.outHeight,
+        g.outWidth,
+        g.kernelH,
+        g.kernelW,
+        Hp * rowBytes,
+        rowBytes,
+      );
+      x.conv_unpad(dxPadded, image, g.inChannels, g.inHeight, g.inWidth, g.padH, g.padW, Hp, Wq);
+    } else if (!pointwise) {
       x.fill_zero(image, 4 * g.inChannels * plane);
       x.conv_col2im_add(image, col, 0, columnRows(g), ...im2colArgs(g));
     }

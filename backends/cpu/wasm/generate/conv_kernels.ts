@@ -32,6 +32,19 @@ export const CONV_EXPORTS = {
   im2col: "conv_im2col",
   /** Same arguments: adds rows [rowStart, rowEnd) of `col` back onto the image `x` (col2im). */
   col2imAdd: "conv_col2im_add",
+  /**
+   * `(xpad, col, rows, OH, OW, kh, kw, planeBytes, rowBytes)`: col2im of a stride-1 convolution
+   * onto zero-filled padded planes, `rowBytes` apart with at least kw − 1 + 4·⌈OW/4⌉ floats per
+   * row, so every run of OW sums is whole vectors, the last one's lanes past OW adding +0 (the
+   * last run reads up to 12 bytes past `col`). Each element gets the contributions of
+   * `conv_col2im_add` in the same order.
+   */
+  col2imPadded: "conv_col2im_padded",
+  /**
+   * `(xpad, x, channels, H, W, padTop, padLeft, Hq, Wq)`: copies the H×W middle of each Hq×Wq
+   * padded plane out to an image (the inverse of `pad`).
+   */
+  unpad: "conv_unpad",
   /** `(address, bytes)`: zero-fills. */
   fillZero: "fill_zero",
   /**
@@ -201,6 +214,69 @@ function writeCol2imAdd(f: FunctionWriter): void {
     f.localGet(s).i32Const(4).i32Add().localSet(s);
     f.localGet(d).localGet(P.sW).i32Const(2).i32Shl().i32Add().localSet(d);
     f.br(0).end().end();
+  });
+}
+
+function writeCol2imPadded(f: FunctionWriter): void {
+  const [xpad, col, rows, OH, OW, kh, kw, planeBytes, rowBytes] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
+  const r = f.local(i32), ki = f.local(i32), kj = f.local(i32), base = f.local(i32), oh = f.local(i32);
+  const d = f.local(i32), s = f.local(i32), end = f.local(i32), runBytes = f.local(i32);
+  const channelBase = f.local(i32), lastLanes = f.local(v128);
+  // Whole vectors per run: ⌈OW/4⌉·16 bytes; the last one adds its lanes past OW as +0 (a sum
+  // that starts at +0 is never −0, so x + 0 is x).
+  f.localGet(OW).i32Const(3).i32Add().i32Const(2).i32ShrS().i32Const(4).i32Shl().localSet(runBytes);
+  f.v128ConstI32([0, 1, 2, 3]);
+  f.localGet(OW).localGet(runBytes).i32Const(2).i32ShrS().i32Sub().i32Const(4).i32Add().i32x4Splat();
+  f.i32x4LtS().localSet(lastLanes);
+  f.localGet(col).localSet(s);
+  f.localGet(xpad).localSet(channelBase);
+  f.i32Const(0).localSet(ki);
+  f.i32Const(0).localSet(kj);
+  f.forRange(r, () => f.i32Const(0), () => f.localGet(rows), 1, () => {
+    // base = channel's plane + ki rows + kj floats
+    f.localGet(channelBase).localGet(ki).localGet(rowBytes).i32Mul().i32Add().localGet(kj).i32Const(2)
+      .i32Shl()
+      .i32Add().localSet(base);
+    f.forRange(oh, () => f.i32Const(0), () => f.localGet(OH), 1, () => {
+      f.localGet(base).localGet(oh).localGet(rowBytes).i32Mul().i32Add().localTee(d);
+      f.localGet(runBytes).i32Add().i32Const(16).i32Sub().localSet(end);
+      f.block().loop();
+      f.localGet(d).localGet(end).i32GeS().brIf(1);
+      f.localGet(d).localGet(d).v128Load().localGet(s).v128Load().f32x4Add().v128Store();
+      f.localGet(d).i32Const(16).i32Add().localSet(d);
+      f.localGet(s).i32Const(16).i32Add().localSet(s);
+      f.br(0).end().end();
+      f.localGet(d).localGet(d).v128Load().localGet(s).v128Load().localGet(lastLanes).v128And().f32x4Add();
+      f.v128Store();
+      f.localGet(s).i32Const(16).i32Add().localSet(s);
+      // The next run starts OW floats on, not where the vectors stopped.
+    });
+    // Next row: kj + 1, wrapping into the next kernel row, then the next channel.
+    f.localGet(kj).i32Const(1).i32Add().localTee(kj).localGet(kw).i32Eq().if();
+    f.i32Const(0).localSet(kj);
+    f.localGet(ki).i32Const(1).i32Add().localTee(ki).localGet(kh).i32Eq().if();
+    f.i32Const(0).localSet(ki);
+    f.localGet(channelBase).localGet(planeBytes).i32Add().localSet(channelBase);
+    f.end();
+    f.end();
+  });
+}
+
+function writeUnpad(f: FunctionWriter): void {
+  const [xpad, x, channels, H, W, padTop, padLeft, Hq, Wq] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
+  const c = f.local(i32), h = f.local(i32), dst = f.local(i32);
+  f.localGet(x).localSet(dst);
+  f.forRange(c, () => f.i32Const(0), () => f.localGet(channels), 1, () => {
+    f.forRange(h, () => f.i32Const(0), () => f.localGet(H), 1, () => {
+      f.localGet(dst);
+      // xpad + ((c·Hq + h + padTop)·Wq + padLeft)·4
+      f.localGet(xpad);
+      f.localGet(c).localGet(Hq).i32Mul().localGet(h).i32Add().localGet(padTop).i32Add().localGet(Wq)
+        .i32Mul();
+      f.localGet(padLeft).i32Add().i32Const(2).i32Shl().i32Add();
+      f.localGet(W).i32Const(2).i32Shl().memoryCopy();
+      f.localGet(dst).localGet(W).i32Const(2).i32Shl().i32Add().localSet(dst);
+    });
   });
 }
 
@@ -494,4 +570,6 @@ export function emitConvKernels(builder: ModuleBuilder): void {
   builder.addFunction(CONV_EXPORTS.pad, Array(9).fill(i32), [], writePad);
   builder.addFunction(CONV_EXPORTS.packColumns, Array(8).fill(i32), [], writePackColumns);
   builder.addFunction(CONV_EXPORTS.packRows, Array(11).fill(i32), [], writePackRows);
+  builder.addFunction(CONV_EXPORTS.col2imPadded, Array(9).fill(i32), [], writeCol2imPadded);
+  builder.addFunction(CONV_EXPORTS.unpad, Array(9).fill(i32), [], writeUnpad);
 }

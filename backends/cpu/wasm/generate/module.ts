@@ -46,6 +46,10 @@ export interface KernelExports extends GemmExports {
   conv_im2col(...args: number[]): void;
   /** See `CONV_EXPORTS.col2imAdd`. */
   conv_col2im_add(...args: number[]): void;
+  /** See `CONV_EXPORTS.col2imPadded`. */
+  conv_col2im_padded(...args: number[]): void;
+  /** See `CONV_EXPORTS.unpad`. */
+  conv_unpad(...args: number[]): void;
   /** See `CONV_EXPORTS.fillZero`. */
   fill_zero(address: number, bytes: number): void;
   /** See `CONV_EXPORTS.pad`. */
