@@ -250,6 +250,7 @@ function writeCol2imPadded(f: FunctionWriter): void {
       f.v128Store();
       f.localGet(s).i32Const(16).i32Add().localSet(s);
       // The next run starts OW floats on, not where the vectors stopped.
+      f.localGet(s).localGet(runBytes).i32Sub().localGet(OW).i32Const(2).i32Shl().i32Add().localSet(s);
     });
     // Next row: kj + 1, wrapping into the next kernel row, then the next channel.
     f.localGet(kj).i32Const(1).i32Add().localTee(kj).localGet(kw).i32Eq().if();
