@@ -11,7 +11,7 @@
 
 import assert from "node:assert/strict";
 import { instantiateKernels, kernelModuleBytes } from "../backends/cpu/wasm/generate/module.ts";
-import { columnRows } from "../backends/cpu/wasm/conv.ts";
+import { columnRows, im2colArgs } from "../backends/cpu/wasm/conv.ts";
 import { conv2dGeometry, type Conv2dOptions } from "../backends/geometry.ts";
 import { mulberry32 } from "./reference/random.ts";
 
@@ -44,22 +44,7 @@ Deno.test("wasm col2im: stride-1 sums onto padded planes in whole vectors keep t
     const view = new Float32Array(memory.buffer);
     for (let i = 0; i < rows * P; i++) view[col / 4 + i] = random() * 2 - 1;
     kernels.fill_zero(general, 4 * dxFloats);
-    kernels.conv_col2im_add(
-      general,
-      col,
-      0,
-      rows,
-      g.inHeight,
-      g.inWidth,
-      g.outHeight,
-      g.outWidth,
-      g.kernelH,
-      g.kernelW,
-      1,
-      1,
-      g.padH,
-      g.padW,
-    );
+    kernels.conv_col2im_add(general, col, 0, rows, ...im2colArgs(g));
     kernels.fill_zero(padded, 4 * g.inChannels * Hp * Wq);
     view.fill(NaN, viaPadded / 4, viaPadded / 4 + dxFloats);
     kernels.conv_col2im_padded(

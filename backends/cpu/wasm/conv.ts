@@ -188,7 +188,18 @@ export function rangeClaim(u0: number, u1: number): Claim {
   return () => (next < u1 ? next++ : Number.MAX_SAFE_INTEGER);
 }
 
-function im2colArgs(g: Conv2dGeometry): number[] {
+/**
+ * The geometry arguments `conv_im2col` and `conv_col2im_add` take after their row range:
+ * H, W, OH, OW, kh, kw, sH, sW, pH, pW.
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry } from "../../geometry.ts";
+ * import { im2colArgs } from "./conv.ts";
+ * im2colArgs(conv2dGeometry([1, 1, 4, 4], [1, 1, 3, 3])); // [4, 4, 2, 2, 3, 3, 1, 1, 0, 0]
+ * ```
+ */
+export function im2colArgs(g: Conv2dGeometry): number[] {
   return [
     g.inHeight,
     g.inWidth,
