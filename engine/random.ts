@@ -135,24 +135,13 @@ export function uniformValues(count: number, key: RandomKey, offset = 0, low = 0
   const words = new Uint32Array(4);
   const span = high - low;
   // One Philox block per 4 positions: block b holds positions 4b … 4b+3.
-  let i = 0;
-  // A first block entered part way, then whole blocks (the bulk, unrolled), then a last partial one.
-  const partial = (b: number) => {
+  for (let i = 0; i < count;) {
+    const position = offset + i, b = Math.floor(position / 4);
     philox(k0, k1, b >>> 0, Math.floor(b / 2 ** 32) >>> 0, stream, step, words);
-    for (let w = offset + i - 4 * b; w < 4 && i < count; w++, i++) {
+    for (let w = position - 4 * b; w < 4 && i < count; w++, i++) {
       out[i] = low + span * ((words[w] >>> 8) * 2 ** -24);
     }
-  };
-  if ((offset & 3) !== 0 || offset % 4 !== 0) partial(Math.floor(offset / 4));
-  for (; i + 4 <= count; i += 4) {
-    const b = (offset + i) / 4;
-    philox(k0, k1, b >>> 0, Math.floor(b / 2 ** 32) >>> 0, stream, step, words);
-    out[i] = low + span * ((words[0] >>> 8) * 2 ** -24);
-    out[i + 1] = low + span * ((words[1] >>> 8) * 2 ** -24);
-    out[i + 2] = low + span * ((words[2] >>> 8) * 2 ** -24);
-    out[i + 3] = low + span * ((words[3] >>> 8) * 2 ** -24);
   }
-  if (i < count) partial(Math.floor((offset + i) / 4));
   return out;
 }
 

@@ -193,6 +193,8 @@ const gemmSpec = (m: number, n: number, k: number, transA: boolean, transB: bool
   bBatchStride: 0,
 });
 
+// Mutation tried, it made this test fail: the 4×8 tile broadcasting lane 0 into the last lane of a
+// row's A value (`shuffleF32Lanes([lane, lane, lane, 0])` in the micro-kernel).
 Deno.test("wasm GEMM: every small shape and all transposes match the oracle", () => {
   const sizes = [1, 2, 3, 5, 6, 7, 8, 9, 13];
   for (const [name, kernels] of KERNELS) {
@@ -383,8 +385,9 @@ function runConv(
 
 // Mutations tried, each made this test fail: packing a full panel's lane from the next input
 // column (the hoisted lane pointers of `conv_pack_columns`); swapping the two lane masks of a panel
-// that crosses an output row (its blended path); reading every depth and row block of the weights
-// packed once per call from the first block's slot.
+// that crosses an output row (its blended path); each of the row-table loops of `conv_pack_columns`
+// reading one element or vector off (contiguous, two runs, gathered, short panel); reading every
+// depth and row block of the weights packed once per call from the first block's slot.
 Deno.test("wasm conv: forward, input and weight gradients match the oracle", () => {
   for (const [name, kernels] of KERNELS) {
     for (const c of CONV_CASES) {

@@ -54,7 +54,7 @@ export function dropout(x: Tensor, options: DropoutOptions): Tensor {
   const key = options.seed !== undefined
     ? { seed: options.seed, stream: options.stream ?? 0, step: options.step ?? 0 }
     : nextGlobalKey();
-  const mask = maskOf(x, key, options, p);
+  const mask = maskOf(x, key, options, p, offset);
   const out = binaryRaw("mul", x, mask, "dropout");
   recordOp("dropout", [x], out, [mask], (dy) => [binaryRaw("mul", dy, mask)]);
   mask.dispose();
@@ -65,7 +65,7 @@ export function dropout(x: Tensor, options: DropoutOptions): Tensor {
  * The mask `keep = 1/(1−p)` where the uniform is at least p, else 0: drawn by the backend where it
  * can (the whole layer's mask, one run of positions), else here from {@link maskUniforms}.
  */
-function maskOf(x: Tensor, key: RandomKey, options: DropoutOptions, p: number): Tensor {
+function maskOf(x: Tensor, key: RandomKey, options: DropoutOptions, p: number, offset: number): Tensor {
   const keep = 1 / (1 - p), backend = x.backend;
   if (!options.columns && backend.dropoutMask) {
     const [k0, k1, stream, step] = philoxWords(key);
@@ -75,7 +75,7 @@ function maskOf(x: Tensor, key: RandomKey, options: DropoutOptions, p: number): 
       key: [k0, k1],
       stream,
       step,
-      offset: options.offset ?? 0,
+      offset,
       threshold: Math.ceil(p * 2 ** 24),
       keep,
     } as const;
