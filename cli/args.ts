@@ -15,7 +15,7 @@ import {
   WIRE_FORMATS,
   type WireFormat,
 } from "../schedule/runtime/mod.ts";
-import { inspectMpiLaunch, type MpiDetection, type MpiLaunch } from "../schedule/mpi/mod.ts";
+import { type DataPlane, inspectMpiLaunch, type MpiDetection, type MpiLaunch } from "../schedule/mpi/mod.ts";
 import { MAX_SYNTHETIC_ELEMENTS, resolveDataPaths, syntheticShape } from "./data.ts";
 import { CliError, closest } from "./errors.ts";
 import { DEFAULT_OUTPUT_FOLDER, resolveUserPath, userDirectory } from "./paths.ts";
@@ -74,6 +74,8 @@ export interface TrainArgs {
   wire: WireFormat;
   /** With a 16-bit `wire`: carry each device's rounding error into its next step. */
   errorFeedback: boolean;
+  /** Under `--transport mpi`: how gradients and parameters travel between ranks. */
+  dataPlane: DataPlane;
   /** Epochs to train; absent means the default, or no epoch limit when `steps` is given. */
   epochs?: number;
   /** Stop once the run's total step count reaches this (counting resumed steps). */
@@ -123,6 +125,7 @@ export const STRING_FLAGS = [
   "reduce",
   "link",
   "wire",
+  "data-plane",
   "epochs",
   "steps",
   "batch",
@@ -200,6 +203,9 @@ ${schedules.join("\n")}
                         the exchanged bytes; lossy, not bit-identical to fp32; parameters stay fp32
   --error-feedback      with --wire fp16|bf16: each device adds the rounding error it left out
                         to its next step's gradients; checkpoints carry these residuals
+  --data-plane P        with --transport mpi: sockets (default: direct TCP connections between the
+                        ranks carry gradients and parameters) | mpi (Open MPI's collectives carry
+                        everything); the same bits either way
 
 Training
   --epochs N            epochs to train (default ${DEFAULTS.epochs}, or no limit when --steps is given)
@@ -395,6 +401,12 @@ export function parseTrainArgs(
     );
   }
   const wire = oneOf("wire", s("wire"), WIRE_FORMATS) ?? "fp32";
+  const dataPlane = oneOf("data-plane", s("data-plane"), ["sockets", "mpi"] as const) ?? "sockets";
+  if (s("data-plane") !== undefined && transport === "local") {
+    throw new CliError(
+      `--data-plane ${dataPlane} chooses how MPI ranks exchange gradients: it needs --transport mpi (under mpirun)`,
+    );
+  }
   const errorFeedback = values["error-feedback"] === true;
   if (errorFeedback && wire === "fp32") {
     throw new CliError(
@@ -471,6 +483,7 @@ export function parseTrainArgs(
     link: s("link"),
     wire,
     errorFeedback,
+    dataPlane,
     epochs: integer("epochs", s("epochs"), 1),
     steps,
     batch,

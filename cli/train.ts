@@ -321,12 +321,17 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
   };
   const deviceKind = args.backend === "cpu" ? "CPU" : "WebGPU";
   // What connects the devices, for every output: emulation is always labelled as such.
-  const linkText = transport ? `MPI (Open MPI, ${args.devices} ranks)` : link ? link.label : "shared memory";
+  const linkText = transport
+    ? `MPI (Open MPI, ${args.devices} ranks${args.dataPlane === "sockets" ? ", gradients over sockets" : ""})`
+    : link
+    ? link.label
+    : "shared memory";
   const trainer = await DataParallelTrainer.create({
     ...common,
     devices: args.devices,
     link,
     transport,
+    dataPlane: args.dataPlane,
     wire: args.wire,
     errorFeedback: args.errorFeedback,
   });

@@ -441,6 +441,8 @@ export function badInputs(f: Fixtures): BadInput[] {
 
   // Contradictions.
   add("--error-feedback without wire", ["--error-feedback"], "--error-feedback needs --wire fp16 or bf16");
+  add("--data-plane without MPI", ["--data-plane", "mpi"], "--data-plane mpi", "needs --transport mpi");
+  add("--data-plane unknown", ["--data-plane", "udp"], "--data-plane", "udp", "sockets", "mpi");
   add(
     "--wire fp16 --backend webgpu",
     ["--wire", "fp16", "--backend", "webgpu"],

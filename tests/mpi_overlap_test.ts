@@ -45,18 +45,24 @@ Deno.test({
 });
 
 // Catches MpiExchange.beforeStep posting nothing (rank 0 then posts its FC receives only once its FC
-// gradients are final, which the held report never lets happen: the job fails after the 2 s wait).
+// gradients are final, which the held report never lets happen: the job fails after the 2 s wait),
+// over sockets and through MPI alike.
 Deno.test({
   name: "mpi: rank 0 posts its FC receives, in place, before its FC gradients exist (overlap, sequential)",
   ignore: !mpirun,
   fn: async () => {
     const run = await mpiScenario("early-receives");
     const losses = report<Record<string, number[]>>(run);
-    for (const plan of ["overlap", "sequential"]) {
+    for (const plan of ["overlap", "sequential", "overlap, MPI data plane"]) {
       assert.equal(losses[plan]?.length, 4, `${plan}: ${JSON.stringify(losses)}`);
       assert.ok(losses[plan].every(Number.isFinite), `${plan}: ${losses[plan]}`);
     }
     assert.deepEqual(losses.overlap, losses.sequential, "both plans train the same bits");
+    assert.deepEqual(
+      losses.overlap,
+      losses["overlap, MPI data plane"],
+      "both data planes train the same bits",
+    );
   },
 });
 

@@ -31,7 +31,7 @@ import {
 } from "../../mod.ts";
 import { layoutOf, type ModelSpec } from "../../schedule/devices/mod.ts";
 import { measureProfile } from "../../schedule/simulator/mod.ts";
-import { MpiTransport } from "../../schedule/mpi/mod.ts";
+import { type DataPlane, MpiTransport } from "../../schedule/mpi/mod.ts";
 import { spanKind, type WireFormat } from "../../schedule/runtime/mod.ts";
 import { uniformValues } from "../../engine/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
@@ -56,6 +56,8 @@ export interface RankConfig {
   wire?: WireFormat;
   /** Kernel threads of each rank's device (default: the cores of its host). */
   deviceThreads?: number;
+  /** How gradients and parameters travel (default `sockets`). */
+  dataPlane?: DataPlane;
 }
 
 /** The model spec of a config's net. */
@@ -128,6 +130,7 @@ if (import.meta.main) {
       timeoutSeconds: 600,
       wire: config.wire,
       deviceThreads: config.deviceThreads,
+      dataPlane: config.dataPlane,
     });
     const shape = [config.batch, channels, height, width];
     const batchOf = (step: number) => ({

@@ -32,6 +32,7 @@ import { writeFileAtomic } from "../../engine/io/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
 import { DEFAULT_CHUNK_BYTES } from "../../schedule/mpi/exchange.ts";
 import { TCP_PROGRESS_THREAD } from "../../schedule/mpi/transport.ts";
+import type { DataPlane } from "../../schedule/mpi/sockets.ts";
 import {
   type Cluster,
   commandAcross,
@@ -73,6 +74,15 @@ const NETS = [
   }))),
 ];
 const PROBES = [4, 16, 64];
+/**
+ * The probes run over both data planes: the trainer's default (sockets between the ranks), which
+ * every other row uses, and Open MPI's collectives, for comparison.
+ */
+const DATA_PLANES: readonly DataPlane[] = ["sockets", "mpi"];
+const DATA_PLANE_LABELS: Readonly<Record<DataPlane, string>> = {
+  sockets: "sockets (default)",
+  mpi: "MPI collectives",
+};
 /**
  * Kernel threads per rank: the hosts share this machine's cores, which each namespace would
  * otherwise take as its own (2 threads per rank on 2 shared cores ran the AlexNet-like step at
@@ -145,6 +155,7 @@ function tandem(cluster: Cluster, config: RankConfig): Promise<RankResult> {
 /** What `bench/cluster/transfers.ts` prints on rank 0. */
 interface TransferResult {
   rawTcp?: { bestMs: number; medianMs: number };
+  duplexTcp?: { bestMs: number; medianMs: number };
   megabytes: number;
   messageBytes: number;
   progressThread: boolean;
@@ -272,7 +283,9 @@ say(stampBlock(stamp));
 say();
 say(
   `On one ${navigator.hardwareConcurrency}-core machine: 2 hosts are network namespaces joined through a bridge by ` +
-    `veth links shaped with tc (tbf: 1 ms of burst, 5 ms of queue) in both directions; Open MPI over TCP only, ` +
+    `veth links shaped with tc (tbf: 1 ms of burst, 5 ms of queue) in both directions; Open MPI over TCP only ` +
+    `launches the ranks and carries the small collectives, while gradients and parameters travel over direct ` +
+    `TCP connections between the ranks (the trainer's default \`dataPlane: "sockets"\`); ` +
     `one rank per host, whose CPU device runs ${DEVICE_THREADS} kernel thread${
       DEVICE_THREADS > 1 ? "s" : ""
     } ` +
@@ -337,40 +350,52 @@ for (const rate of LINKS) {
       say(
         `One plain TCP connection (no MPI) carried the same bytes from rank 1 to rank 0 at ${
           cell(on.rawTcp)
+        }${
+          on.duplexTcp
+            ? `; both ways at once, as an exchange uses the link, ${
+              cell(on.duplexTcp)
+            } per direction (the two hosts' network stacks share this machine's ${navigator.hardwareConcurrency} cores: ` +
+              `this is the most a two-way exchange can reach here)`
+            : ""
         }.`,
       );
     }
     say();
     say("FC exchange alone (`probe:<MB>`: one FC layer; the step is almost all exchange), overlap schedule:");
     say();
-    say("| FC gradients | mode | exchange | rate (of link) |");
-    say("| --- | --- | --- | --- |");
+    say("| FC gradients | mode | data plane | exchange | rate (of link) |");
+    say("| --- | --- | --- | --- | --- |");
     /** The simulator's link per mode, calibrated on the largest probe. */
     const linkRate: Partial<Record<(typeof MODES)[number], number>> = {};
     for (const megabytes of PROBES) {
       for (const mode of MODES) {
-        const r = await tandem(cluster, {
-          net: `probe:${megabytes}`,
-          schedule: "overlap",
-          mode,
-          batch: PROBE_BATCH,
-          steps: 5,
-          warmup: 2,
-          linkBytesPerSecond: bytesPerSecond,
-        });
-        const achieved = r.fcBytes / (r.fcExchangeMs / 1000);
-        if (megabytes === PROBES.at(-1)) {
-          linkRate[mode] = calibrateLink(
-            r,
-            await profileOf(`probe:${megabytes}`, PROBE_BATCH / 2),
-            bytesPerSecond,
+        for (const dataPlane of DATA_PLANES) {
+          const r = await tandem(cluster, {
+            net: `probe:${megabytes}`,
+            schedule: "overlap",
+            mode,
+            batch: PROBE_BATCH,
+            steps: 5,
+            warmup: 2,
+            linkBytesPerSecond: bytesPerSecond,
+            dataPlane,
+          });
+          const achieved = r.fcBytes / (r.fcExchangeMs / 1000);
+          if (megabytes === PROBES.at(-1) && dataPlane === "sockets") {
+            linkRate[mode] = calibrateLink(
+              r,
+              await profileOf(`probe:${megabytes}`, PROBE_BATCH / 2),
+              bytesPerSecond,
+            );
+          }
+          say(
+            `| ${(r.fcBytes / 1e6).toFixed(1)} MB | ${mode} | ${DATA_PLANE_LABELS[dataPlane]} | ${
+              ms(r.fcExchangeMs)
+            } | ${(achieved * 8 / 1e9).toFixed(2)} Gbit/s (${
+              (100 * achieved / bytesPerSecond).toFixed(0)
+            }%) |`,
           );
         }
-        say(
-          `| ${(r.fcBytes / 1e6).toFixed(1)} MB | ${mode} | ${ms(r.fcExchangeMs)} | ${
-            (achieved * 8 / 1e9).toFixed(2)
-          } Gbit/s (${(100 * achieved / bytesPerSecond).toFixed(0)}%) |`,
-        );
       }
     }
     say();

@@ -9,11 +9,12 @@
  *
  * Each is waited on two ways: polling at full speed (`spin`), and as a rank beside a computing
  * device waits (`shareCpu`: 1 ms sleeps between polls after the first 2 ms). Prints one JSON line
- * on rank 0: `{ rawTcp?, megabytes, messageBytes, progressThread, rows: [{ direction, polling, bestMs, medianMs }] }`,
+ * on rank 0: `{ rawTcp?, duplexTcp?, megabytes, messageBytes, progressThread, rows: [{ direction, polling, bestMs, medianMs }] }`,
  * best and median of 5 timed runs after 1 warm-up.
  *
  * With rank 0's address as a second argument it also times one plain TCP connection carrying the
- * same bytes from rank 1 to rank 0 (`rawTcp`): what the link gives without MPI.
+ * same bytes from rank 1 to rank 0 (`rawTcp`): what the link gives without MPI; and both ways at
+ * once (`duplexTcp`), what a two-way exchange can get when the hosts share the machine's cores.
  *
  * Usage (under mpirun, 2 ranks): `deno run -A bench/cluster/transfers.ts <MiB> [rank 0's address]`.
  *
@@ -107,10 +108,53 @@ async function rawTcp(address: string): Promise<number[]> {
   return times.sort((a, b) => a - b);
 }
 
+/**
+ * The link both ways at once, as an exchange uses it: the two ranks each write `megabytes` to the
+ * other over one plain TCP connection while reading the other's, six times (the first dropped);
+ * rank 0 times each run from a barrier to the end of both its read and its write. On a machine whose
+ * cores carry the hosts' network stack this is its ceiling for a two-way exchange. Milliseconds, sorted.
+ */
+async function duplexTcp(address: string): Promise<number[]> {
+  const port = 29_612, bytes = 4 * floats, out = new Uint8Array(bytes), into = new Uint8Array(bytes);
+  const listener = transport.rank === 0 ? Deno.listen({ hostname: address, port }) : undefined;
+  await transport.barrier("transfers: listening").wait({ spin: true });
+  const connection = listener
+    ? await listener.accept()
+    : transport.rank === 1
+    ? await Deno.connect({ hostname: address, port })
+    : undefined;
+  const times: number[] = [];
+  for (let run = 0; run < 6; run++) {
+    await transport.barrier("transfers: duplex").wait({ spin: true });
+    if (!connection) continue;
+    const start = performance.now();
+    const reading = (async () => {
+      for (let got = 0; got < bytes;) {
+        const n = await connection.read(into.subarray(got));
+        if (n === null) throw new Error(`raw TCP: the connection closed after ${got} bytes`);
+        got += n;
+      }
+    })();
+    for (let written = 0; written < bytes;) {
+      written += await connection.write(out.subarray(written, Math.min(bytes, written + (4 << 20))));
+    }
+    await reading;
+    if (run > 0) times.push(performance.now() - start);
+  }
+  connection?.close();
+  listener?.close();
+  await transport.barrier("transfers: duplex done").wait({ spin: true });
+  return times.sort((a, b) => a - b);
+}
+
 const tcp = Deno.args[1] ? await rawTcp(Deno.args[1]) : [];
+const duplex = Deno.args[1] ? await duplexTcp(Deno.args[1]) : [];
 if (transport.rank === 0) {
   console.log(JSON.stringify({
     rawTcp: tcp.length ? { bestMs: tcp[0], medianMs: tcp[Math.floor(tcp.length / 2)] } : undefined,
+    duplexTcp: duplex.length
+      ? { bestMs: duplex[0], medianMs: duplex[Math.floor(duplex.length / 2)] }
+      : undefined,
     megabytes: 4 * floats / 1e6,
     messageBytes: 4 * perMessage,
     progressThread: Deno.env.get(TCP_PROGRESS_THREAD) === "1",

@@ -60,10 +60,10 @@ import { averageInDeviceOrder, hostParameterEntries } from "../runtime/host_para
 import type { DataParallelOptions } from "../runtime/options.ts";
 import type { TraceRecorder, TraceSpan } from "../runtime/trace.ts";
 import { GradientWire } from "../runtime/wire.ts";
+import { type BulkCollectives, type BulkRequest, SocketMesh } from "./sockets.ts";
 import {
   detectMpiLaunch,
   eagerMessageBytes,
-  type MpiRequest,
   MpiTransport,
   TransportError,
   type WaitOptions,
@@ -98,6 +98,10 @@ export class MpiExchange implements Exchange {
   readonly transfersCanFail = true;
   /** The communicator. */
   readonly transport: MpiTransport;
+  /** Direct connections between the ranks, where gradients and parameters travel over them. */
+  readonly sockets: SocketMesh | undefined;
+  /** What moves gradients and parameters: {@link sockets}, or MPI's collectives. */
+  readonly #bulk: BulkCollectives;
   readonly local: readonly Device[];
   readonly optimizers: readonly Optimizer[];
   readonly parameterEntries: readonly ParameterEntry[];
@@ -129,7 +133,7 @@ export class MpiExchange implements Exchange {
    */
   readonly #earlyGroup: string | undefined;
   /** Gathers {@link beforeStep} posted for {@link #earlyGroup}, until its reduce takes them. */
-  #posted: MpiRequest[] | undefined;
+  #posted: BulkRequest[] | undefined;
 
   private constructor(
     transport: MpiTransport,
@@ -142,8 +146,11 @@ export class MpiExchange implements Exchange {
     chunkBytes: number,
     wire: GradientWire | undefined,
     plan: Plan,
+    sockets: SocketMesh | undefined,
   ) {
     this.transport = transport;
+    this.sockets = sockets;
+    this.#bulk = sockets ?? transport;
     this.#root = mode === "master" && transport.rank === 0;
     const first = plan.actions.find((a) => a.lane === "comm");
     this.#earlyGroup = this.#root && first?.kind === "reduce" && !plan.sharded?.length
@@ -236,6 +243,9 @@ export class MpiExchange implements Exchange {
       }
       // Rank 0 averages and updates in master mode; every rank does in allreduce mode.
       const updates = mode === "allreduce" || rank === 0;
+      const sockets = (options.dataPlane ?? "sockets") === "sockets"
+        ? await SocketMesh.open(transport, within())
+        : undefined;
       await transport.barrier("synchronise clocks").wait(within());
       const clockZero = performance.now();
       return new MpiExchange(
@@ -249,6 +259,7 @@ export class MpiExchange implements Exchange {
         options.chunkBytes ?? DEFAULT_CHUNK_BYTES,
         GradientWire.create(options, layout.total, [rank]),
         options.plan,
+        sockets,
       );
     } catch (error) {
       await device!.close();
@@ -287,8 +298,8 @@ export class MpiExchange implements Exchange {
    * gradients, so it may post before they are final); every other rank sends its gradients now,
    * encoded first under a compressed wire.
    */
-  #gathers(group: string): MpiRequest[] {
-    const transport = this.transport, wire = this.wire;
+  #gathers(group: string): BulkRequest[] {
+    const bulk = this.#bulk, wire = this.wire;
     const base = groupRange(this.#layout, group).offset;
     const operation = `reduce ${group}`;
     return this.#messages(group).map((m) => {
@@ -300,8 +311,8 @@ export class MpiExchange implements Exchange {
       const gatheredWire = this.#block(this.#gatheredWire, m, base);
       const receive = wire ? gatheredWire && bytesOf(gatheredWire) : this.#block(this.#gathered, m, base);
       return this.#mode === "master"
-        ? transport.gather(send, receive, 0, operation, { inPlace: true })
-        : transport.allgather(send, receive!, operation);
+        ? bulk.gather(send, receive, 0, operation, { inPlace: true })
+        : bulk.allgather(send, receive!, operation);
     });
   }
 
@@ -322,7 +333,7 @@ export class MpiExchange implements Exchange {
     if (this.#mode !== "master") return false;
     const wait = this.#wait(context, `broadcast ${group}`);
     const requests = this.#messages(group).map((m) =>
-      this.transport.broadcast(
+      this.#bulk.broadcast(
         this.#device.parameters.subarray(m.offset, m.offset + m.size),
         0,
         `broadcast ${group}`,
@@ -344,7 +355,7 @@ export class MpiExchange implements Exchange {
     options: { update?: (range: { start: number; end: number }) => void; broadcast: boolean },
     context: ExchangeContext,
   ): Promise<PipelineSpans> {
-    const n = this.size, transport = this.transport;
+    const n = this.size, bulk = this.#bulk;
     const wait = this.#wait(context, `reduce ${group}`);
     const messages = this.#messages(group);
     const base = groupRange(this.#layout, group).offset;
@@ -363,7 +374,7 @@ export class MpiExchange implements Exchange {
     // Peers post every receive now; the master sends each chunk once it is updated. Collectives pair
     // up by posting order, which is the same on every rank: all the gathers, then the broadcasts.
     const broadcasts = broadcasting && this.rank !== 0
-      ? messages.map((m) => transport.broadcast(parameters(m), 0, `broadcast ${group}`))
+      ? messages.map((m) => bulk.broadcast(parameters(m), 0, `broadcast ${group}`))
       : [];
     const perChunk = Math.max(1, Math.round(this.#chunkBytes / this.#messageBytes));
     for (let first = 0; first < messages.length; first += perChunk) {
@@ -392,7 +403,7 @@ export class MpiExchange implements Exchange {
       }
       if (broadcasting) {
         spans.broadcast ??= [performance.now(), 0];
-        for (const m of chunk) broadcasts.push(transport.broadcast(parameters(m), 0, `broadcast ${group}`));
+        for (const m of chunk) broadcasts.push(bulk.broadcast(parameters(m), 0, `broadcast ${group}`));
       }
     }
     if (!spans.reduce[1]) spans.reduce[1] = performance.now();
@@ -415,13 +426,13 @@ export class MpiExchange implements Exchange {
   }
 
   /**
-   * Bytes of one message: as large as still goes out without a handshake ({@link eagerMessageBytes};
-   * larger ones stall a broadcast behind the gathers — measured on a 1 Gbit/s link, 256 KiB messages
-   * over the default 64 KiB limit ran master mode at 47% of the link), or a whole chunk where chunks
-   * are smaller.
+   * Bytes of one message: a whole chunk over sockets; through MPI, as large as still goes out
+   * without a handshake ({@link eagerMessageBytes}; larger ones stall a broadcast behind the gathers —
+   * measured on a 1 Gbit/s link, 256 KiB messages over the default 64 KiB limit ran master mode at
+   * 47% of the link), or a whole chunk where chunks are smaller.
    */
   get #messageBytes(): number {
-    return Math.min(eagerMessageBytes(), this.#chunkBytes);
+    return this.sockets ? this.#chunkBytes : Math.min(eagerMessageBytes(), this.#chunkBytes);
   }
 
   /** `group`'s flat range in messages. */
@@ -568,6 +579,7 @@ export class MpiExchange implements Exchange {
 
   /** Stops this rank's device. MPI stays up: call `transport.finalize()` when the process is done. */
   async close(): Promise<void> {
+    this.sockets?.close();
     await this.#device.close();
   }
 }

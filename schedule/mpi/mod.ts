@@ -21,6 +21,7 @@
  */
 
 export { MpiError } from "./library.ts";
+export { type BulkCollectives, type BulkRequest, type DataPlane, SocketMesh } from "./sockets.ts";
 export {
   detectMpiLaunch,
   type GatherOptions,

@@ -13,6 +13,7 @@ import type { Device } from "../devices/device.ts";
 import type { ParameterLayout } from "../devices/parameter_layout.ts";
 import type { ModelSpec } from "../devices/model_spec.ts";
 import type { MpiTransport, MpiTransportOptions } from "../mpi/transport.ts";
+import type { DataPlane } from "../mpi/sockets.ts";
 import type { Plan, ReductionMode } from "../plan/plan.ts";
 import type { LaneSpan, StepFigures } from "./figures.ts";
 import type { Link } from "./link.ts";
@@ -50,6 +51,13 @@ export interface DataParallelOptions {
   transport?: MpiTransport | true;
   /** Options for the transport `transport: true` starts. */
   transportOptions?: MpiTransportOptions;
+  /**
+   * MPI: how gradients and parameters travel between ranks — `"sockets"` (default): direct TCP
+   * connections between every pair of ranks, opened through MPI at the start; `"mpi"`: Open MPI's
+   * collectives. Everything else (configurations, losses, traces, checkpoints) goes through MPI.
+   * The bits are the same either way.
+   */
+  dataPlane?: DataPlane;
   /**
    * MPI: gradients and parameters travel in chunks of at most this many bytes, pipelined so that
    * averaging, updating and sending back one chunk overlap the transfer of the next (default 1 MiB).
