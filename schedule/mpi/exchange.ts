@@ -18,6 +18,11 @@
  * - `allreduce`: `MPI_Iallgather` of each group's gradients, then every rank averages in rank order
  *   and applies the identical update to its own replica.
  *
+ * These gathers and broadcasts carry the most bytes by far; by default they run with the same
+ * semantics over direct TCP connections between the ranks (`sockets.ts`, `dataPlane: "sockets"`),
+ * which avoid the copies through Open MPI's buffers, and through MPI's own collectives with
+ * `dataPlane: "mpi"`. Everything else goes through MPI.
+ *
  * With a 16-bit wire format (`wire.ts`: `fp16`, `bf16`) each rank encodes its gradients (with its
  * own error-feedback residual, if asked) and the gathers carry the 16-bit values as bytes, half as
  * many; the averaging ranks decode them exactly before the same rank-order average, so the result
