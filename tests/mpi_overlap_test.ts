@@ -83,7 +83,12 @@ Deno.test({
     );
     assert.equal(leads.overlap.length, TRACE_STEPS);
     assert.equal(leads.sequential.length, TRACE_STEPS);
-    const ahead = (values: number[]) => values.filter((v) => v > 0).length;
+    // The ranks' clocks share a zero taken as a barrier completes, which leaves them up to about a
+    // millisecond apart; over sockets a sequential step's exchange is short enough that its update
+    // can appear up to 0.7 ms "ahead" (seen in CI). Leads count only past that skew: overlap's are
+    // 150 ms and more.
+    const CLOCK_SKEW_MS = 2;
+    const ahead = (values: number[]) => values.filter((v) => v > CLOCK_SKEW_MS).length;
     assert.ok(
       ahead(leads.overlap) >= 0.9 * TRACE_STEPS,
       `overlap: update fc ended first in only ${ahead(leads.overlap)} of ${TRACE_STEPS} steps`,
