@@ -65,7 +65,7 @@ import { averageInDeviceOrder, hostParameterEntries } from "../runtime/host_para
 import type { DataParallelOptions } from "../runtime/options.ts";
 import type { TraceRecorder, TraceSpan } from "../runtime/trace.ts";
 import { GradientWire } from "../runtime/wire.ts";
-import { type BulkCollectives, type BulkRequest, SocketMesh } from "./sockets.ts";
+import { type BulkCollectives, type BulkRequest, bytesOf, SocketMesh } from "./sockets.ts";
 import {
   detectMpiLaunch,
   eagerMessageBytes,
@@ -86,11 +86,6 @@ interface Piece {
   offset: number;
   /** Elements. */
   size: number;
-}
-
-/** The bytes of `values`, to send 16-bit values as `MPI_BYTE`s. */
-function bytesOf(values: Uint16Array): Uint8Array {
-  return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
 }
 
 /** Default chunk (averaged, updated and sent back as one): 1 MiB keeps per-update costs small. */

@@ -48,8 +48,8 @@ export interface BulkCollectives {
 /** How the exchange moves gradients and parameters between ranks. */
 export type DataPlane = "sockets" | "mpi";
 
-/** The bytes of a typed array, as a view of the same memory. */
-function bytesOf(values: MpiBuffer): Uint8Array {
+/** The bytes of a typed array, as a view of the same memory (to send any values as `MPI_BYTE`s). */
+export function bytesOf(values: ArrayBufferView): Uint8Array {
   return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
 }
 
@@ -128,12 +128,9 @@ class SocketRequest implements BulkRequest {
   }
 }
 
-/** A request that completed when it was posted (nothing to move). */
-const DONE: Promise<void> = Promise.resolve();
-
 /** One direction of one connection: transfers run one after another, in posting order. */
 class Queue {
-  #tail: Promise<void> = DONE;
+  #tail: Promise<void> = Promise.resolve();
 
   push(transfer: () => Promise<void>): Promise<void> {
     const next = this.#tail.then(transfer);
@@ -406,7 +403,7 @@ export class SocketMesh implements BulkCollectives {
     if (this.rank !== root) return new SocketRequest(this, operation, [this.#receive(root, bytes)]);
     const parts: Promise<void>[] = [];
     for (let r = 0; r < this.size; r++) if (r !== root) parts.push(this.#send(r, bytes));
-    return new SocketRequest(this, operation, parts.length ? parts : [DONE]);
+    return new SocketRequest(this, operation, parts);
   }
 
   /** Closes every connection; requests still waiting fail. Safe to call twice. */
