@@ -14,7 +14,7 @@ import { findNonFinite } from "../engine/mod.ts";
 import { loadSafetensors, saveSafetensors } from "../engine/io/mod.ts";
 import type { ParameterEntry } from "../engine/nn/mod.ts";
 import { firstNonFiniteIndex } from "../backends/cpu/elementwise.ts";
-import { createWebGpuBackend } from "../backends/webgpu/backend.ts";
+import { moduleWebGpu } from "./fixtures/webgpu.ts";
 import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
 import { checkUpdatedGroup, DivergenceError } from "../schedule/runtime/finite.ts";
@@ -45,7 +45,7 @@ Deno.test("firstNonFiniteIndex finds the first NaN or ±∞ and keeps every fini
 // The WebGPU reduction against the CPU scan on the same values. Mutations: testing `v != v` in the
 // shader (llvmpipe folds it to false, or misses ±∞), and atomicMax instead of atomicMin (answers
 // the last bad index), each fail here.
-const gpu = await createWebGpuBackend({ name: "webgpu:finite" });
+const gpu = await moduleWebGpu({ name: "webgpu:finite" });
 Deno.test({
   name: "webgpu: firstNonFinite gives the CPU scan's index on every edge value",
   ignore: !gpu,

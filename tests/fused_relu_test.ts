@@ -14,7 +14,7 @@
 import assert from "node:assert/strict";
 import { CpuBackend } from "../backends/cpu/backend.ts";
 import type { Storage, UnaryOp } from "../backends/backend.ts";
-import { createWebGpuBackend } from "../backends/webgpu/backend.ts";
+import { moduleWebGpu } from "./fixtures/webgpu.ts";
 import { Graph } from "../engine/nn/graph.ts";
 import { Eltwise } from "../engine/nn/join.ts";
 import {
@@ -42,7 +42,7 @@ function sameBits(actual: Float32Array, expected: Float32Array, what: string): v
   assert.ok(a.length === e.length && i < 0, `${what}: element ${i} is ${actual[i]}, expected ${expected[i]}`);
 }
 
-const gpu = await createWebGpuBackend({ name: "webgpu-fused" });
+const gpu = await moduleWebGpu({ name: "webgpu-fused" });
 if (gpu) registerBackend(gpu);
 else console.log("fused_relu_test: no WebGPU adapter; its case is skipped");
 registerBackend(new CpuBackend({ name: "cpu-ts-fused", kernels: "ts" }));

@@ -11,7 +11,8 @@
 
 import assert from "node:assert/strict";
 import "../mod.ts";
-import { createWebGpuBackend, type WebGpuBackend } from "../backends/webgpu/backend.ts";
+import type { WebGpuBackend } from "../backends/webgpu/backend.ts";
+import { moduleWebGpu } from "./fixtures/webgpu.ts";
 import { importCaffeNet } from "../engine/caffe/mod.ts";
 import {
   loadCheckpoint,
@@ -31,7 +32,7 @@ import { slowTest } from "./fixtures/slow.ts";
 import type { StartDevice } from "./fixtures/wrapped_device.ts";
 import { rng, values } from "./gradcheck.ts";
 
-const gpu: WebGpuBackend | null = await createWebGpuBackend();
+const gpu: WebGpuBackend | null = await moduleWebGpu();
 if (!gpu) console.log("webgpu: no adapter, skipping the WebGPU DAG tests");
 const TOL = 1e-4;
 

@@ -9,6 +9,7 @@ import type { Backend, HostArray, Storage } from "../backends/backend.ts";
 import { CpuBackend } from "../backends/cpu/backend.ts";
 import { conv2dGeometry, type LrnParams, pool2dGeometry } from "../backends/geometry.ts";
 import { createWebGpuBackend, type TransferEvent, type WebGpuBackend } from "../backends/webgpu/backend.ts";
+import { moduleWebGpu } from "./fixtures/webgpu.ts";
 import {
   getBackend,
   ops,
@@ -22,7 +23,7 @@ import {
 import { averageInDeviceOrder } from "../schedule/runtime/host_parameters.ts";
 import { rng } from "./gradcheck.ts";
 
-const gpu: WebGpuBackend | null = await createWebGpuBackend();
+const gpu: WebGpuBackend | null = await moduleWebGpu();
 if (!gpu) console.log("webgpu: no adapter, skipping WebGPU tests");
 const cpu = new CpuBackend();
 const TOL = 1e-4;

@@ -5,7 +5,8 @@
  */
 
 import assert from "node:assert/strict";
-import { createWebGpuBackend, type WebGpuBackend } from "../backends/webgpu/backend.ts";
+import type { WebGpuBackend } from "../backends/webgpu/backend.ts";
+import { moduleWebGpu } from "./fixtures/webgpu.ts";
 import {
   cifarQuick,
   type Network,
@@ -22,7 +23,7 @@ import { tinyAlexNet } from "./fixtures/networks.ts";
 
 import { runSlowTests } from "./fixtures/slow.ts";
 
-const gpu: WebGpuBackend | null = await createWebGpuBackend();
+const gpu: WebGpuBackend | null = await moduleWebGpu();
 if (!gpu) console.log("webgpu: no adapter, skipping WebGPU training tests");
 else registerBackend(gpu);
 
