@@ -63,6 +63,48 @@ export function conv2d(
   return { data: y, shape: [N, O, OH, OW] };
 }
 
+/**
+ * The gradients of {@link conv2d} (no bias) with respect to its input and its weights, given the
+ * output's gradient `dy`: the same sums as the forward, each product credited to both factors.
+ */
+export function conv2dGradients(
+  x: RefTensor,
+  w: RefTensor,
+  dy: RefTensor,
+  opts: { stride?: RefPair; padding?: RefPair; groups?: number } = {},
+): { dx: RefTensor; dw: RefTensor } {
+  const [N, C, H, W] = x.shape;
+  const [O, Cg, KH, KW] = w.shape;
+  const [, , OH, OW] = dy.shape;
+  const groups = opts.groups ?? 1, Og = O / groups;
+  const [sh, sw] = hw(opts.stride ?? 1);
+  const [ph, pw] = hw(opts.padding ?? 0);
+  const dx = new Float64Array(x.data.length), dw = new Float64Array(w.data.length);
+  for (let n = 0; n < N; n++) {
+    for (let o = 0; o < O; o++) {
+      const grp = Math.floor(o / Og);
+      for (let oh = 0; oh < OH; oh++) {
+        for (let ow = 0; ow < OW; ow++) {
+          const g = dy.data[((n * O + o) * OH + oh) * OW + ow];
+          for (let ci = 0; ci < Cg; ci++) {
+            const c = grp * Cg + ci;
+            for (let i = 0; i < KH; i++) {
+              for (let j = 0; j < KW; j++) {
+                const ih = oh * sh - ph + i, iw = ow * sw - pw + j;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const xi = ((n * C + c) * H + ih) * W + iw, wi = ((o * Cg + ci) * KH + i) * KW + j;
+                dx[xi] += g * w.data[wi];
+                dw[wi] += g * x.data[xi];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return { dx: { data: dx, shape: [...x.shape] }, dw: { data: dw, shape: [...w.shape] } };
+}
+
 /** Options of the reference poolings; stride defaults to the kernel, padding to 0. */
 export interface RefPoolOptions {
   kernel: RefPair;

@@ -390,6 +390,15 @@ function packB(
   }
 }
 
-function align64(address: number): number {
+/**
+ * `address` rounded up to a cache line (64 bytes).
+ *
+ * @example
+ * ```ts
+ * import { align64 } from "./gemm.ts";
+ * console.log(align64(65)); // 128
+ * ```
+ */
+export function align64(address: number): number {
   return (address + 63) & ~63;
 }

@@ -50,6 +50,17 @@ import {
   TaskKind,
 } from "./tasks.ts";
 import { KernelThreadPool } from "./thread_pool.ts";
+import { transformFilters } from "./winograd/phases.ts";
+import {
+  type WinogradPass,
+  WinogradPhase,
+  winogradPlan,
+  winogradSharedBytes,
+  winogradSide,
+  winogradTables,
+  type WinogradTask,
+  winogradThreadBytes,
+} from "./winograd/plan.ts";
 
 /** Below this many floating-point operations per thread, extra threads cost more than they save. */
 const FLOPS_PER_THREAD = 2e6;
@@ -98,6 +109,11 @@ export interface WasmKernelOptions {
    * from its cache sizes, or the defaults). They never change a result's bits.
    */
   blocks?: GemmBlocks;
+  /**
+   * Run 3×3 and 5×5 stride-1 convolutions by Winograd's F(4×4, r×r) where they qualify (default
+   * true; see `winograd/phases.ts`); false keeps every convolution on im2col.
+   */
+  winograd?: boolean;
 }
 
 function checkLength(name: string, a: ArrayLike<number>, expected: number): void {
@@ -156,6 +172,8 @@ export class WasmKernels {
     readonly fma: boolean,
     /** The GEMM's cache blocks (MC, NC), the same on every thread. */
     readonly blocks: GemmBlocks,
+    /** Whether convolutions that qualify run by Winograd's algorithm. */
+    readonly winograd: boolean,
     module: WebAssembly.Module,
     memory: WebAssembly.Memory,
     threads: number,
@@ -184,7 +202,16 @@ export class WasmKernels {
       const module = compiledKernels(fma, shared);
       const memory = new WebAssembly.Memory({ initial: 16, maximum: MAX_MEMORY_PAGES, shared });
       const threads = shared ? Math.max(1, options.threads) : 1;
-      return new WasmKernels(features, fma, blocks ?? machineGemmBlocks().blocks, module, memory, threads);
+      const winograd = options.winograd ?? true;
+      return new WasmKernels(
+        features,
+        fma,
+        blocks ?? machineGemmBlocks().blocks,
+        winograd,
+        module,
+        memory,
+        threads,
+      );
     } catch {
       return undefined;
     }
@@ -466,6 +493,74 @@ export class WasmKernels {
     return true;
   }
 
+  /**
+   * Runs a convolution pass by Winograd's algorithm (`winograd/phases.ts`): the filters transformed once,
+   * then each chunk of images in its phases; false when scratch does not fit.
+   */
+  #winograd(
+    kind: TaskKind,
+    g: Conv2dGeometry,
+    at: { image: number; weight: number; output: number; bias: number; relu: boolean },
+  ): boolean {
+    const pass: WinogradPass = kind === TaskKind.convForward
+      ? "forward"
+      : kind === TaskKind.convBackwardInput
+      ? "input"
+      : "filter";
+    const plan = winogradPlan(g, pass);
+    const flops = 2 * g.batch * g.outHeight * g.outWidth * g.outChannels * (g.inChannels / g.groups) *
+      g.kernelH * g.kernelW;
+    const threads = this.#threadsFor(flops);
+    const shared = winogradSharedBytes(plan), tables = winogradTables(plan);
+    const scratchStride = winogradThreadBytes(plan);
+    const tablesAt = this.#scratch(4 * tables.length), filters = this.#scratch(shared.filters);
+    const tilesV = this.#scratch(shared.tilesV), tilesM = this.#scratch(shared.tilesM);
+    const scratch = this.#scratch(threads * scratchStride);
+    if ([tablesAt, filters, tilesV, tilesM, scratch].includes(undefined)) return false;
+    new Int32Array(this.#memory.buffer, tablesAt, tables.length).set(tables);
+    // The input gradient is a forward convolution of dy into dx (see WinogradPlan).
+    const task: WinogradTask = {
+      phase: 0,
+      first: 0,
+      images: 0,
+      r: plan.r,
+      groups: plan.groups,
+      depth: plan.depth,
+      outputs: plan.outputs,
+      inHeight: plan.inHeight,
+      inWidth: plan.inWidth,
+      outHeight: plan.outHeight,
+      outWidth: plan.outWidth,
+      padTop: plan.padTop,
+      padLeft: plan.padLeft,
+      image: pass === "input" ? at.output : at.image,
+      output: pass === "input" ? at.image : at.output,
+      filters: filters!,
+      tilesV: tilesV!,
+      tilesM: tilesM!,
+      tables: tablesAt!,
+      bias: pass === "forward" ? at.bias : 0,
+      relu: pass === "forward" && at.relu ? 1 : 0,
+      weightGradient: pass === "filter" ? at.weight : 0,
+      scratch: scratch!,
+      scratchStride,
+    };
+    if (pass !== "filter") transformFilters(this.#kernels, task, at.weight, pass === "input");
+    if (pass !== "filter") {
+      this.#run(TaskKind.winograd, { ...task, phase: WinogradPhase.images, images: g.batch }, threads);
+      return true;
+    }
+    const phases = [WinogradPhase.filterTiles, WinogradPhase.filterProducts];
+    for (let first = 0; first < g.batch; first += plan.chunkImages) {
+      const images = Math.min(plan.chunkImages, g.batch - first);
+      for (const phase of phases) this.#run(TaskKind.winograd, { ...task, phase, first, images }, threads);
+    }
+    if (pass === "filter") {
+      this.#run(TaskKind.winograd, { ...task, phase: WinogradPhase.filterGradient }, threads);
+    }
+    return true;
+  }
+
   #conv(
     kind: TaskKind,
     g: Conv2dGeometry,
@@ -487,13 +582,10 @@ export class WasmKernels {
       if (imageAt === undefined || weightAt === undefined || outputAt === undefined || biasAt === undefined) {
         return false;
       }
-      const done = this.#convTask(kind, g, {
-        image: imageAt,
-        weight: weightAt,
-        output: outputAt,
-        bias: biasAt,
-        relu,
-      });
+      const operands = { image: imageAt, weight: weightAt, output: outputAt, bias: biasAt, relu };
+      const done = this.winograd && winogradSide(g) !== undefined
+        ? this.#winograd(kind, g, operands)
+        : this.#convTask(kind, g, operands);
       if (!done) return false;
       if (result === "image") this.#unstage(image, imageAt, image.length);
       else if (result === "weight") this.#unstage(weight, weightAt, weight.length);

@@ -25,6 +25,8 @@ import {
 import { GEMM_TILE, gemmBlocked, type GemmBlocks, type GemmProblem, gemmWindow } from "./gemm.ts";
 import type { KernelExports } from "./generate/module.ts";
 import { LRN_FIELDS, type LrnTask, runLrnImages } from "./lrn.ts";
+import { runWinogradPhase } from "./winograd/phases.ts";
+import { WINOGRAD_FIELDS, type WinogradTask } from "./winograd/plan.ts";
 
 /**
  * What a task computes.
@@ -49,6 +51,7 @@ export const TaskKind = {
   avgPoolForward: 11,
   avgPoolBackward: 12,
   elementwise: 13,
+  winograd: 14,
 } as const;
 
 /**
@@ -290,6 +293,7 @@ function fieldsOf(kind: TaskKind): readonly string[] {
   if (kind === TaskKind.maxPoolBackward) return POOL_BACKWARD_FIELDS;
   if (kind === TaskKind.avgPoolForward || kind === TaskKind.avgPoolBackward) return AVG_POOL_FIELDS;
   if (kind === TaskKind.lrnForward || kind === TaskKind.lrnBackward) return LRN_FIELDS;
+  if (kind === TaskKind.winograd) return WINOGRAD_FIELDS;
   return kind === TaskKind.maxPoolForward ? POOL_FIELDS : CONV_FIELDS;
 }
 
@@ -314,7 +318,8 @@ export function encodeTask(
     | UpdateTask
     | PoolBackwardTask
     | LrnTask
-    | ElementwiseTask,
+    | ElementwiseTask
+    | WinogradTask,
   out: Int32Array,
 ): void {
   const record = task as unknown as Record<string, number | boolean>;
@@ -541,6 +546,17 @@ export function runTaskShare(
   }
   if (kind === TaskKind.elementwise) {
     runElementwise(x, args, t, threads);
+    return;
+  }
+  if (kind === TaskKind.winograd) {
+    // Units are taken one by one (one thread alone takes them all); each is computed whole.
+    const winograd = task as unknown as WinogradTask;
+    runWinogradPhase(
+      x,
+      winograd,
+      winograd.scratch + t * winograd.scratchStride,
+      claim ?? rangeClaim(0, Infinity),
+    );
     return;
   }
   if (kind === TaskKind.lrnForward || kind === TaskKind.lrnBackward) {

@@ -608,6 +608,12 @@ export class FunctionWriter {
     this.code.push(lane);
     return this;
   }
+  /** `f32x4.replace_lane lane`: the vector below, lane `lane` replaced by the f32 on top. */
+  f32x4ReplaceLane(lane: number): this {
+    this.#simd(Simd.f32x4ReplaceLane);
+    this.code.push(lane);
+    return this;
+  }
   /** `i32x4.extract_lane lane`. */
   i32x4ExtractLane(lane: number): this {
     this.#simd(Simd.i32x4ExtractLane);

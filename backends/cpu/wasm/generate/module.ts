@@ -1,6 +1,7 @@
 /**
  * Assembles the CPU backend's kernel module (GEMM, convolution helpers, max and average pooling,
- * the elementwise, optimizer and LRN kernels, the non-finite scan, dropout masks) for the features the engine has,
+ * the elementwise, optimizer and LRN kernels, the non-finite scan, dropout masks, the Winograd
+ * transforms) for the features the engine has,
  * and instantiates it over a memory that can grow and, where the engine allows, be shared with pool
  * threads.
  *
@@ -16,6 +17,7 @@ import { emitMaxPoolKernels } from "./max_pool_kernels.ts";
 import { emitAvgPoolKernels } from "./avg_pool_kernels.ts";
 import { emitOptimizerKernels } from "./optimizer_kernels.ts";
 import { emitRandomKernels } from "./random_kernels.ts";
+import { emitWinogradKernels } from "./winograd_kernels.ts";
 import { GEMM_TILE, type GemmExports } from "../gemm.ts";
 
 /**
@@ -42,6 +44,8 @@ export interface KernelModuleOptions {
 
 /** Every function the kernel module exports. */
 export interface KernelExports extends GemmExports {
+  /** See `WINOGRAD_EXPORTS`: `(src, lanes, count, srcStep, dst, dstStep, inStride, outStride)`. */
+  [transform: `winograd_${string}`]: (...args: number[]) => void;
   /** See `CONV_EXPORTS.im2col`. */
   conv_im2col(...args: number[]): void;
   /** See `CONV_EXPORTS.col2imAdd`. */
@@ -169,6 +173,7 @@ export function kernelModuleBytes(options: KernelModuleOptions): Uint8Array<Arra
   // Last, so the functions above keep their indices (and the module its bytes up to here).
   emitFiniteKernel(builder);
   emitRandomKernels(builder);
+  emitWinogradKernels(builder);
   return builder.build();
 }
 

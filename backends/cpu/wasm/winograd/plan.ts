@@ -1,0 +1,396 @@
+/**
+ * Which convolutions run by Winograd's F(4×4, r×r) on the CPU kernels, and how a pass lays out:
+ * its tiles and quads, the image chunks of a weight gradient, the shared and per-thread buffers
+ * (one stride per tile position, an odd number of cache lines), the lane tables, and the task the
+ * kernel threads receive. What the phases do with it is in `phases.ts`.
+ *
+ * @module
+ */
+
+import type { Conv2dGeometry } from "../../../geometry.ts";
+import { align64, GEMM_TILE } from "../gemm.ts";
+import { WINOGRAD_OUTPUT_TILE, type WinogradFilterSide } from "./matrices.ts";
+
+/** Which of a convolution's three passes a plan is for. */
+export type WinogradPass = "forward" | "input" | "filter";
+
+/**
+ * A pass as a Winograd convolution: for `forward` and `filter` the layer's own geometry; for
+ * `input` (dx = rot180(wᵀ) ⋆ dy) dy is the image, dx the output, the channel counts swapped and
+ * the padding r − 1 − p.
+ */
+export interface WinogradPlan {
+  pass: WinogradPass;
+  r: WinogradFilterSide;
+  /** Input tile side r + 3. */
+  alpha: number;
+  batch: number;
+  groups: number;
+  /** Depth of the forward-type GEMMs: input channels per group of the pass. */
+  depth: number;
+  /** Outputs per group of the pass (filters for forward, the layer's input channels for input). */
+  outputs: number;
+  inHeight: number;
+  inWidth: number;
+  outHeight: number;
+  outWidth: number;
+  padTop: number;
+  padLeft: number;
+  /** Tile rows and columns per image: ⌈out / 4⌉. */
+  tileRows: number;
+  tileColumns: number;
+  /** Tiles per image, and the quads of four they are multiplied in (the last one padded). */
+  tiles: number;
+  quads: number;
+  /** The zero-padded input plane the tiles are read from: (4·tileRows + r − 1) × (4·tileColumns + r − 1). */
+  paddedHeight: number;
+  paddedWidth: number;
+  /** Images per chunk ({@link winogradChunkImages}). */
+  chunkImages: number;
+}
+
+/**
+ * The filter side a pass would run by Winograd with, or `undefined` for the im2col path: square
+ * 3×3 or 5×5 filters, stride 1, padding at most r − 1 (so the input gradient's is not negative),
+ * and at least 8 input and output channels per group, both multiples of 4 (the transforms move
+ * four channels per vector; fewer leave the GEMMs too shallow to repay the transforms, as in a
+ * first layer's 3 colour channels).
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry } from "../../../geometry.ts";
+ * import { winogradSide } from "./plan.ts";
+ * winogradSide(conv2dGeometry([64, 32, 16, 16], [32, 32, 5, 5], { padding: 2 })); // 5
+ * winogradSide(conv2dGeometry([64, 3, 32, 32], [32, 3, 5, 5], { padding: 2 })); // undefined
+ * ```
+ */
+export function winogradSide(g: Conv2dGeometry): WinogradFilterSide | undefined {
+  const r = g.kernelH;
+  if ((r !== 3 && r !== 5) || g.kernelW !== r || g.strideH !== 1 || g.strideW !== 1) return undefined;
+  if (g.padH > r - 1 || g.padW > r - 1) return undefined;
+  const c = g.inChannels / g.groups, k = g.outChannels / g.groups;
+  if (c % 4 !== 0 || k % 4 !== 0 || Math.min(c, k) < 8) return undefined;
+  return r;
+}
+
+/**
+ * Bytes of the packed operands and results one chunk of images may hold (transformed tiles plus
+ * products): the chunks keep them within reach of the last-level cache.
+ */
+const CHUNK_BYTES = 16 << 20;
+
+/**
+ * The plan of one pass of a convolution that {@link winogradSide} accepts.
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry } from "../../../geometry.ts";
+ * import { winogradPlan } from "./plan.ts";
+ * const plan = winogradPlan(conv2dGeometry([2, 8, 7, 7], [8, 8, 3, 3], { padding: 1 }), "forward");
+ * console.log(plan.tileRows, plan.quads, plan.paddedWidth); // 2 1 10
+ * ```
+ */
+export function winogradPlan(g: Conv2dGeometry, pass: WinogradPass): WinogradPlan {
+  const r = winogradSide(g);
+  if (r === undefined) throw new RangeError("winogradPlan: the geometry has no Winograd path");
+  const alpha = r + WINOGRAD_OUTPUT_TILE - 1, m = WINOGRAD_OUTPUT_TILE;
+  const input = pass === "input";
+  const inHeight = input ? g.outHeight : g.inHeight, inWidth = input ? g.outWidth : g.inWidth;
+  const outHeight = input ? g.inHeight : g.outHeight, outWidth = input ? g.inWidth : g.outWidth;
+  const tileRows = Math.ceil(outHeight / m), tileColumns = Math.ceil(outWidth / m);
+  const tiles = tileRows * tileColumns, quads = Math.ceil(tiles / 4);
+  const depth = (input ? g.outChannels : g.inChannels) / g.groups;
+  const outputs = (input ? g.inChannels : g.outChannels) / g.groups;
+  // Forward and input gradient hold V and M (4 rows per quad); the weight gradient V and Ŷ.
+  const perImage = 4 * alpha * alpha * g.groups * (pass === "filter" ? tiles : 4 * quads) * (depth + outputs);
+  return {
+    pass,
+    r,
+    alpha,
+    batch: g.batch,
+    groups: g.groups,
+    depth,
+    outputs,
+    inHeight,
+    inWidth,
+    outHeight,
+    outWidth,
+    padTop: input ? r - 1 - g.padH : g.padH,
+    padLeft: input ? r - 1 - g.padW : g.padW,
+    tileRows,
+    tileColumns,
+    tiles,
+    quads,
+    paddedHeight: m * tileRows + r - 1,
+    paddedWidth: m * tileColumns + r - 1,
+    chunkImages: Math.max(1, Math.min(g.batch, Math.floor(CHUNK_BYTES / perImage))),
+  };
+}
+
+/**
+ * A Winograd phase as the kernel threads receive it: the plan's numbers, where the operands lie
+ * (byte addresses), and which phase of which chunk to run.
+ */
+export interface WinogradTask {
+  phase: number;
+  /** First image of the chunk and its image count. */
+  first: number;
+  images: number;
+  r: number;
+  groups: number;
+  depth: number;
+  outputs: number;
+  inHeight: number;
+  inWidth: number;
+  outHeight: number;
+  outWidth: number;
+  padTop: number;
+  padLeft: number;
+  /** The pass's image (x, or dy for the input gradient) and output (y, dx, or dy for the weight gradient). */
+  image: number;
+  output: number;
+  /** Transformed filters (forward, input gradient) or the weight gradient's sums Z. */
+  filters: number;
+  /** Transformed input tiles V, and products M (forward, input gradient) or transformed dy Ŷ. */
+  tilesV: number;
+  tilesM: number;
+  /** The int32 lane tables ({@link winogradTables}). */
+  tables: number;
+  /** Forward: bias address (0 for none) and ReLU; weight gradient: dw. */
+  bias: number;
+  relu: number;
+  weightGradient: number;
+  scratch: number;
+  scratchStride: number;
+}
+
+/**
+ * The phases: a forward-type pass runs one (`images`: each image's tiles transformed, multiplied
+ * and transformed back by one thread); the weight gradient, chunk by chunk, transforms x's and
+ * dy's tiles, sums their products into Z, then transforms Z once after the last chunk.
+ */
+export const WinogradPhase = {
+  images: 1,
+  filterTiles: 4,
+  filterProducts: 5,
+  filterGradient: 6,
+} as const;
+
+/** The task's fields in the order threads decode them. */
+export const WINOGRAD_FIELDS = [
+  "phase",
+  "first",
+  "images",
+  "r",
+  "groups",
+  "depth",
+  "outputs",
+  "inHeight",
+  "inWidth",
+  "outHeight",
+  "outWidth",
+  "padTop",
+  "padLeft",
+  "image",
+  "output",
+  "filters",
+  "tilesV",
+  "tilesM",
+  "tables",
+  "bias",
+  "relu",
+  "weightGradient",
+  "scratch",
+  "scratchStride",
+] as const;
+
+/** The numbers every phase derives from a task (sizes in floats unless named bytes). */
+export interface Layout {
+  m: number;
+  alpha: number;
+  positions: number;
+  tileRows: number;
+  tileColumns: number;
+  tiles: number;
+  quads: number;
+  paddedHeight: number;
+  paddedWidth: number;
+  paddedPlane: number;
+  /** Padded output planes (4·tileRows × 4·tileColumns), where the output is not whole tiles. */
+  outPlane: number;
+  wholeTiles: boolean;
+  /** Depth blocks of the forward-type GEMMs (over channels) and of the weight gradient's (over tiles). */
+  outputs8: number;
+  chunkQuads: number;
+  chunkTiles: number;
+  /** Bytes from one tile position to the next in each shared buffer ({@link positionStrides}). */
+  strides: PositionStrides;
+}
+
+export function layoutOf(task: WinogradTask): Layout {
+  const m = WINOGRAD_OUTPUT_TILE, alpha = task.r + m - 1;
+  const tileRows = Math.ceil(task.outHeight / m), tileColumns = Math.ceil(task.outWidth / m);
+  const tiles = tileRows * tileColumns, quads = Math.ceil(tiles / 4);
+  const paddedHeight = m * tileRows + task.r - 1, paddedWidth = m * tileColumns + task.r - 1;
+  return {
+    m,
+    alpha,
+    positions: alpha * alpha,
+    tileRows,
+    tileColumns,
+    tiles,
+    quads,
+    paddedHeight,
+    paddedWidth,
+    paddedPlane: paddedHeight * paddedWidth,
+    outPlane: m * tileRows * m * tileColumns,
+    wholeTiles: task.outHeight % m === 0 && task.outWidth % m === 0,
+    outputs8: Math.ceil(task.outputs / GEMM_TILE.nr) * GEMM_TILE.nr,
+    chunkQuads: task.images * quads,
+    chunkTiles: task.images * tiles,
+    strides: positionStrides(
+      task.phase >= WinogradPhase.filterTiles,
+      task.images,
+      tiles,
+      task.depth,
+      task.outputs,
+    ),
+  };
+}
+
+/** Per tile position, the bytes of the transformed filters (or Z), of V and of M (or Ŷ). */
+interface PositionStrides {
+  filters: number;
+  tilesV: number;
+  tilesM: number;
+}
+
+/**
+ * Bytes per tile position in each shared buffer, rounded up to an odd number of cache lines: a
+ * transform writes (or reads) all α² positions of a tile one stride apart, and with strides of a
+ * power of two (128 KiB for cifar10_quick's conv2) every one of them fell in the same cache sets,
+ * which made the transforms 3–7× slower.
+ */
+function positionStrides(
+  filterPass: boolean,
+  images: number,
+  tiles: number,
+  depth: number,
+  outputs: number,
+): PositionStrides {
+  const nr = GEMM_TILE.nr, quads = Math.ceil(tiles / 4);
+  const oddLines = (bytes: number) => 64 * (Math.ceil(bytes / 64) | 1);
+  const whole = (n: number) => Math.ceil(n / nr) * nr;
+  if (filterPass) {
+    return {
+      filters: oddLines(4 * outputs * depth),
+      tilesV: oddLines(4 * images * tiles * whole(depth)),
+      tilesM: oddLines(4 * images * tiles * outputs),
+    };
+  }
+  return {
+    filters: oddLines(4 * whole(outputs) * depth),
+    tilesV: oddLines(16 * images * quads * depth),
+    tilesM: oddLines(16 * images * quads * outputs),
+  };
+}
+
+/**
+ * The int32 tables the transforms read their lane offsets from, in bytes: each quad's four tile
+ * corners in a padded plane (the last quad's missing tiles repeat its last), then four lanes
+ * of consecutive channels in a padded input plane, in a padded (or whole) dy plane, in an output
+ * plane, of consecutive filters, of consecutive input channels of one filter, and of consecutive
+ * r×r blocks.
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry } from "../../../geometry.ts";
+ * import { winogradPlan, winogradTables } from "./plan.ts";
+ * winogradTables(winogradPlan(conv2dGeometry([1, 8, 8, 8], [8, 8, 3, 3], { padding: 1 }), "forward")).length;
+ * ```
+ */
+export function winogradTables(plan: WinogradPlan): Int32Array {
+  const m = WINOGRAD_OUTPUT_TILE, { r, tiles, quads, tileColumns, paddedWidth } = plan;
+  const out = new Int32Array(4 * quads + 4 * TABLE.count);
+  for (let q = 0; q < quads; q++) {
+    for (let l = 0; l < 4; l++) {
+      const t = Math.min(4 * q + l, tiles - 1), ty = Math.floor(t / tileColumns), tx = t % tileColumns;
+      out[4 * q + l] = 4 * (m * ty * paddedWidth + m * tx);
+    }
+  }
+  const whole = plan.outHeight % m === 0 && plan.outWidth % m === 0;
+  const outPlane = whole ? plan.outHeight * plan.outWidth : m * plan.tileRows * m * tileColumns;
+  const paddedPlane = plan.paddedHeight * paddedWidth;
+  // dy of the weight gradient is the pass's output: whole, or padded to whole tiles.
+  const strides = [paddedPlane, outPlane, outPlane, plan.depth * r * r, r * r, r * r];
+  strides.forEach((stride, i) => {
+    for (let l = 0; l < 4; l++) out[4 * quads + 4 * i + l] = 4 * l * stride;
+  });
+  return out;
+}
+
+/** Where each four-lane table lies after the quads' corners, in tables of four. */
+export const TABLE = {
+  inputChannels: 0,
+  gradientChannels: 1,
+  outputChannels: 2,
+  filters: 3,
+  filterChannels: 4,
+  blocks: 5,
+  count: 6,
+} as const;
+
+export function tableAt(task: WinogradTask, layout: Layout, which: number): number {
+  return task.tables + 16 * (layout.quads + which);
+}
+
+/**
+ * Bytes of one thread's scratch: the padded input image, a padded output (forward-type passes
+ * whose output is not whole tiles) or padded dy (weight gradient), and the macro-kernel's edge tile.
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry } from "../../../geometry.ts";
+ * import { winogradPlan, winogradThreadBytes } from "./plan.ts";
+ * winogradThreadBytes(winogradPlan(conv2dGeometry([1, 8, 7, 7], [8, 8, 3, 3], { padding: 1 }), "forward"));
+ * ```
+ */
+export function winogradThreadBytes(plan: WinogradPlan): number {
+  const m = WINOGRAD_OUTPUT_TILE;
+  const padded = 4 * plan.groups * plan.depth * plan.paddedHeight * plan.paddedWidth + 64;
+  const out = 4 * plan.groups * plan.outputs * m * plan.tileRows * m * plan.tileColumns + 64;
+  // Forward-type passes also hold one image's V and M.
+  const strides = positionStrides(false, 1, plan.tiles, plan.depth, plan.outputs);
+  const image = plan.pass === "filter"
+    ? 0
+    : plan.groups * plan.alpha * plan.alpha * (strides.tilesV + strides.tilesM);
+  return 64 + align64(padded) + align64(out) + align64(4 * GEMM_TILE.mr * GEMM_TILE.nr) + image + 64;
+}
+
+/**
+ * Bytes of the shared buffers: transformed filters (or the weight gradient's Z), and one chunk's
+ * transformed tiles V and products M (or transformed dy Ŷ).
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry } from "../../../geometry.ts";
+ * import { winogradPlan, winogradSharedBytes } from "./plan.ts";
+ * winogradSharedBytes(winogradPlan(conv2dGeometry([2, 8, 8, 8], [8, 8, 3, 3], { padding: 1 }), "forward"));
+ * ```
+ */
+export function winogradSharedBytes(plan: WinogradPlan): { filters: number; tilesV: number; tilesM: number } {
+  const count = plan.alpha * plan.alpha * plan.groups;
+  const strides = positionStrides(
+    plan.pass === "filter",
+    plan.chunkImages,
+    plan.tiles,
+    plan.depth,
+    plan.outputs,
+  );
+  if (plan.pass !== "filter") return { filters: count * strides.filters, tilesV: 0, tilesM: 0 };
+  return {
+    filters: count * strides.filters,
+    tilesV: count * strides.tilesV + 64,
+    tilesM: count * strides.tilesM + 64,
+  };
+}
