@@ -126,7 +126,7 @@ function reference(c: Case, o: Operands) {
 }
 
 // Mutations each of which fails this test: G left unscaled by the interpolation's denominators
-// (Bᵀ scaled alone); Aᵀ taken as the transpose of G's evaluation matrix.
+// (Bᵀ scaled alone); one row of Aᵀ doubled.
 Deno.test("winograd matrices: F(4×4, r×r) computes a tile's correlation exactly in float64", () => {
   const matmul = (a: number[][], b: number[][]) =>
     a.map((row) => b[0].map((_, j) => row.reduce((s, v, k) => s + v * b[k][j], 0)));
@@ -180,9 +180,10 @@ Deno.test("winograd: which convolutions take it", () => {
 
 // Mutations each of which fails this test: the input gradient's filters not rotated (`flipped`
 // ignored in transformFilters); its padding p instead of r − 1 − p; the second GEMM depth block
-// not added (accumulate 0); the last quad's missing tiles taken from tile 0 of the next row; the
-// weight gradient's tile rows not cut where a depth block ends; a weight gradient's first chunk
-// adding to stale Z instead of overwriting it.
+// overwriting the first (accumulate 0); quad corners computed with the tile rows for the tile
+// columns; the weight gradient's tile rows not cut where a depth block ends; its first chunk
+// adding to the stale scratch instead of overwriting Z; winogradSide accepting nothing (the
+// im2col bits assertion).
 Deno.test("winograd conv: forward, input and weight gradients match float64", () => {
   const winograd = new CpuBackend({ threads: 1 }), im2col = new CpuBackend({ threads: 1, winograd: false });
   for (const c of CASES) {
@@ -205,6 +206,7 @@ const CHUNKED: Case = {
   padding: 2,
 };
 
+// Mutation that fails this test: later chunks overwriting Z instead of adding to it.
 Deno.test({
   name: "winograd conv: a weight gradient summed over several image chunks matches float64",
   ...slowTest,
@@ -219,8 +221,8 @@ Deno.test({
   },
 });
 
-// Mutation that fails this test: the weight gradient's product units split a position's depth
-// blocks between threads, each adding its block to Z as it finishes.
+// Mutation that fails this test: the threads ignoring the job's claims (each running every unit:
+// the weight gradient's Z gets its products added twice, racing).
 Deno.test("winograd conv: 2 and 3 threads give the bits of 1", async () => {
   const one = new CpuBackend({ threads: 1 });
   const cases = [
@@ -242,6 +244,7 @@ Deno.test("winograd conv: 2 and 3 threads give the bits of 1", async () => {
   one.dispose();
 });
 
+// Mutation that fails this test: the ReLU skipped after the output transform.
 Deno.test("winograd conv: bias and ReLU in the epilogue give the bits of the separate operations", () => {
   const backend = new CpuBackend({ threads: 1 });
   for (const c of [CASES[1], CASES[3]]) {
