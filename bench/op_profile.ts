@@ -9,8 +9,11 @@
  * the kernel's. On a backend that queues work (WebGPU) the times are only the cost of queueing, and
  * `read` is timed until it returns its promise, not until the promise settles.
  *
- * The WebAssembly convolution packs its im2col panels inside the call, so the category
- * `convolution` is GEMM and packing together; it cannot be split from outside the backend.
+ * The WebAssembly convolution packs its im2col panels (or, on the Winograd path, transforms its
+ * tiles) inside the call, so the category `convolution` is GEMM and packing or transforms
+ * together; it cannot be split from outside the backend. Its flops are those of the direct
+ * convolution ({@link conv2dFlops}) whichever algorithm ran, so a Winograd layer's rate is an
+ * effective one and may pass the machine's peak.
  *
  * Calls a backend makes on itself (e.g. the CPU backend's `upload` allocating) go to the unwrapped
  * object and are not counted twice. Tensors remember the backend they were made on, so only tensors
@@ -65,7 +68,7 @@ export const OP_CATEGORIES: readonly OpCategory[] = [
 /** How tables name each category. */
 export const CATEGORY_LABELS: Readonly<Record<OpCategory, string>> = {
   gemm: "GEMM (`matmul`)",
-  convolution: "convolution (GEMM + im2col packing)",
+  convolution: "convolution (GEMM + im2col packing or Winograd transforms)",
   pooling: "pooling (max, average)",
   lrn: "LRN",
   elementwise: "elementwise (unary, binary, reduce, fill, dropout masks)",

@@ -800,9 +800,12 @@ async function profileSection(threads: number): Promise<string> {
     `${PROFILE_TIMED} timed; ms and calls per step are means over the ${PROFILE_TIMED} profiled steps, ` +
     "% of step is of their mean.",
     "GEMM is `matmul` (the fully connected layers); convolution is the three convolution calls " +
-    "(forward, input gradient, filter gradient), whose WebAssembly kernels pack im2col panels inside the " +
-    "call, so that row is GEMM and packing together. GFLOP/s counts 2·batch·m·n·k per product and " +
-    "2·N·outC·outH·outW·(inC/groups)·kH·kW per convolution pass, over the time inside those calls, and " +
+    "(forward, input gradient, filter gradient), whose WebAssembly kernels pack im2col panels, or for " +
+    "3×3 and 5×5 stride-1 layers with at least 8 channels transform Winograd F(4×4, r×r) tiles, inside " +
+    "the call, so that row is GEMM and packing or transforms together. GFLOP/s counts 2·batch·m·n·k per " +
+    "product and 2·N·outC·outH·outW·(inC/groups)·kH·kW per convolution pass (the direct convolution's " +
+    "FLOPs, whichever algorithm ran: Winograd's multiplications are 4× (3×3) to 6.25× (5×5) fewer, so " +
+    "its rate is an effective one and can pass the peak), over the time inside those calls, and " +
     `is shown as a share of the measured ${threads}-thread peak. Elementwise is unary, binary (bias adds, ` +
     "ReLU gradients, applying dropout masks), reduce, fill and drawing dropout masks (`dropoutMask`); copies are copyStrided, upload, read/readSync, " +
     "write and view; allocation is allocate, allocateUninitialized and release. Outside kernels is the " +
@@ -816,7 +819,8 @@ async function profileSection(threads: number): Promise<string> {
     (absent.length ? ` Categories with no calls are left out of a table (${absent.join("; ")}).` : ""),
     `The GEMM rate is section 1's ${gemm1024.shape.name} median on ${threads} threads, ` +
     `${fmtG(gemmRate)} GFLOP/s (${percentOfPeak(gemmRate, p)} of the peak); the ratio divides the step ` +
-    "without the profiler by the time its counted FLOPs would take at that rate, the issue's target being " +
+    "without the profiler by the time its counted (direct-convolution) FLOPs would take at that rate, the " +
+    "issue's target being " +
     `1.4× at most. The profiler's overhead, median step without → with it: ${overheads.join("; ")}.`,
   ].join("\n\n");
   return `${parts.join("\n\n")}\n\n${notes}`;
