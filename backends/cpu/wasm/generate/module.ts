@@ -44,7 +44,7 @@ export interface KernelModuleOptions {
 
 /** Every function the kernel module exports. */
 export interface KernelExports extends GemmExports {
-  /** See `WINOGRAD_EXPORTS`: `(src, lanes, count, srcStep, dst, dstStep, inStride, outStride)`. */
+  /** See `WINOGRAD_EXPORTS`: `(src, lanes, count, srcStep, dst, dstStep, inStride, outStride, wrapEvery, srcWrap, dstWrap)`. */
   [transform: `winograd_${string}`]: (...args: number[]) => void;
   /** See `CONV_EXPORTS.im2col`. */
   conv_im2col(...args: number[]): void;

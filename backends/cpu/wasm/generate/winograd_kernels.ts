@@ -28,10 +28,12 @@ type Target = "rows" | "positions" | "scatter";
 
 /**
  * The transform kernels, each exported once per filter side r as `<name>_<r>` (for example
- * `winograd_input_5`). Every one takes the same eight i32 arguments
- * `(src, lanes, count, srcStep, dst, dstStep, inStride, outStride)` and runs `count` times, `src`
- * and `dst` moving by `srcStep` and `dstStep` bytes each time; `lanes` is the address of four int32
- * byte offsets, one per lane, added to `src` (lane-wise sources) or to `dst` (lane-wise targets).
+ * `winograd_input_5`). Every one takes the same eleven i32 arguments
+ * `(src, lanes, count, srcStep, dst, dstStep, inStride, outStride, wrapEvery, srcWrap, dstWrap)` and
+ * runs `count` times, `src` and `dst` moving by `srcStep` and `dstStep` bytes each time and by
+ * `srcWrap` and `dstWrap` more after every `wrapEvery` (0: never), so one call can walk a whole
+ * image's tiles row by row; `lanes` is the address of four int32 byte offsets, one per lane, added
+ * to `src` (lane-wise sources) or to `dst` (lane-wise targets).
  *
  * @example
  * ```ts
@@ -173,13 +175,25 @@ function emitTranspose(
 }
 
 function writeTransform(f: FunctionWriter, spec: TransformSpec): void {
-  const [src, lanes, count, srcStep, dst, dstStep, inStride, outStride] = [0, 1, 2, 3, 4, 5, 6, 7];
+  const [src, lanes, count, srcStep, dst, dstStep, inStride, outStride, wrapEvery, srcWrap, dstWrap] = [
+    0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+    9,
+    10,
+  ];
   const { t, source, target } = spec;
   const outSide = t.length, inSide = t[0].length;
   const vectors = (n: number) => Array.from({ length: n }, () => f.local(v128));
   const offset = [f.local(i32), f.local(i32), f.local(i32), f.local(i32)];
   const pointer = [f.local(i32), f.local(i32), f.local(i32), f.local(i32)];
-  const walk = f.local(i32), it = f.local(i32);
+  const walk = f.local(i32), it = f.local(i32), since = f.local(i32);
   const x = Array.from({ length: inSide }, () => vectors(inSide));
   // After the row pass: rowPass[i][ν] = Σⱼ t[ν][j]·x[i][j].
   const rowPass = Array.from({ length: inSide }, () => vectors(outSide));
@@ -261,6 +275,12 @@ function writeTransform(f: FunctionWriter, spec: TransformSpec): void {
     }
     f.localGet(src).localGet(srcStep).i32Add().localSet(src);
     f.localGet(dst).localGet(dstStep).i32Add().localSet(dst);
+    // Every `wrapEvery` tiles (a row of them), the extra steps to the next row's first.
+    f.localGet(since).i32Const(1).i32Add().localTee(since).localGet(wrapEvery).i32Eq().if();
+    f.i32Const(0).localSet(since);
+    f.localGet(src).localGet(srcWrap).i32Add().localSet(src);
+    f.localGet(dst).localGet(dstWrap).i32Add().localSet(dst);
+    f.end();
   });
 }
 
@@ -278,7 +298,7 @@ export function emitWinogradKernels(builder: ModuleBuilder): void {
   for (const r of WINOGRAD_SIDES) {
     const all = specs(r);
     for (const [key, name] of Object.entries(WINOGRAD_EXPORTS) as [keyof typeof WINOGRAD_EXPORTS, string][]) {
-      builder.addFunction(`${name}_${r}`, Array(8).fill(i32), [], (f) => writeTransform(f, all[key]));
+      builder.addFunction(`${name}_${r}`, Array(11).fill(i32), [], (f) => writeTransform(f, all[key]));
     }
   }
 }

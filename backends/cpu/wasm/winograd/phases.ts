@@ -32,6 +32,9 @@ type Transform = (
   dstStep: number,
   inStride: number,
   outStride: number,
+  wrapEvery?: number,
+  srcWrap?: number,
+  dstWrap?: number,
 ) => void;
 
 function transformOf(x: KernelExports, name: string, r: number): Transform {
@@ -244,20 +247,22 @@ function forwardOutputs(x: KernelExports, task: WinogradTask, L: Layout, n: numb
   const target = L.wholeTiles ? y : outPadded, plane = L.wholeTiles ? outPlane : L.outPlane;
   const rowBytes = 4 * m * L.tileColumns;
   const posStride = L.strides.tilesM;
+  // One call per four outputs walks every tile: M's rows in order, the output a tile row at a time.
   for (let gi = 0; gi < task.groups; gi++) {
-    for (let t = 0; t < L.tiles; t++) {
-      const ty = Math.floor(t / L.tileColumns), tx = t % L.tileColumns;
-      const src = productAt(task, L, gi, 0, n * 4 * L.quads + t);
-      const dst = target + 4 * (gi * task.outputs * plane + m * ty * m * L.tileColumns + m * tx);
+    const rows = productAt(task, L, gi, 0, n * 4 * L.quads);
+    for (let k = 0; k < task.outputs; k += 4) {
       transform(
-        src,
+        rows + 4 * k,
         tableAt(task, L, TABLE.outputChannels),
-        task.outputs / 4,
-        16,
-        dst,
-        16 * plane,
+        L.tiles,
+        4 * task.outputs,
+        target + 4 * (gi * task.outputs + k) * plane,
+        4 * m,
         posStride,
         rowBytes,
+        L.tileColumns,
+        0,
+        (m - 1) * rowBytes,
       );
     }
   }
@@ -350,6 +355,48 @@ function filterTiles(
   const input = transformOf(x, "winograd_input", task.r),
     gradient = transformOf(x, "winograd_gradient", task.r);
   const vStride = L.strides.tilesV, yStride = L.strides.tilesM;
+  const first = n * L.tiles, last = first + L.tiles - 1;
+  if (Math.floor(first / GEMM_DEPTH) === Math.floor(last / GEMM_DEPTH)) {
+    // The image's tiles lie in one depth block: one call per four channels walks them all.
+    const inputWrap = 4 * m * (L.paddedWidth - L.tileColumns), dyWrap = 4 * m * (dyRow - L.tileColumns);
+    for (let gi = 0; gi < task.groups; gi++) {
+      for (let c = 0; c < task.depth; c += 4) {
+        const src = padded + 4 * (gi * task.depth + c) * L.paddedPlane;
+        const dst = filterTilesAt(task, L, gi, 0, first, c);
+        input(
+          src,
+          tableAt(task, L, TABLE.inputChannels),
+          L.tiles,
+          4 * m,
+          dst,
+          4 * GEMM_TILE.nr,
+          4 * L.paddedWidth,
+          vStride,
+          L.tileColumns,
+          inputWrap,
+          0,
+        );
+      }
+      for (let k = 0; k < task.outputs; k += 4) {
+        const src = dy + 4 * (gi * task.outputs + k) * dyPlane;
+        const dst = filterGradientsAt(task, L, gi, 0, first, k);
+        gradient(
+          src,
+          tableAt(task, L, TABLE.gradientChannels),
+          L.tiles,
+          4 * m,
+          dst,
+          4 * GEMM_TILE.mr,
+          4 * dyRow,
+          yStride,
+          L.tileColumns,
+          dyWrap,
+          0,
+        );
+      }
+    }
+    return;
+  }
   for (let gi = 0; gi < task.groups; gi++) {
     for (let ty = 0; ty < L.tileRows; ty++) {
       // Tiles [τ0, τ0 + tileColumns) of the chunk, cut where a depth block ends.
