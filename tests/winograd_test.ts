@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { CpuBackend } from "../backends/cpu/backend.ts";
 import { type Conv2dGeometry, conv2dGeometry } from "../backends/geometry.ts";
 import { winogradMatrices } from "../backends/cpu/wasm/winograd/matrices.ts";
-import { winogradPlan, winogradSide } from "../backends/cpu/wasm/winograd/plan.ts";
+import { type WinogradPass, winogradPlan, winogradSide } from "../backends/cpu/wasm/winograd/plan.ts";
 import { conv2d, conv2dGradients, type RefTensor } from "./reference/float64.ts";
 import { mulberry32 } from "./reference/random.ts";
 import { slowTest } from "./fixtures/slow.ts";
@@ -69,6 +69,8 @@ const CASES: Case[] = [
   },
   { name: "5×5 unpadded, output smaller than a tile", x: [2, 8, 6, 6], w: [8, 8, 5, 5], padding: 0 },
   { name: "5×5, padding 1", x: [2, 8, 9, 10], w: [8, 8, 5, 5], padding: 1 },
+  // A first layer's 3 colour channels: the forward pass only (its gradients stay on im2col).
+  { name: "5×5 over 3 channels", x: [2, 3, 12, 12], w: [8, 3, 5, 5], padding: 2 },
   {
     name: "3×3, 264 input and 260 output channels (two depth blocks)",
     x: [1, 264, 6, 5],
@@ -157,19 +159,39 @@ Deno.test("winograd matrices: F(4×4, r×r) computes a tile's correlation exactl
 });
 
 Deno.test("winograd: which convolutions take it", () => {
-  const side = (x: [number, number, number, number], w: [number, number, number, number], opts = {}) =>
-    winogradSide(conv2dGeometry(x, w, opts));
+  const side = (
+    x: [number, number, number, number],
+    w: [number, number, number, number],
+    opts = {},
+    pass: WinogradPass = "forward",
+  ) => winogradSide(conv2dGeometry(x, w, opts), pass);
   assert.equal(side([1, 8, 8, 8], [8, 8, 3, 3], { padding: 1 }), 3);
   assert.equal(side([1, 32, 16, 16], [32, 32, 5, 5], { padding: 2 }), 5);
   assert.equal(side([1, 16, 14, 14], [32, 8, 3, 3], { padding: 1, groups: 2 }), 3);
-  // Not: stride 2, 1×1, 7×7, 3×5, 3 input channels, channels not multiples of 4, padding past r − 1.
+  // Not: stride 2, 1×1, 7×7, 3×5, outputs not a multiple of 4 (or under 8), padding past r − 1.
   assert.equal(side([1, 8, 9, 9], [8, 8, 3, 3], { stride: 2 }), undefined);
   assert.equal(side([1, 8, 8, 8], [8, 8, 1, 1]), undefined);
   assert.equal(side([1, 8, 9, 9], [8, 8, 7, 7], { padding: 3 }), undefined);
   assert.equal(side([1, 8, 9, 9], [8, 8, 3, 5]), undefined);
-  assert.equal(side([1, 3, 32, 32], [32, 3, 5, 5], { padding: 2 }), undefined);
   assert.equal(side([1, 12, 8, 8], [6, 12, 3, 3], { padding: 1 }), undefined);
+  assert.equal(side([1, 12, 8, 8], [4, 12, 3, 3], { padding: 1 }), undefined);
   assert.equal(side([1, 8, 8, 8], [8, 8, 3, 3], { padding: 3 }), undefined);
+  // cifar10_quick's conv1 (3 channels of 5×5) runs forward by Winograd, its gradients on im2col;
+  // the AlexNet-like conv1 (1 channel) and 3 channels of 3×3 (depth · r² under 64) stay on im2col.
+  const conv1: [[number, number, number, number], [number, number, number, number]] = [[1, 3, 32, 32], [
+    32,
+    3,
+    5,
+    5,
+  ]];
+  assert.equal(side(...conv1, { padding: 2 }), 5);
+  assert.equal(side(...conv1, { padding: 2 }, "input"), undefined);
+  assert.equal(side(...conv1, { padding: 2 }, "filter"), undefined);
+  assert.equal(side([1, 1, 28, 28], [32, 1, 5, 5], { padding: 2 }), undefined);
+  assert.equal(side([1, 3, 32, 32], [32, 3, 3, 3], { padding: 1 }), undefined);
+  // The input gradient's outputs are the layer's input channels.
+  assert.equal(side([1, 8, 8, 8], [12, 8, 3, 3], { padding: 1 }, "input"), 3);
+  assert.equal(side([1, 12, 8, 8], [8, 12, 3, 3], { padding: 1 }, "input"), 3);
   // A plan: an 11×9 output is 3×3 tiles, three quads (the last padded), 14×14 padded planes.
   const plan = winogradPlan(geometryOf(CASES[2]), "forward");
   assert.deepEqual([plan.tiles, plan.quads, plan.paddedHeight, plan.paddedWidth], [9, 3, 16, 16]);
@@ -188,10 +210,16 @@ Deno.test("winograd conv: forward, input and weight gradients match float64", ()
   const winograd = new CpuBackend({ threads: 1 }), im2col = new CpuBackend({ threads: 1, winograd: false });
   for (const c of CASES) {
     const o = operands(c), got = passes(winograd, o), want = reference(c, o), plain = passes(im2col, o);
+    const passOf = { y: "forward", dx: "input", dw: "filter" } as const;
     for (const pass of ["y", "dx", "dw"] as const) {
       assertClose(got[pass], want[pass], `${c.name} ${pass}`);
-      // Winograd ran (its rounding is not im2col's): the test cannot pass on im2col alone.
-      assert.ok(!sameBits(got[pass], plain[pass]), `${c.name} ${pass}: the bits of im2col`);
+      // Where Winograd runs, its rounding is not im2col's: the test cannot pass on im2col alone.
+      const winogradRan = winogradSide(o.g, passOf[pass]) !== undefined;
+      assert.equal(
+        !sameBits(got[pass], plain[pass]),
+        winogradRan,
+        `${c.name} ${pass}: Winograd ran ${winogradRan}`,
+      );
     }
   }
   winograd.dispose();

@@ -116,6 +116,11 @@ export interface WasmKernelOptions {
   winograd?: boolean;
 }
 
+/** The Winograd pass of a convolution task. */
+function winogradPass(kind: TaskKind): WinogradPass {
+  return kind === TaskKind.convForward ? "forward" : kind === TaskKind.convBackwardInput ? "input" : "filter";
+}
+
 function checkLength(name: string, a: ArrayLike<number>, expected: number): void {
   if (a.length !== expected) {
     throw new Error(`conv2d: ${name} has ${a.length} elements, geometry expects ${expected}`);
@@ -502,11 +507,7 @@ export class WasmKernels {
     g: Conv2dGeometry,
     at: { image: number; weight: number; output: number; bias: number; relu: boolean },
   ): boolean {
-    const pass: WinogradPass = kind === TaskKind.convForward
-      ? "forward"
-      : kind === TaskKind.convBackwardInput
-      ? "input"
-      : "filter";
+    const pass = winogradPass(kind);
     const plan = winogradPlan(g, pass);
     const flops = 2 * g.batch * g.outHeight * g.outWidth * g.outChannels * (g.inChannels / g.groups) *
       g.kernelH * g.kernelW;
@@ -583,7 +584,7 @@ export class WasmKernels {
         return false;
       }
       const operands = { image: imageAt, weight: weightAt, output: outputAt, bias: biasAt, relu };
-      const done = this.winograd && winogradSide(g) !== undefined
+      const done = this.winograd && winogradSide(g, winogradPass(kind)) !== undefined
         ? this.#winograd(kind, g, operands)
         : this.#convTask(kind, g, operands);
       if (!done) return false;

@@ -52,24 +52,30 @@ export interface WinogradPlan {
 /**
  * The filter side a pass would run by Winograd with, or `undefined` for the im2col path: square
  * 3×3 or 5×5 filters, stride 1, padding at most r − 1 (so the input gradient's is not negative),
- * and at least 8 input and output channels per group, both multiples of 4 (the transforms move
- * four channels per vector; fewer leave the GEMMs too shallow to repay the transforms, as in a
- * first layer's 3 colour channels).
+ * and the pass's outputs per group a multiple of 4, at least 8 (the output transform moves four
+ * channels per vector). The forward pass and the input gradient need depth · r² ≥ 64, below which
+ * the output transform costs more than the multiplications it saves (on cifar10_quick's conv1, 3
+ * channels of 5×5, the forward pass ran 1.3–1.4× faster than im2col; on the AlexNet-like conv1, 1
+ * channel, 0.5–0.6×); the weight gradient moves four input channels per vector as well, so it
+ * needs them a multiple of 4, at least 8.
  *
  * @example
  * ```ts
  * import { conv2dGeometry } from "../../../geometry.ts";
  * import { winogradSide } from "./plan.ts";
- * winogradSide(conv2dGeometry([64, 32, 16, 16], [32, 32, 5, 5], { padding: 2 })); // 5
- * winogradSide(conv2dGeometry([64, 3, 32, 32], [32, 3, 5, 5], { padding: 2 })); // undefined
+ * const conv1 = conv2dGeometry([64, 3, 32, 32], [32, 3, 5, 5], { padding: 2 });
+ * winogradSide(conv1, "forward"); // 5
+ * winogradSide(conv1, "filter"); // undefined
  * ```
  */
-export function winogradSide(g: Conv2dGeometry): WinogradFilterSide | undefined {
+export function winogradSide(g: Conv2dGeometry, pass: WinogradPass): WinogradFilterSide | undefined {
   const r = g.kernelH;
   if ((r !== 3 && r !== 5) || g.kernelW !== r || g.strideH !== 1 || g.strideW !== 1) return undefined;
   if (g.padH > r - 1 || g.padW > r - 1) return undefined;
   const c = g.inChannels / g.groups, k = g.outChannels / g.groups;
-  if (c % 4 !== 0 || k % 4 !== 0 || Math.min(c, k) < 8) return undefined;
+  const outputs = pass === "input" ? c : k, depth = pass === "input" ? k : c;
+  if (outputs % 4 !== 0 || outputs < 8 || depth * r * r < 64) return undefined;
+  if (pass === "filter" && (depth % 4 !== 0 || depth < 8)) return undefined;
   return r;
 }
 
@@ -91,8 +97,8 @@ const CHUNK_BYTES = 16 << 20;
  * ```
  */
 export function winogradPlan(g: Conv2dGeometry, pass: WinogradPass): WinogradPlan {
-  const r = winogradSide(g);
-  if (r === undefined) throw new RangeError("winogradPlan: the geometry has no Winograd path");
+  const r = winogradSide(g, pass);
+  if (r === undefined) throw new RangeError(`winogradPlan: the ${pass} pass has no Winograd path`);
   const alpha = r + WINOGRAD_OUTPUT_TILE - 1, m = WINOGRAD_OUTPUT_TILE;
   const input = pass === "input";
   const inHeight = input ? g.outHeight : g.inHeight, inWidth = input ? g.outWidth : g.inWidth;
