@@ -45,7 +45,12 @@ export interface WinogradPlan {
   /** The zero-padded input plane the tiles are read from: (4·tileRows + r − 1) × (4·tileColumns + r − 1). */
   paddedHeight: number;
   paddedWidth: number;
-  /** Images per chunk ({@link winogradChunkImages}). */
+  /**
+   * Images per chunk of a weight gradient: as many as keep the chunk's transformed tiles (V and Ŷ)
+   * within {@link CHUNK_BYTES}, at least one; it depends on the geometry alone, so the sums (chunk
+   * by chunk) never depend on the thread count. The whole batch for forward-type passes, which take
+   * one image at a time.
+   */
   chunkImages: number;
 }
 
@@ -80,8 +85,8 @@ export function winogradSide(g: Conv2dGeometry, pass: WinogradPass): WinogradFil
 }
 
 /**
- * Bytes of the packed operands and results one chunk of images may hold (transformed tiles plus
- * products): the chunks keep them within reach of the last-level cache.
+ * Bytes of one weight-gradient chunk's transformed tiles (V and Ŷ): the chunks keep them within
+ * reach of the last-level cache.
  */
 const CHUNK_BYTES = 16 << 20;
 
@@ -107,8 +112,7 @@ export function winogradPlan(g: Conv2dGeometry, pass: WinogradPass): WinogradPla
   const tiles = tileRows * tileColumns, quads = Math.ceil(tiles / 4);
   const depth = (input ? g.outChannels : g.inChannels) / g.groups;
   const outputs = (input ? g.inChannels : g.outChannels) / g.groups;
-  // Forward and input gradient hold V and M (4 rows per quad); the weight gradient V and Ŷ.
-  const perImage = 4 * alpha * alpha * g.groups * (pass === "filter" ? tiles : 4 * quads) * (depth + outputs);
+  const perImage = 4 * alpha * alpha * g.groups * tiles * (depth + outputs);
   return {
     pass,
     r,
@@ -129,7 +133,9 @@ export function winogradPlan(g: Conv2dGeometry, pass: WinogradPass): WinogradPla
     quads,
     paddedHeight: m * tileRows + r - 1,
     paddedWidth: m * tileColumns + r - 1,
-    chunkImages: Math.max(1, Math.min(g.batch, Math.floor(CHUNK_BYTES / perImage))),
+    chunkImages: pass === "filter"
+      ? Math.max(1, Math.min(g.batch, Math.floor(CHUNK_BYTES / perImage)))
+      : g.batch,
   };
 }
 
