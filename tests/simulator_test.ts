@@ -18,7 +18,12 @@ import {
   simulate,
   STANDARD_LINKS,
 } from "../schedule/simulator/mod.ts";
-import { activationCollectiveSeconds, commActionSeconds } from "../schedule/simulator/simulator.ts";
+import {
+  activationCollectiveSeconds,
+  commActionSeconds,
+  pipelineSeconds,
+} from "../schedule/simulator/simulator.ts";
+import { pipelineChunkBytes } from "../schedule/runtime/link.ts";
 import { groupTimes } from "../schedule/simulator/profile.ts";
 import { tinyAlexNet } from "./fixtures/networks.ts";
 import {
@@ -916,4 +921,25 @@ Deno.test("measureProfile: a parameter-free first layer has no backward to time"
   assert.deepEqual(profile.layers.map((l) => l.name), ["flatten", "fc1", "fc2"]);
   assert.equal(profile.layers[0].backwardSeconds, 0);
   assert.ok(profile.layers[1].backwardSeconds > 0 && profile.layers[2].backwardSeconds > 0);
+});
+
+// Mutations tried, each made this test fail: pipelineSeconds cutting every group into chunks of the
+// maximum (the rule before: 1 MiB whatever the group); the floor of 64 KiB dropped; a 16th instead of
+// a 32nd.
+Deno.test("simulate: a group's pipeline runs in chunks of a 32nd of it, 64 KiB up to the maximum, as the MPI exchange cuts them", () => {
+  assert.equal(pipelineChunkBytes(4 << 20, 1 << 20), 128 << 10);
+  assert.equal(pipelineChunkBytes(1 << 20, 1 << 20), 64 << 10);
+  assert.equal(pipelineChunkBytes(234_524_576, 1 << 20), 1 << 20);
+  assert.equal(pipelineChunkBytes(4 << 20, 1000), 1000); // a smaller maximum wins over the floor
+  // 4 MiB in master mode over 1 Gbit/s, free CPU: the gathers, then the last 128 KiB chunk's return.
+  const link = { bandwidthBytesPerSecond: 125e6, latencySeconds: 0 };
+  const costs: CostOptions = {
+    link,
+    devices: 2,
+    mode: "master",
+    pipelineChunkBytes: 1 << 20,
+    memoryBandwidthBytesPerSecond: 1e15,
+    updateSecondsPerByte: 0,
+  };
+  near(pipelineSeconds(4 << 20, true, costs), ((4 << 20) + (128 << 10)) / 125e6, "4 MiB pipeline", 1e-6);
 });

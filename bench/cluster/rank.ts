@@ -6,8 +6,10 @@
  *
  * - `stepMs`, `bestStepMs`, `imagesPerSecond`;
  * - `computeMs` (rank 0's forward and backward), `fcCommMs` (its FC reduce and broadcast, transfers
- *   only; the FC group is the plan's first, nearest the output), `fcExchangeMs` (from the FC reduce's start to the end of its broadcast — or of its update,
- *   in allreduce mode — the whole exchange the link carries), `fcBytes`;
+ *   only; the FC group is the plan's first, nearest the output), `fcExchangeMs` (the whole exchange
+ *   the link carries, on every rank's spans: from the moment the last rank starts its FC reduce to
+ *   the moment the last rank holds the new FC parameters, its broadcast received or, in allreduce
+ *   mode, its update done), `fcBytes`;
  * - `hiddenFraction`: rank 0's communication that overlapped compute (trace);
  * - `activationMs`: a hybrid schedule's all-gathers and reduce-scatters on rank 0 (its FC traffic);
  * - `wireBytes`: the bytes rank 0's transfers carried per step, from the trace (gradients as sent:
@@ -158,8 +160,19 @@ if (import.meta.main) {
           s.lane === "comm" && ["reduce", "update", "broadcast"].some((k) => s.name === `${k} ${fcGroup}`)
         );
         const fcComm = fc.filter((s) => spanKind(s) === "communication");
-        const exchange = fc.length
-          ? Math.max(...fc.map((s) => s.end)) - Math.min(...fc.map((s) => s.start))
+        // The exchange on every rank's FC spans (common clock): from when the last rank began it (its
+        // gradients exist) to when the last rank holds the new parameters. Rank 0's spans alone would
+        // end when its broadcast left for the kernel's buffers, before the peers have it.
+        const everyRank = trace.spans.filter((s) =>
+          s.step === r.iteration && s.lane === "comm" &&
+          ["reduce", "update", "broadcast"].some((k) => s.name === `${k} ${fcGroup}`)
+        );
+        const ranks = [...new Set(everyRank.map((s) => s.device))];
+        const exchange = everyRank.length
+          ? Math.max(...everyRank.map((s) => s.end)) -
+            Math.max(
+              ...ranks.map((d) => Math.min(...everyRank.filter((s) => s.device === d).map((s) => s.start))),
+            )
           : 0;
         const activations = spans.filter((s) => s.lane === "comm" && /^(gather|scatter) /.test(s.name));
         return {

@@ -12,7 +12,8 @@
  * mpirun on the hosts.
  *
  * Run as root: `npx deno task bench:cluster [--quick] [--alexnet-batch N,M]` (tens of minutes; leave
- * the machine otherwise idle). `--quick` runs the AlexNet-like rows and the probes only.
+ * the machine otherwise idle). `--quick` runs the AlexNet-like rows and the probes only, and writes
+ * them to `bench/CLUSTER_QUICK.md`, leaving the full report as it was.
  *
  * @module
  */
@@ -101,11 +102,13 @@ if (missing) {
   Deno.exit(2);
 }
 // Taken before any host exists, so the peak probe has every core to itself.
-const stamp = await measureStamp({
-  file: "bench/CLUSTER.md",
-  command: "npx deno task bench:cluster",
-  sources: ["bench/cluster", "bench/peers", "cli/cluster.ts"],
-});
+// A quick run has no AlexNet tables, so it never replaces the full report: it writes its own file.
+const SOURCES = ["bench/cluster", "bench/peers", "cli/cluster.ts"];
+const stamp = await measureStamp(
+  flags.quick
+    ? { file: "bench/CLUSTER_QUICK.md", command: "npx deno task bench:cluster --quick", sources: SOURCES }
+    : { file: "bench/CLUSTER.md", command: "npx deno task bench:cluster", sources: SOURCES },
+);
 
 interface RankResult {
   net: string;
@@ -304,7 +307,8 @@ say(
     "transfers carried per step (trace); " +
     "**hidden** (T_seq − T_ovl) / T_fc_comm against this net and mode's `sequential` row; **trace** the part of " +
     "rank 0's communication that overlapped its compute; **rate** FC gradient bytes over the FC exchange's span " +
-    "(first byte out to last parameter back), as a fraction of the link rate per direction; **sim.** the " +
+    "(on every rank's trace, the ranks' clocks aligned: from when the last rank starts sending its FC gradients to " +
+    "when the last rank holds the new FC parameters), as a fraction of the link rate per direction; **sim.** the " +
     "simulator's step for the same plan on the per-layer profile scaled to the measured compute, and its error.",
 );
 say();
@@ -312,9 +316,9 @@ say(
   "The simulator is calibrated, not fitted to the rows it predicts: its link runs at the rate at which its " +
     "own model of the largest probe (below; same mode, same link) takes the step that probe measured; the " +
     "exchange is the MPI runtime's pipeline " +
-    `of ${
+    `of chunks (a 32nd of the group, 64 KiB to ${
       DEFAULT_CHUNK_BYTES / (1 << 20)
-    } MiB chunks (a reduce followed by its update and broadcast); its CPU ` +
+    } MiB; each averaged and updated, then sent back in master mode, while the next arrives); its CPU ` +
     `rates are measured here on one kernel thread, a rank's share: SGD update ${
       (1 / cpuRates.updateSecondsPerByte / 1e9).toFixed(1)
     } GB/s of parameters, device-order sum ${(cpuRates.sumBytesPerSecond / 1e9).toFixed(1)} GB/s per input.`,
@@ -488,8 +492,8 @@ for (const rate of LINKS) {
 }
 
 await writeFileAtomic(
-  new URL("../CLUSTER.md", import.meta.url).pathname,
+  new URL(`../../${stamp.file}`, import.meta.url).pathname,
   [new TextEncoder().encode(lines.join("\n") + "\n")],
 );
-console.log("written to bench/CLUSTER.md");
+console.log(`written to ${stamp.file}`);
 Deno.exit(0);

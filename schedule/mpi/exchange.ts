@@ -65,6 +65,7 @@ import { averageInDeviceOrder, hostParameterEntries } from "../runtime/host_para
 import type { DataParallelOptions } from "../runtime/options.ts";
 import type { TraceRecorder, TraceSpan } from "../runtime/trace.ts";
 import { GradientWire } from "../runtime/wire.ts";
+import { pipelineChunkBytes } from "../runtime/link.ts";
 import { type BulkCollectives, type BulkRequest, bytesOf, SocketMesh } from "./sockets.ts";
 import {
   detectMpiLaunch,
@@ -246,7 +247,13 @@ export class MpiExchange implements Exchange {
       const sockets = (options.dataPlane ?? "sockets") === "sockets"
         ? await SocketMesh.open(transport, within())
         : undefined;
-      await transport.barrier("synchronise clocks").wait(within());
+      // The ranks' common zero for traces: the moment they leave a barrier together. Polled at full
+      // speed, and twice over (the first gathers the ranks, the second starts them level), so that
+      // no rank leaves it late by a sleep between polls: with 1 ms sleeps, rank 1's clock sat 2–5 ms
+      // off rank 0's on 2 hosts, and its FC exchange spans looked shorter than the link allows.
+      for (let round = 0; round < 2; round++) {
+        await transport.barrier("synchronise clocks").wait({ ...within(), spin: true });
+      }
       const clockZero = performance.now();
       return new MpiExchange(
         transport,
@@ -345,7 +352,7 @@ export class MpiExchange implements Exchange {
 
   /**
    * `group`'s gradients as messages small enough to travel eagerly, every one posted at once so the
-   * link never idles between them. As each chunk of `chunkBytes` has arrived it is averaged in rank
+   * link never idles between them. As each chunk ({@link #chunkOf}) has arrived it is averaged in rank
    * order, then (where `update` is given) that part of the group updated, and (master mode,
    * `broadcast`) its new parameters sent back while later chunks are still coming in — both
    * directions of the link busy at once.
@@ -376,7 +383,7 @@ export class MpiExchange implements Exchange {
     const broadcasts = broadcasting && this.rank !== 0
       ? messages.map((m) => bulk.broadcast(parameters(m), 0, `broadcast ${group}`))
       : [];
-    const perChunk = Math.max(1, Math.round(this.#chunkBytes / this.#messageBytes));
+    const perChunk = Math.max(1, Math.round(this.#chunkOf(group) / this.#messageBytes(group)));
     for (let first = 0; first < messages.length; first += perChunk) {
       const chunk = messages.slice(first, first + perChunk);
       for (let k = first; k < first + chunk.length; k++) await gathers[k].wait(wait);
@@ -426,19 +433,25 @@ export class MpiExchange implements Exchange {
   }
 
   /**
-   * Bytes of one message: a whole chunk over sockets; through MPI, as large as still goes out
+   * Bytes of one of `group`'s messages: a whole chunk over sockets; through MPI, as large as still goes out
    * without a handshake ({@link eagerMessageBytes}; larger ones stall a broadcast behind the gathers —
    * measured on a 1 Gbit/s link, 256 KiB messages over the default 64 KiB limit ran master mode at
    * 47% of the link), or a whole chunk where chunks are smaller.
    */
-  get #messageBytes(): number {
-    return this.sockets ? this.#chunkBytes : Math.min(eagerMessageBytes(), this.#chunkBytes);
+  #messageBytes(group: string): number {
+    const chunk = this.#chunkOf(group);
+    return this.sockets ? chunk : Math.min(eagerMessageBytes(), chunk);
+  }
+
+  /** Bytes of `group`'s chunks (as float32): a 32nd of the group within bounds ({@link pipelineChunkBytes}). */
+  #chunkOf(group: string): number {
+    return pipelineChunkBytes(4 * groupRange(this.#layout, group).size, this.#chunkBytes);
   }
 
   /** `group`'s flat range in messages. */
   #messages(group: string): Piece[] {
     const { offset, size } = groupRange(this.#layout, group);
-    const step = Math.max(1, Math.floor(this.#messageBytes / 4));
+    const step = Math.max(1, Math.floor(this.#messageBytes(group) / 4));
     const pieces: Piece[] = [];
     for (let at = 0; at < size; at += step) {
       pieces.push({ offset: offset + at, size: Math.min(step, size - at) });

@@ -59,7 +59,7 @@ import {
 import { checkProfile, groupTimes, type Profile } from "./profile.ts";
 import { validatePlan } from "../plan/validate.ts";
 
-import type { Link } from "../runtime/link.ts";
+import { type Link, pipelineChunkBytes } from "../runtime/link.ts";
 export type { Link };
 
 /**
@@ -105,7 +105,8 @@ export interface CostOptions {
   readonly updateSecondsPerByte?: number;
   /**
    * Where set, adjacent reduce, update (and broadcast) of a group run as one pipeline of chunks of
-   * this many bytes, as the MPI runtime runs them (see the module notes); default: blocking actions.
+   * at most this many bytes, cut as the MPI runtime cuts them (`pipelineChunkBytes` in
+   * `runtime/link.ts`; see the module notes); default: blocking actions.
    */
   readonly pipelineChunkBytes?: number;
 }
@@ -314,7 +315,8 @@ export function pipelineSeconds(bytes: number, withBroadcast: boolean, options: 
   const n = o.devices;
   if (!(o.pipelineChunkBytes > 0)) throw new ValueError("pipelineSeconds", "pipelineChunkBytes is not set");
   if (bytes <= 0) return 0;
-  const chunk = Math.min(o.pipelineChunkBytes, bytes);
+  // The runtime's chunks for this group (a 32nd of it, within bounds), as the MPI exchange cuts them.
+  const chunk = Math.min(pipelineChunkBytes(bytes, o.pipelineChunkBytes), bytes);
   const chunks = Math.ceil(bytes / chunk);
   const peers = o.topology === "shared" || o.mode === "allreduce" ? n - 1 : 1;
   const inbound = peers * chunk / o.link.bandwidthBytesPerSecond;
