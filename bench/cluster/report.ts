@@ -95,6 +95,12 @@ const HOSTS = 2;
 const DEVICE_THREADS = Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / HOSTS));
 /** The probes' global batch (the FC layer's compute is small at any batch). */
 const PROBE_BATCH = 8;
+/**
+ * The probes' warm-up and timed steps: a step is one exchange, and over 10 Gbit/s, where the 2 shared
+ * cores set the pace, consecutive 4.2 MB exchanges took anything from 4 to 16 ms (400 in a row: median
+ * 6.4 ms, the first 20 slower): 5 timed steps after 2 left the median to chance.
+ */
+const PROBE_WARMUP = 5, PROBE_STEPS = 15;
 
 const missing = await missingRequirement();
 if (missing) {
@@ -274,6 +280,15 @@ function calibrateLink(r: RankResult, profile: Profile, lineBytesPerSecond: numb
   return Math.exp(high);
 }
 
+/**
+ * The FC bytes the busier direction of the link carried in run `r`: the gradients (float32, or as
+ * the wire encodes them), or in master mode the float32 parameters coming back where those are more.
+ */
+function directionBytes(r: RankResult): number {
+  const gradients = r.wire === "fp32" ? r.fcBytes : r.fcBytes / 2;
+  return r.mode === "master" ? Math.max(gradients, r.fcBytes) : gradients;
+}
+
 const ms = (v: number) => `${v.toFixed(v < 10 ? 1 : 0)} ms`;
 const lines: string[] = [];
 const say = (line = "") => {
@@ -306,7 +321,8 @@ say(
     "or for `hybrid` its activation all-gathers and reduce-scatters (marked act.); **wire** the bytes rank 0's " +
     "transfers carried per step (trace); " +
     "**hidden** (T_seq − T_ovl) / T_fc_comm against this net and mode's `sequential` row; **trace** the part of " +
-    "rank 0's communication that overlapped its compute; **rate** FC gradient bytes over the FC exchange's span " +
+    "rank 0's communication that overlapped its compute; **rate** the FC bytes of the busier direction (gradients as " +
+    "the wire carries them, or in master mode the float32 parameters sent back) over the FC exchange's span " +
     "(on every rank's trace, the ranks' clocks aligned: from when the last rank starts sending its FC gradients to " +
     "when the last rank holds the new FC parameters), as a fraction of the link rate per direction; **sim.** the " +
     "simulator's step for the same plan on the per-layer profile scaled to the measured compute, and its error.",
@@ -381,8 +397,8 @@ for (const rate of LINKS) {
             schedule: "overlap",
             mode,
             batch: PROBE_BATCH,
-            steps: 5,
-            warmup: 2,
+            steps: PROBE_STEPS,
+            warmup: PROBE_WARMUP,
             linkBytesPerSecond: bytesPerSecond,
             dataPlane,
           });
@@ -435,7 +451,7 @@ for (const rate of LINKS) {
           const hidden = seq && schedule !== "sequential" && seq.fcCommMs > 0
             ? ((seq.stepMs - r.stepMs) / seq.fcCommMs).toFixed(2)
             : "—";
-          const achieved = r.fcExchangeMs > 0 ? r.fcBytes / (r.fcExchangeMs / 1000) : 0;
+          const achieved = r.fcExchangeMs > 0 ? directionBytes(r) / (r.fcExchangeMs / 1000) : 0;
           let sim = "—";
           try {
             if (r.wire !== "fp32") throw new Error("compressed gradients are not modelled");
