@@ -156,17 +156,15 @@ if (import.meta.main) {
       const timed = results.slice(config.warmup);
       const perStep = timed.map((r) => {
         const spans = trace.spans.filter((s) => s.step === r.iteration && s.device === 0);
-        const fc = spans.filter((s) =>
-          s.lane === "comm" && ["reduce", "update", "broadcast"].some((k) => s.name === `${k} ${fcGroup}`)
-        );
-        const fcComm = fc.filter((s) => spanKind(s) === "communication");
-        // The exchange on every rank's FC spans (common clock): from when the last rank began it (its
-        // gradients exist) to when the last rank holds the new parameters. Rank 0's spans alone would
-        // end when its broadcast left for the kernel's buffers, before the peers have it.
+        // Every rank's FC reduce, update and broadcast spans of this step; rank 0's are its own.
         const everyRank = trace.spans.filter((s) =>
           s.step === r.iteration && s.lane === "comm" &&
           ["reduce", "update", "broadcast"].some((k) => s.name === `${k} ${fcGroup}`)
         );
+        const fcComm = everyRank.filter((s) => s.device === 0 && spanKind(s) === "communication");
+        // The exchange on every rank's FC spans (common clock): from when the last rank began it (its
+        // gradients exist) to when the last rank holds the new parameters. Rank 0's spans alone would
+        // end when its broadcast left for the kernel's buffers, before the peers have it.
         const ranks = [...new Set(everyRank.map((s) => s.device))];
         const exchange = everyRank.length
           ? Math.max(...everyRank.map((s) => s.end)) -

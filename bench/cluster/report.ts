@@ -28,7 +28,7 @@ import {
   simulate,
 } from "../../schedule/simulator/mod.ts";
 import { groupTimes } from "../../schedule/simulator/profile.ts";
-import type { WireFormat } from "../../schedule/runtime/mod.ts";
+import { wireBytesPerElement, type WireFormat } from "../../schedule/runtime/mod.ts";
 import { writeFileAtomic } from "../../engine/io/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
 import { DEFAULT_CHUNK_BYTES } from "../../schedule/mpi/exchange.ts";
@@ -285,7 +285,7 @@ function calibrateLink(r: RankResult, profile: Profile, lineBytesPerSecond: numb
  * the wire encodes them), or in master mode the float32 parameters coming back where those are more.
  */
 function directionBytes(r: RankResult): number {
-  const gradients = r.wire === "fp32" ? r.fcBytes : r.fcBytes / 2;
+  const gradients = r.fcBytes / 4 * wireBytesPerElement(r.wire);
   return r.mode === "master" ? Math.max(gradients, r.fcBytes) : gradients;
 }
 

@@ -433,8 +433,8 @@ export class MpiExchange implements Exchange {
   }
 
   /**
-   * Bytes of one of `group`'s messages: a whole chunk over sockets; through MPI, as large as still goes out
-   * without a handshake ({@link eagerMessageBytes}; larger ones stall a broadcast behind the gathers —
+   * Bytes of one of `group`'s messages: a whole chunk over sockets; through MPI, as large as still
+   * goes out without a handshake ({@link eagerMessageBytes}; larger ones stall a broadcast behind the gathers —
    * measured on a 1 Gbit/s link, 256 KiB messages over the default 64 KiB limit ran master mode at
    * 47% of the link), or a whole chunk where chunks are smaller.
    */
@@ -443,7 +443,7 @@ export class MpiExchange implements Exchange {
     return this.sockets ? chunk : Math.min(eagerMessageBytes(), chunk);
   }
 
-  /** Bytes of `group`'s chunks (as float32): a 32nd of the group within bounds ({@link pipelineChunkBytes}). */
+  /** Bytes of `group`'s chunks (as float32): a 32nd of it within bounds ({@link pipelineChunkBytes}). */
   #chunkOf(group: string): number {
     return pipelineChunkBytes(4 * groupRange(this.#layout, group).size, this.#chunkBytes);
   }

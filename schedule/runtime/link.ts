@@ -206,9 +206,10 @@ const MIN_PIPELINE_CHUNK_BYTES = 64 * 1024;
  * group, at least 64 KiB, at most the maximum. The link carries the group once and then the last
  * chunk's return, which a chunk small next to its group keeps short: on 2 hosts over 1 Gbit/s, a
  * 4.2 MB group in 1 MiB chunks reached its last parameters back 38–44 ms after its first gradients
- * left (76–88% of the link), in 256 KiB chunks 34–37 ms (91–98%). Per-chunk costs bound it from
- * below: 256 KiB chunks slowed a 66.5 MB exchange over 10 Gbit/s, where the 2 cores, not the link,
- * set its pace, by a fifth against 1 MiB.
+ * left (76–88% of the link), in 128 KiB chunks (this rule) 36 ms, median of 15 (92%,
+ * `bench/CLUSTER.md` at c55d52d). Per-chunk costs bound it from below: 256 KiB chunks slowed a
+ * 66.5 MB exchange over 10 Gbit/s, where the 2 cores, not the link, set its pace, by 13–32% against
+ * 1 MiB (master, allreduce).
  *
  * @example
  * ```ts
