@@ -253,7 +253,7 @@ Deno.test("wasm threads: products hand whole products or windows of C to whichev
     assert.ok(whole.every(Number.isFinite), `${name}: the one-thread result is complete`);
     for (const order of [[0, 1], [1, 0]]) {
       const { result, taken, units } = runProducts(product, 2, order);
-      assert.ok(units > 2, `${name}: more units than threads (${units})`);
+      assert.ok(units >= 2, `${name}: at least one unit per thread (${units})`);
       assert.deepEqual(
         taken,
         order[0] === 0 ? [units, 0] : [0, units],

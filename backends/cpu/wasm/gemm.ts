@@ -16,22 +16,29 @@
  */
 
 /**
- * The register tile of the generated GEMM kernels: MR×NR, 8 accumulator vectors, 2 of B, the
- * current step's 4 A values as one vector and a lane of it broadcast (12 of the 16 SIMD
- * registers; the unfused `f32x4.mul` + `f32x4.add` needs one more for the product). Loads, not
- * multiply-adds, are what a shared core runs short of: this tile issues 3 loads per 8
- * multiply-adds, where the 6×8 tile it replaced (a splat load per row) issued 8 per 12, and it ran
- * the same products 1.05–1.27× faster at the median with the same bits (interleaved, this
- * 2-core EPYC, 256³ to the FC products). A 6×8 tile with broadcast lanes needs 16 registers and
- * spills (20 GFLOP/s, always).
+ * The register tile of the generated GEMM kernels: MR×NR, 10 accumulator vectors, 2 of B, the
+ * current step's first 4 A values as one vector and a lane of it broadcast, the fifth splat-loaded
+ * (14 of the 16 SIMD registers). Ten independent multiply-add chains cover the instruction's
+ * latency on two FMA pipes where the 4×8 tile's eight did not: on the FC input gradient's
+ * macro-kernel (64×9216×4096, B packed) 5×8 ran at 47.7–48.5 GFLOP/s against 41.8 for 4×8, with
+ * the same bits (a 2-core AMD EPYC, family 26, whose 128-bit peak is about 52). 6×8 needs 16
+ * registers and spills (23 GFLOP/s); 3×12 and 2×16 ran at 31–33. Winograd's products keep 4-row A
+ * panels (`QUAD_ROWS`), the layout its transforms write.
  *
  * @example
  * ```ts
  * import { GEMM_TILE } from "./gemm.ts";
- * console.log(`${GEMM_TILE.mr}×${GEMM_TILE.nr}`); // "4×8"
+ * console.log(`${GEMM_TILE.mr}×${GEMM_TILE.nr}`); // "5×8"
  * ```
  */
-export const GEMM_TILE = { mr: 4, nr: 8 } as const;
+export const GEMM_TILE = { mr: 5, nr: 8 } as const;
+
+/**
+ * Rows of the A panels `gemm_macro_quads` reads: 4, one `f32x4` of them per depth step, whatever
+ * {@link GEMM_TILE}'s MR. Winograd's transforms write its tiles (and output gradients) straight
+ * into this layout, four to a vector.
+ */
+export const QUAD_ROWS = 4;
 
 /**
  * Depth of a cache block (KC): the one blocking size that fixes bits (each depth block sums into
@@ -47,9 +54,10 @@ export const GEMM_TILE = { mr: 4, nr: 8 } as const;
 export const GEMM_DEPTH = 256;
 
 /**
- * The cache blocks a machine chooses: rows of A packed at once (MC, a multiple of MR, its MC×KC
- * block meant to stay in L2) and columns of B packed at once (NC, a multiple of NR, its KC×NC
- * block in a thread's share of L3). Neither changes any bit of any result.
+ * The cache blocks a machine chooses: rows of A packed at once (MC, its MC×KC block meant to stay
+ * in L2; the driver packs whole MR-row panels, {@link blockRows} of them) and columns of B packed
+ * at once (NC, a multiple of NR, its KC×NC block in a thread's share of L3). Neither changes any
+ * bit of any result.
  */
 export interface GemmBlocks {
   /** MC: rows of op(A) per packed block. */
@@ -71,9 +79,9 @@ export interface GemmBlocks {
 export const DEFAULT_GEMM_BLOCKS: GemmBlocks = Object.freeze({ mc: 96, nc: 2048 });
 
 /**
- * What MC must be a multiple of: of MR, since a packed A block holds whole MR-row panels in its
- * MC×KC slot, and of 12, the quantum of the 6-row tile before it, so the blocks tuning runs
- * measured and filed (and the cache-size rule's choices) stay the ones accepted.
+ * What MC must be a multiple of: 12, the quantum every tuning so far measured and filed in (the
+ * tile's MR has been 6, 4 and 5); the driver rounds it down to whole MR-row panels
+ * ({@link blockRows}).
  */
 export const GEMM_ROW_QUANTUM = 12;
 
@@ -103,10 +111,36 @@ export function gemmBlocksProblem(blocks: GemmBlocks): string | undefined {
   return undefined;
 }
 
+/**
+ * Rows of A one MC block holds: MC rounded down to whole MR-row panels (95 of MC 96 with MR 5),
+ * so a block's packed panels fit its MC×KC slot.
+ *
+ * @example
+ * ```ts
+ * import { blockRows } from "./gemm.ts";
+ * console.log(blockRows({ mc: 96, nc: 2048 })); // 95
+ * ```
+ */
+export function blockRows(blocks: GemmBlocks): number {
+  return blocks.mc - (blocks.mc % GEMM_TILE.mr);
+}
+
 /** The generated GEMM functions (see `GEMM_EXPORTS` in `generate/gemm_kernels.ts`). */
 export interface GemmExports {
   /** See `GEMM_EXPORTS.macro`. */
   gemm_macro(
+    a: number,
+    b: number,
+    c: number,
+    mc: number,
+    nc: number,
+    kc: number,
+    ldc: number,
+    accumulate: number,
+    tile: number,
+  ): void;
+  /** See `GEMM_EXPORTS.quadMacro`: the same arguments, A in 4-row panels. */
+  gemm_macro_quads(
     a: number,
     b: number,
     c: number,
@@ -215,7 +249,7 @@ export type PanelPacker = (pc: number, kc: number, jc: number, nc: number, dst: 
  */
 export function packedABytes(m: number, k: number, blocks: GemmBlocks): number {
   const { mc: MC } = blocks, KC = GEMM_DEPTH;
-  return 4 * MC * KC * Math.ceil(k / KC) * Math.ceil(m / MC);
+  return 4 * MC * KC * Math.ceil(k / KC) * Math.ceil(m / blockRows(blocks));
 }
 
 /**
@@ -231,15 +265,15 @@ export function packedABytes(m: number, k: number, blocks: GemmBlocks): number {
  * ```
  */
 export function packWholeA(x: GemmExports, p: GemmProblem, dst: number, blocks: GemmBlocks): void {
-  const { mc: MC } = blocks, KC = GEMM_DEPTH;
+  const { mc: MC } = blocks, KC = GEMM_DEPTH, rows = blockRows(blocks);
   const aLane = p.transA ? 4 : 4 * p.lda, aDepth = p.transA ? 4 * p.lda : 4;
   for (let pc = 0, slot = dst; pc < p.k; pc += KC) {
-    for (let ic = 0; ic < p.m; ic += MC, slot += 4 * MC * KC) {
+    for (let ic = 0; ic < p.m; ic += rows, slot += 4 * MC * KC) {
       x.gemm_pack_a(
         p.a + ic * aLane + pc * aDepth,
         aLane,
         aDepth,
-        Math.min(MC, p.m - ic),
+        Math.min(rows, p.m - ic),
         Math.min(KC, p.k - pc),
         slot,
       );
@@ -271,7 +305,7 @@ export function gemmBlocked(
 ): void {
   const { m, n, k, lda, ldb, transA, transB } = p;
   if (m <= 0 || n <= 0) return;
-  const { mc: MC, nc: NC } = blocks, KC = GEMM_DEPTH;
+  const { mc: MC, nc: NC } = blocks, KC = GEMM_DEPTH, rows = blockRows(blocks);
   const packedA = align64(scratch);
   const packedB = align64(packedA + 4 * MC * KC);
   const tile = align64(packedB + 4 * KC * NC);
@@ -282,7 +316,7 @@ export function gemmBlocked(
   const aLane = transA ? 4 : 4 * lda, aDepth = transA ? 4 * lda : 4;
   // op(B) element (p, j): B[p·ldb + j], or B[j·ldb + p] transposed. Lanes of a B panel are columns j.
   const bLane = transB ? 4 * ldb : 4, bDepth = transB ? 4 : 4 * ldb;
-  if (!packColumns && packedWholeA === undefined && transB && m <= MC && k > KC) {
+  if (!packColumns && packedWholeA === undefined && transB && m <= rows && k > KC) {
     gemmPanels(x, p, scratch, MC);
     return;
   }
@@ -293,12 +327,12 @@ export function gemmBlocked(
       const accumulate = p.accumulate || pc > 0 ? 1 : 0;
       if (packColumns) packColumns(pc, kc, jc, nc, packedB);
       else packB(x, p.b + jc * bLane + pc * bDepth, bLane, bDepth, nc, kc, packedB);
-      for (let ic = 0; ic < m; ic += MC) {
-        const mc = Math.min(MC, m - ic);
+      for (let ic = 0; ic < m; ic += rows) {
+        const mc = Math.min(rows, m - ic);
         let a = packedA;
         if (packedWholeA === undefined) {
           x.gemm_pack_a(p.a + ic * aLane + pc * aDepth, aLane, aDepth, mc, kc, a);
-        } else a = packedWholeA + 4 * MC * KC * ((pc / KC) * Math.ceil(m / MC) + ic / MC);
+        } else a = packedWholeA + 4 * MC * KC * ((pc / KC) * Math.ceil(m / rows) + ic / rows);
         x.gemm_macro(a, packedB, p.c + ic * ldcBytes + 4 * jc, mc, nc, kc, ldcBytes, accumulate, tile);
       }
     }
@@ -313,7 +347,7 @@ export function gemmBlocked(
 const PANEL_DEPTH = 16 * GEMM_DEPTH;
 
 /**
- * Few rows (m ≤ MC) times transposed B, a fully connected layer's forward product X·Wᵀ: op(B) is
+ * Few rows (m ≤ {@link blockRows}) times transposed B, a fully connected layer's forward product X·Wᵀ: op(B) is
  * the big operand, each packed element of it is used only m times, and reading it from memory is
  * what costs. Transposed B's lanes (rows of W) are contiguous along the depth: packing one
  * NR-lane panel `PANEL_DEPTH` deep reads NR sequential streams of 16 KiB, where the blocked loop

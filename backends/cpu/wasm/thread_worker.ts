@@ -8,14 +8,20 @@
 
 import { workerData } from "node:worker_threads";
 import { instantiateKernels } from "./generate/module.ts";
-import { claimOf, Control, doneSlot, FAILURE_BYTES, type PoolThreadData, readySlot } from "./thread_pool.ts";
+import {
+  claimOf,
+  Control,
+  doneSlot,
+  FAILURE_BYTES,
+  pause,
+  type PoolThreadData,
+  readySlot,
+} from "./thread_pool.ts";
 import { MAX_TASK_ARGS, runTaskShare, type TaskKind } from "./tasks.ts";
 
 const data = workerData as PoolThreadData;
 /** How long an idle thread polls for the next job before it sleeps. */
 const POLL_MS = 0.2;
-/** A spin-loop hint where the runtime has it (`Atomics.pause`). */
-const pause: () => void = (Atomics as unknown as { pause?: () => void }).pause?.bind(Atomics) ?? (() => {});
 const control = new Int32Array(data.control);
 const failure = new Uint8Array(data.failure);
 const kernels = instantiateKernels(data.module, data.memory);

@@ -21,6 +21,7 @@
  */
 
 import { type FunctionWriter, type ModuleBuilder, ValType } from "./encoder.ts";
+import { QUAD_ROWS } from "../gemm.ts";
 
 const { i32, v128 } = ValType;
 
@@ -48,6 +49,11 @@ export interface GemmKernelShape {
 export const GEMM_EXPORTS = {
   /** `(aPacked, bPacked, c, mc, nc, kc, ldcBytes, accumulate, tile)`: C block (+)= packed A · packed B. */
   macro: "gemm_macro",
+  /**
+   * The same over A packed in 4-row panels (`QUAD_ROWS` in `gemm.ts`), whatever the GEMM tile's MR: the
+   * layout Winograd's transforms write directly, four tiles or outputs to a vector.
+   */
+  quadMacro: "gemm_macro_quads",
   /** `(src, laneStrideBytes, depthStrideBytes, lanes, depth, dst)`: packs op(A) into MR-row panels. */
   packA: "gemm_pack_a",
   /** Same for op(B) into NR-column panels. */
@@ -77,10 +83,11 @@ function writeMicroKernel(f: FunctionWriter, shape: GemmKernelShape, rows: numbe
   const av = f.local(v128), quad = f.local(v128);
   const row = f.local(i32);
   // Rows in whole groups of four read their A values as one vector and broadcast each lane with a
-  // shuffle; the rest load-and-splat. A shared core (another tenant's thread on the same
-  // physical core) leaves this kernel fewer loads per cycle than multiply-adds: 3 loads per 8
-  // multiply-adds (4×8 tile) held 26 GFLOP/s there against 21.5 for 8 per 12 (6×8, one splat
-  // load per row), both 32–36 when the core is not shared (`f32x4.relaxed_madd`, L1-resident).
+  // shuffle; the rest load-and-splat. Loads are scarcer than multiply-adds on a shared core
+  // (another tenant's thread on the same physical core): a splat load for every row (6×8, 8 loads
+  // per 12 multiply-adds) ran at 21.5 GFLOP/s there where the 4×8 tile's 3 per 8 held 26. The
+  // 5×8 tile (4 per 10) keeps that, and its 10 accumulators cover the multiply-add's latency
+  // where 8 did not (see `GEMM_TILE` in `gemm.ts`).
   const quadRows = mr - (mr % 4);
 
   /** One depth step read at `offset` steps past the panel pointers. */
@@ -270,8 +277,9 @@ function writePack(f: FunctionWriter, width: number): void {
 /**
  * A full panel whose lanes are rows of contiguous depth (row-major A, transposed B): four depth
  * steps at a time, each group of four lanes is loaded as four vectors along the depth and
- * transposed with shuffles into four vectors across the lanes; a trailing pair of lanes (a 4k + 2 wide panel)
- * is interleaved into 64-bit halves. Leftover depth steps go element by element.
+ * transposed with shuffles into four vectors across the lanes; a trailing pair of lanes (a 4k + 2
+ * wide panel) is interleaved into 64-bit halves, a trailing single lane (4k + 1) copied as floats.
+ * Leftover depth steps go element by element.
  */
 function writeTransposingPack(
   f: FunctionWriter,
@@ -305,7 +313,12 @@ function writeTransposingPack(
       f.localGet(dst).localGet(x).localGet(y).shuffleF32Lanes(lanes).v128Store((step * width + g) * 4);
     });
   }
-  if (width - g === 2) {
+  if (width - g === 1) {
+    // A last single lane (a 4k + 1 wide panel, the 5-row A panel): its four depth steps as floats.
+    for (let step = 0; step < 4; step++) {
+      f.localGet(dst).localGet(rows[g]).f32Load(step * 4).f32Store((step * width + g) * 4);
+    }
+  } else if (width - g === 2) {
     f.localGet(rows[g]).v128Load().localSet(r[0]);
     f.localGet(rows[g + 1]).v128Load().localSet(r[1]);
     f.localGet(r[0]).localGet(r[1]).shuffleF32Lanes([0, 4, 1, 5]).localSet(t[0]);
@@ -314,7 +327,7 @@ function writeTransposingPack(
       f.localGet(dst).localGet(t[step >> 1]).v128Store64Lane((step * width + g) * 4, step & 1);
     }
   } else if (width - g !== 0) {
-    throw new RangeError(`transposing pack: panel width ${width} is not 4k or 4k + 2`);
+    throw new RangeError(`transposing pack: panel width ${width} is not 4k, 4k + 1 or 4k + 2`);
   }
   for (let l = 0; l < width; l++) f.localGet(rows[l]).i32Const(16).i32Add().localSet(rows[l]);
   f.localGet(dst).i32Const(16 * width).i32Add().localSet(dst);
@@ -396,23 +409,10 @@ function writeRowBlockPack(f: FunctionWriter, width: number): void {
 }
 
 /**
- * Adds the GEMM kernels for `shape` to `builder`, exported under {@link GEMM_EXPORTS}.
- *
- * @example
- * ```ts
- * import { ModuleBuilder } from "./encoder.ts";
- * import { emitGemmKernels } from "./gemm_kernels.ts";
- * const builder = new ModuleBuilder().importMemory({
- *   module: "env", name: "memory", initialPages: 1, maximumPages: 16, shared: false,
- * });
- * emitGemmKernels(builder, { mr: 4, nr: 8, unroll: 4, fma: false });
- * console.log(WebAssembly.validate(builder.build())); // true
- * ```
+ * Adds the micro-kernels of `shape` (one per row count 1..MR) and the macro-kernel sweeping them,
+ * exported as `name`.
  */
-export function emitGemmKernels(builder: ModuleBuilder, shape: GemmKernelShape): void {
-  if (shape.nr % 4 !== 0 || shape.mr < 1 || shape.unroll < 1) {
-    throw new RangeError(`emitGemmKernels: bad tile ${shape.mr}×${shape.nr} unroll ${shape.unroll}`);
-  }
+function emitMacro(builder: ModuleBuilder, shape: GemmKernelShape, name: string): void {
   // micro[r]: the micro-kernel computing the first r rows of a panel (index 0 unused).
   const micro = [-1];
   for (let rows = 1; rows <= shape.mr; rows++) {
@@ -425,7 +425,30 @@ export function emitGemmKernels(builder: ModuleBuilder, shape: GemmKernelShape):
       ),
     );
   }
-  builder.addFunction(GEMM_EXPORTS.macro, Array(9).fill(i32), [], (f) => writeMacroKernel(f, shape, micro));
+  builder.addFunction(name, Array(9).fill(i32), [], (f) => writeMacroKernel(f, shape, micro));
+}
+
+/**
+ * Adds the GEMM kernels for `shape` to `builder`, exported under {@link GEMM_EXPORTS}: the
+ * macro-kernel and packing for `shape`, and the macro-kernel over {@link QUAD_ROWS}-row A panels.
+ *
+ * @example
+ * ```ts
+ * import { ModuleBuilder } from "./encoder.ts";
+ * import { emitGemmKernels } from "./gemm_kernels.ts";
+ * const builder = new ModuleBuilder().importMemory({
+ *   module: "env", name: "memory", initialPages: 1, maximumPages: 16, shared: false,
+ * });
+ * emitGemmKernels(builder, { mr: 5, nr: 8, unroll: 4, fma: false });
+ * console.log(WebAssembly.validate(builder.build())); // true
+ * ```
+ */
+export function emitGemmKernels(builder: ModuleBuilder, shape: GemmKernelShape): void {
+  if (shape.nr % 4 !== 0 || shape.mr < 1 || shape.unroll < 1) {
+    throw new RangeError(`emitGemmKernels: bad tile ${shape.mr}×${shape.nr} unroll ${shape.unroll}`);
+  }
+  emitMacro(builder, shape, GEMM_EXPORTS.macro);
+  emitMacro(builder, { ...shape, mr: QUAD_ROWS }, GEMM_EXPORTS.quadMacro);
   builder.addFunction(GEMM_EXPORTS.packA, Array(6).fill(i32), [], (f) => writePack(f, shape.mr));
   builder.addFunction(GEMM_EXPORTS.packB, Array(6).fill(i32), [], (f) => writePack(f, shape.nr));
   builder.addFunction(GEMM_EXPORTS.packBRows, Array(5).fill(i32), [], (f) => writeRowBlockPack(f, shape.nr));

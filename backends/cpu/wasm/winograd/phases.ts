@@ -18,7 +18,7 @@
  * @module
  */
 
-import { align64, GEMM_DEPTH, GEMM_TILE } from "../gemm.ts";
+import { align64, GEMM_DEPTH, GEMM_TILE, QUAD_ROWS } from "../gemm.ts";
 import type { KernelExports } from "../generate/module.ts";
 import type { Claim } from "../conv.ts";
 import { type Layout, layoutOf, TABLE, tableAt, WinogradPhase, type WinogradTask } from "./plan.ts";
@@ -232,7 +232,7 @@ function forwardProducts(x: KernelExports, task: WinogradTask, L: Layout, tile: 
       let a = packedTilesAt(task, L, gi, 0, 0, start), b = packedFiltersAt(task, L, gi, 0, start);
       let c = productAt(task, L, gi, 0, 0);
       for (let pos = 0; pos < L.positions; pos++, a += strideV, b += strideU, c += strideM) {
-        x.gemm_macro(a, b, c, rows, task.outputs, length, ldc, accumulate, tile);
+        x.gemm_macro_quads(a, b, c, rows, task.outputs, length, ldc, accumulate, tile);
       }
     }
   }
@@ -312,7 +312,7 @@ function filterGradientsAt(
   tau: number,
   k: number,
 ): number {
-  const mr = GEMM_TILE.mr, block = Math.floor(tau / GEMM_DEPTH), start = block * GEMM_DEPTH;
+  const mr = QUAD_ROWS, block = Math.floor(tau / GEMM_DEPTH), start = block * GEMM_DEPTH;
   const length = Math.min(GEMM_DEPTH, L.chunkTiles - start);
   const base = task.tilesM + (gi * L.positions + pos) * L.strides.tilesM + 4 * start * task.outputs;
   return base + 4 * (Math.floor(k / mr) * length * mr + (tau - start) * mr + (k % mr));
@@ -386,7 +386,7 @@ function filterTiles(
           L.tiles,
           4 * m,
           dst,
-          4 * GEMM_TILE.mr,
+          4 * QUAD_ROWS,
           4 * dyRow,
           yStride,
           L.tileColumns,
@@ -427,7 +427,7 @@ function filterTiles(
             end - tau,
             4 * m,
             dst,
-            4 * GEMM_TILE.mr,
+            4 * QUAD_ROWS,
             4 * dyRow,
             yStride,
           );
@@ -447,7 +447,7 @@ function filterProduct(x: KernelExports, task: WinogradTask, L: Layout, unit: nu
     const a = filterGradientsAt(task, L, gi, pos, start, 0), b = filterTilesAt(task, L, gi, pos, start, 0);
     // The first chunk's first block overwrites Z; every later block adds to it, in order.
     const accumulate = task.first > 0 || start > 0 ? 1 : 0;
-    x.gemm_macro(a, b, z, task.outputs, task.depth, length, 4 * task.depth, accumulate, tile);
+    x.gemm_macro_quads(a, b, z, task.outputs, task.depth, length, 4 * task.depth, accumulate, tile);
   }
 }
 
