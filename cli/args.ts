@@ -86,6 +86,8 @@ export interface TrainArgs {
   accumulate: number;
   /** Kernel threads of each CPU device; absent means its share of the cores. */
   threads?: number;
+  /** Nice value of the CPU devices' compute threads (Linux); absent means the runtime's default, 10. */
+  computeNice?: number;
   /** Base learning rate (halved every epoch). */
   lr: number;
   /** Seed of initialisation, shuffling, augmentation and dropout. */
@@ -131,6 +133,7 @@ export const STRING_FLAGS = [
   "batch",
   "accumulate",
   "threads",
+  "compute-nice",
   "lr",
   "seed",
   "checkpoint",
@@ -188,6 +191,8 @@ Parallelism
   --threads N           kernel threads of each CPU device (default: its share of the cores, cores /
                         devices, or cores / ranks on the host under MPI); give each rank its share where
                         hosts share one machine's cores (deno task cluster)
+  --compute-nice N      nice value of the CPU devices' compute threads, 0..19 (Linux; default 10: below
+                        the thread that exchanges gradients, so it runs the moment it wakes; 0: level)
   --transport T         local | mpi (default local, or mpi when started by mpirun): mpi runs one device
                         per MPI rank, across processes and hosts, e.g.
                         mpirun -np 2 ./node_modules/.bin/deno run -A cli/train.ts --transport mpi
@@ -395,6 +400,10 @@ export function parseTrainArgs(
     }
   }
   const threads = integer("threads", s("threads"), 1);
+  const computeNice = integer("compute-nice", s("compute-nice"), 0);
+  if (computeNice !== undefined && computeNice > 19) {
+    throw new CliError(`--compute-nice must be at most 19, got ${computeNice}`);
+  }
   if (threads !== undefined && transport === "local" && s("backend") === "webgpu") {
     throw new CliError(
       `--threads ${threads} sets CPU devices' kernel threads: it does nothing with --backend webgpu`,
@@ -489,6 +498,7 @@ export function parseTrainArgs(
     batch,
     accumulate,
     threads,
+    computeNice,
     lr: positive("lr", s("lr")) ?? DEFAULTS.lr,
     seed: integer("seed", s("seed"), 0) ?? DEFAULTS.seed,
     checkpoint: path("checkpoint"),

@@ -311,6 +311,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
     seed: args.seed,
     accumulate: args.accumulate,
     deviceThreads: args.threads,
+    computeNice: args.computeNice,
     trace,
     // WebGPU devices each get a GPUDevice of their own; CPU devices are Workers (the default).
     startDevice: args.backend === "webgpu"

@@ -460,6 +460,8 @@ export function badInputs(f: Fixtures): BadInput[] {
   add("--accumulate 3 of 4", ["--batch", "8", "--devices", "2", "--accumulate", "3"], "--accumulate 3");
   add("--accumulate 0", ["--accumulate", "0"], "--accumulate must be at least 1, got 0");
   add("--threads 0", ["--threads", "0"], "--threads must be at least 1, got 0");
+  add("--compute-nice 20", ["--compute-nice", "20"], "--compute-nice must be at most 19, got 20");
+  add("--compute-nice -1", ["--compute-nice", "-1"], "--compute-nice must be at least 0, got -1");
   add("--steps 0 --resume missing", ["--steps", "0", "--resume", f.missing], "--resume", "--steps 0");
   add("--steps 0 --trace", ["--steps", "0", "--trace", `${f.dir}/t.json`], "--trace", "--steps 0");
   add("--steps 0 --report", ["--steps", "0", "--report", `${f.dir}/r.html`], "--report", "--steps 0");

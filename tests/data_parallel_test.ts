@@ -169,6 +169,69 @@ Deno.test("deviceThreads sets every CPU device's kernel threads, and leaves the 
   assert.deepEqual(bits(three.parameters), bits(shared.parameters));
 });
 
+/** Nice values of this process's threads (Linux), from `/proc/self/task/<tid>/stat`. */
+function threadNiceValues(): number[] {
+  const values: number[] = [];
+  for (const entry of Deno.readDirSync("/proc/self/task")) {
+    try {
+      const stat = Deno.readTextFileSync(`/proc/self/task/${entry.name}/stat`);
+      values.push(Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[16]));
+    } catch {
+      // The thread ended while we looked.
+    }
+  }
+  return values;
+}
+
+// Mutations tried, each made this test fail: cpu_worker.ts not calling lowerThreadPriority (no
+// thread at nice 10); CpuDevice.start dropping `nice` (5 came out as the default 10); setpriority
+// called with who = the process id instead of 0 (the runtime's main thread lowered too).
+Deno.test({
+  name: "computeNice lowers every CPU device's compute thread below the runtime's, and leaves the bits alone",
+  ignore: Deno.build.os !== "linux",
+  fn: async () => {
+    const run = async (computeNice?: number) => {
+      const trainer = await DataParallelTrainer.create({
+        model,
+        devices: 2,
+        plan: overlapPlan(groups),
+        optimizer: tinyOptimizers.sgd,
+        seed: 4,
+        computeNice,
+      });
+      try {
+        for (let step = 0; step < 2; step++) await trainer.step(batch(step, 12));
+        return { nice: threadNiceValues(), parameters: trainer.masterParameters() };
+      } finally {
+        await trainer.close();
+      }
+    };
+    const count = (values: number[], nice: number) => values.filter((v) => v === nice).length;
+    const byDefault = await run(), five = await run(5), level = await run(0);
+    assert.equal(count(byDefault.nice, 10), 2, `one thread per device at nice 10: ${byDefault.nice}`);
+    assert.equal(count(five.nice, 5), 2, `computeNice 5: ${five.nice}`);
+    assert.equal(
+      count(level.nice, 10) + count(level.nice, 5),
+      0,
+      `computeNice 0 leaves them level: ${level.nice}`,
+    );
+    // The test's own thread (the runtime's) stays where it was.
+    assert.equal(threadNiceValues().length > 0, true);
+    assert.equal(Number(Deno.readTextFileSync("/proc/thread-self/stat").split(") ")[1].split(" ")[16]), 0);
+    assert.deepEqual(bits(byDefault.parameters), bits(level.parameters));
+    assert.deepEqual(bits(five.parameters), bits(level.parameters));
+    await assert.rejects(
+      DataParallelTrainer.create({
+        model,
+        plan: overlapPlan(groups),
+        optimizer: tinyOptimizers.sgd,
+        computeNice: 20,
+      }),
+      /computeNice must be an integer in \[0, 19\], got 20/,
+    );
+  },
+});
+
 Deno.test("an automatic schedule's split reaches every replica and stays lossless", async () => {
   const reference = tinyAlexNet(1);
   const profile = measureProfile(reference, 6, { repeats: 1 });

@@ -20,8 +20,10 @@ import {
 } from "./device.ts";
 import { type ParameterLayout, sharedFloats } from "./parameter_layout.ts";
 import type { ModelSpec } from "./model_spec.ts";
+import { COMPUTE_NICE } from "./thread_priority.ts";
 import type {
   ComputeSpan,
+  CpuWorkerData,
   HeadPhaseMessage,
   HeadSetupMessage,
   InitMessage,
@@ -95,6 +97,7 @@ export class CpuDevice implements Device {
     layout: ParameterLayout,
     timeoutSeconds: number,
     WorkerClass: typeof Worker,
+    nice: number,
   ) {
     // In the CPU backend's kernel memory where it has room: the runtime's optimizer and average
     // then use them in place.
@@ -103,7 +106,8 @@ export class CpuDevice implements Device {
     this.#groups = layout.groups.map((g) => g.name);
     this.#signals = new Int32Array(new SharedArrayBuffer(4 * this.#groups.length));
     this.#timeoutMs = timeoutSeconds * 1000;
-    this.#worker = new WorkerClass(new URL("./cpu_worker.ts", import.meta.url));
+    const workerData: CpuWorkerData = { nice };
+    this.#worker = new WorkerClass(new URL("./cpu_worker.ts", import.meta.url), { workerData });
     this.#worker.unref();
     this.#worker.on("message", (reply: WorkerReply) => this.#receive(reply));
     // An uncaught error ends the worker: `error` (with the error) comes first, then `exit`.
@@ -117,19 +121,20 @@ export class CpuDevice implements Device {
   /**
    * Spawns the worker and builds the replica; resolves when it is ready. `threads` fixes the
    * replica's kernel threads; by default each device takes ⌊cores / live devices⌋ (at least 1),
-   * counted when it computes its first iteration, so devices do not fight over cores.
+   * counted when it computes its first iteration, so devices do not fight over cores. `nice` is
+   * its compute threads' nice value (default {@link COMPUTE_NICE}; see `thread_priority.ts`).
    */
   static async start(
     index: number,
     model: ModelSpec,
     layout: ParameterLayout,
-    options: { timeoutSeconds: number; threads?: number },
+    options: { timeoutSeconds: number; threads?: number; nice?: number },
   ): Promise<CpuDevice> {
     // Loaded when a device starts, through a specifier in a variable, so that bundling the library
     // for a browser (which has no `node:worker_threads` and trains in its page) still works.
     const specifier = "node:worker_threads";
     const { Worker } = await import(specifier) as typeof import("node:worker_threads");
-    const device = new CpuDevice(index, layout, options.timeoutSeconds, Worker);
+    const device = new CpuDevice(index, layout, options.timeoutSeconds, Worker, options.nice ?? COMPUTE_NICE);
     device.#threadsOption = options.threads;
     try {
       await new Promise<void>((resolve, reject) => {

@@ -11,7 +11,7 @@
  * @module
  */
 
-import { parentPort } from "node:worker_threads";
+import { parentPort, workerData } from "node:worker_threads";
 import { CpuBackend } from "../../backends/cpu/backend.ts";
 import {
   getBackend,
@@ -27,6 +27,7 @@ import { buildModel } from "./model_spec.ts";
 import { type BufferLayout, bufferLayoutOf, copyBuffers } from "./buffer_layout.ts";
 import type {
   ComputeSpan,
+  CpuWorkerData,
   HeadPhaseMessage,
   HeadSetupMessage,
   InitMessage,
@@ -37,7 +38,11 @@ import type {
 } from "./protocol.ts";
 import { HeadShard } from "./sharded_head.ts";
 import { hostSlices, type SliceStore } from "./head_slices.ts";
+import { lowerThreadPriority } from "./thread_priority.ts";
 
+// First, so the kernel threads the backend starts later inherit it.
+const { nice } = workerData as CpuWorkerData;
+if (nice > 0) lowerThreadPriority(nice);
 registerBackend(new CpuBackend());
 
 if (!parentPort) throw new Error("cpu_worker.ts runs as a node:worker_threads Worker of a CpuDevice");

@@ -14,6 +14,12 @@ import type { ParameterLayout } from "./parameter_layout.ts";
 import type { HeadPhase, HeadSetup } from "./sharded_head.ts";
 import type { ModelSpec } from "./model_spec.ts";
 
+/** What the worker is started with (`workerData`), before any message. */
+export interface CpuWorkerData {
+  /** Nice value its compute thread takes first thing (see `thread_priority.ts`). */
+  nice: number;
+}
+
 /** Main → worker: build the replica over shared parameter and gradient buffers. */
 export interface InitMessage {
   type: "init";

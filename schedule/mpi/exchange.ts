@@ -222,6 +222,7 @@ export class MpiExchange implements Exchange {
           timeoutSeconds,
           // The ranks on this host share its cores, as Worker devices in one process do.
           threads: options.deviceThreads ?? cpuThreadsPerRank(detectMpiLaunch()?.localSize ?? 1),
+          nice: options.computeNice,
         });
       // The rank's device keeps its own statistics, starting from the reference's (then rank 0's).
       loadInitialBuffers([device], reference.buffers, reference.initialBuffers);

@@ -81,6 +81,13 @@ export interface DataParallelOptions {
    * leave cores to other work. Results do not depend on it.
    */
   deviceThreads?: number;
+  /**
+   * Nice value of each CPU device's compute threads (Linux; 0 to 19; default 10,
+   * `devices/thread_priority.ts`): below the runtime's thread, so the exchange it runs while the
+   * next group's backward computes gets a core the moment it wakes. 0 leaves them level. Results do
+   * not depend on it.
+   */
+  computeNice?: number;
   /** A device (or rank) that does not answer within this many seconds fails the step (default 120). */
   timeoutSeconds?: number;
   /** After every step, check that all replicas hold bit-identical parameters (default false). */
@@ -181,6 +188,10 @@ export function checkOptions(options: DataParallelOptions): number {
   const threads = options.deviceThreads;
   if (threads !== undefined && (!Number.isInteger(threads) || threads < 1)) {
     throw new ValueError("DataParallelTrainer", `deviceThreads must be a positive integer, got ${threads}`);
+  }
+  const nice = options.computeNice;
+  if (nice !== undefined && (!Number.isInteger(nice) || nice < 0 || nice > 19)) {
+    throw new ValueError("DataParallelTrainer", `computeNice must be an integer in [0, 19], got ${nice}`);
   }
   checkWireOptions(options);
   return count;

@@ -121,6 +121,7 @@ export async function startInProcess(
           : await CpuDevice.start(d, options.model, layout, {
             timeoutSeconds,
             threads: options.deviceThreads,
+            nice: options.computeNice,
           }),
       );
     }
