@@ -116,6 +116,62 @@ function withWarmGemm<T>(
   }
 }
 
+/** How much faster one backend runs a product than another, from calls taken in turn. */
+export interface PairedSpeedup {
+  /** Median over the pairs of (the other's call) / (this one's call). */
+  median: number;
+  /** The lowest and highest ratio of one pair. */
+  low: number;
+  high: number;
+  /** Pairs timed (after both backends warmed up). */
+  pairs: number;
+}
+
+/**
+ * Speedup of `fast` over `base` on `shape` from `pairs` pairs of calls, one on each backend back to
+ * back (which goes first alternating), after both are warm: the machine's drift over seconds (this
+ * virtual machine's rate moves by 10–20% between stretches) falls on both calls of a pair, where
+ * the medians of two separate runs of calls each carry their own stretch into the ratio.
+ *
+ * @example
+ * ```ts
+ * import { CpuBackend } from "../backends/cpu/backend.ts";
+ * import { squareShape } from "./gemm_shapes.ts";
+ * import { pairedSpeedup } from "./kernel_timing.ts";
+ * const two = new CpuBackend({ threads: 2 }), one = new CpuBackend({ threads: 1 });
+ * const { median } = pairedSpeedup(two, one, squareShape(128));
+ * ```
+ */
+export function pairedSpeedup(
+  fast: CpuBackend,
+  base: CpuBackend,
+  shape: GemmShape,
+  pairs = 9,
+): PairedSpeedup {
+  return withWarmGemm(fast, shape, (fastProduct) =>
+    withWarmGemm(base, shape, (baseProduct) => {
+      const time = (product: () => void) => {
+        const t0 = performance.now();
+        product();
+        return performance.now() - t0;
+      };
+      const ratios: number[] = [];
+      for (let p = 0; p < pairs; p++) {
+        let f: number, b: number;
+        if (p % 2 === 0) {
+          f = time(fastProduct);
+          b = time(baseProduct);
+        } else {
+          b = time(baseProduct);
+          f = time(fastProduct);
+        }
+        ratios.push(b / f);
+      }
+      ratios.sort((x, y) => x - y);
+      return { median: ratios[Math.floor(pairs / 2)], low: ratios[0], high: ratios[pairs - 1], pairs };
+    }));
+}
+
 /** A GEMM's rate in consecutive windows of one process: how much this machine drifts. */
 export interface GemmDrift {
   /** GFLOP/s of each window, in the order run. */

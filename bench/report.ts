@@ -78,10 +78,15 @@ import {
   type CallTimes,
   cifarQuickStepSeconds,
   gemmDrift,
+  type PairedSpeedup,
+  pairedSpeedup,
   tandemGemmSeconds,
   tfGemmSeconds,
   TIMED_CALLS,
 } from "./kernel_timing.ts";
+
+/** Pairs of calls behind the paired scaling column ({@link pairedSpeedup}). */
+const PAIRED_CALLS = 9;
 
 const started = performance.now();
 const skipSlow = Deno.args.includes("--skip-slow");
@@ -482,6 +487,8 @@ interface GemmRow {
   wasm: CallTimes;
   cpu: CallTimes | null;
   cpuNote: string;
+  /** All threads over one thread, from calls taken in turn (`pairedSpeedup`). */
+  scaling: PairedSpeedup;
 }
 
 console.log(`GEMM: Tandem (WebAssembly ${tandemThreads} threads, 1 thread, SIMD128 only, TypeScript) …`);
@@ -490,6 +497,7 @@ const tandemSeconds = SHAPES.map((s) => ({
   one: tandemGemmSeconds(tandemOne, s),
   simd128: tandemGemmSeconds(tandemSimd128, s),
   ts: tandemGemmSeconds(tandemTs, s),
+  scaling: pairedSpeedup(tandemDefault, tandemOne, s, PAIRED_CALLS),
 }));
 console.log("GEMM: tfjs-wasm (XNNPACK, SIMD, 1 thread) …");
 await useBackend("wasm");
@@ -531,8 +539,8 @@ const gemmCell = (shape: GemmShape, t: CallTimes, threads: number) => {
 };
 
 const gemmTable = [
-  `| product (M×N×K) | GFLOP | Tandem ${tandemThreads} threads | Tandem 1 thread | 1 thread, SIMD128 only | Tandem TypeScript | tfjs-wasm | tfjs-cpu | 1 thread / tfjs-wasm | SIMD128 only / tfjs-wasm | ${tandemThreads} threads / 1 thread | 1 thread / its 512³ | tfjs-cpu note |`,
-  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+  `| product (M×N×K) | GFLOP | Tandem ${tandemThreads} threads | Tandem 1 thread | 1 thread, SIMD128 only | Tandem TypeScript | tfjs-wasm | tfjs-cpu | 1 thread / tfjs-wasm | SIMD128 only / tfjs-wasm | ${tandemThreads} threads / 1 thread | ${tandemThreads} threads / 1 thread, paired (range) | 1 thread / its 512³ | tfjs-cpu note |`,
+  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
   ...gemmRows.map((r) => {
     // Ratios of medians.
     const g = (t: CallTimes, shape = r.shape) => gemmGflops(shape, t.median);
@@ -545,6 +553,8 @@ const gemmTable = [
     } | ${gemmCell(r.shape, r.wasm, 1)} | ${r.cpu === null ? "—" : gemmCell(r.shape, r.cpu, 1)} | ${
       fmtRatio(g(r.one) / g(r.wasm))
     } | ${fmtRatio(g(r.simd128) / g(r.wasm))} | ${fmtRatio(g(r.threaded) / g(r.one))} | ${
+      fmtRatio(r.scaling.median)
+    } (${r.scaling.low.toFixed(2)}–${fmtRatio(r.scaling.high)}) | ${
       (g(r.one) / g(square512.one, square512.shape)).toFixed(2)
     } | ${r.cpuNote} |`;
   }),
@@ -911,7 +921,9 @@ const markdown = [
   `the ${tandemThreads}-thread column of the ${tandemThreads}-thread peak. ` +
   "tfjs-cpu, pure JS at about 1 GFLOP/s, keeps a reduced method: best / median of 3 after a warm-up call " +
   `for products under 0.1 GFLOP, one cold call otherwise, and FC products predicted over ` +
-  `${TFJS_CPU_GEMM_LIMIT_S} s skipped (its note column). The ratio columns divide medians. The FC rows are ` +
+  `${TFJS_CPU_GEMM_LIMIT_S} s skipped (its note column). The ratio columns divide medians, except the paired one: the median, and the range, ` +
+  `of ${PAIRED_CALLS} pairs of calls, one on ${tandemThreads} threads and one on 1 thread back to back (which ` +
+  "goes first alternating), so that the machine's drift between stretches falls on both. The FC rows are " +
   `the three products of a 9216→4096 fully connected layer at batch 64.${overPeakNote}`,
   "",
   gemmTable,
