@@ -6,6 +6,7 @@ import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import { measureProfile } from "../schedule/simulator/measure.ts";
 import { tinyAlexNet } from "./fixtures/networks.ts";
 import { CpuDevice } from "../schedule/devices/cpu_device.ts";
+import { niceOfStat, threadNice } from "../schedule/devices/thread_priority.ts";
 import type { Device } from "../schedule/devices/device.ts";
 import { parseLink } from "../schedule/runtime/link.ts";
 import type { Plan } from "../schedule/plan/plan.ts";
@@ -142,40 +143,48 @@ Deno.test("bad configurations are refused with clear errors", async () => {
   }
 });
 
+/**
+ * Two `overlap` steps of 2 CPU devices (seed 4, SGD) with `options` added; `inspect` sees the
+ * trainer before it closes. Returns what it returned and the master parameters.
+ */
+async function twoSteps<T>(
+  options: Partial<DataParallelOptions>,
+  inspect: (trainer: DataParallelTrainer) => T,
+): Promise<{ seen: T; parameters: Float32Array }> {
+  const trainer = await DataParallelTrainer.create({
+    model,
+    devices: 2,
+    plan: overlapPlan(groups),
+    optimizer: tinyOptimizers.sgd,
+    seed: 4,
+    ...options,
+  });
+  try {
+    for (let step = 0; step < 2; step++) await trainer.step(batch(step, 12));
+    return { seen: inspect(trainer), parameters: trainer.masterParameters() };
+  } finally {
+    await trainer.close();
+  }
+}
+
 // Mutation tried, which made this test fail: startInProcess not passing deviceThreads on (each of
 // the 2 devices then ran the default share, ⌊cores / 2⌋).
 Deno.test("deviceThreads sets every CPU device's kernel threads, and leaves the bits alone", async () => {
   const cores = Math.max(1, navigator.hardwareConcurrency || 1);
-  const run = async (deviceThreads?: number) => {
-    const trainer = await DataParallelTrainer.create({
-      model,
-      devices: 2,
-      plan: overlapPlan(groups),
-      optimizer: tinyOptimizers.sgd,
-      seed: 4,
-      deviceThreads,
-    });
-    try {
-      for (let step = 0; step < 2; step++) await trainer.step(batch(step, 12));
-      const threads = trainer.devices.map((d) => (d as CpuDevice).kernelThreads);
-      return { threads, parameters: trainer.masterParameters() };
-    } finally {
-      await trainer.close();
-    }
-  };
-  const shared = await run(), three = await run(3);
-  assert.deepEqual(shared.threads, [Math.max(1, Math.floor(cores / 2)), Math.max(1, Math.floor(cores / 2))]);
-  assert.deepEqual(three.threads, [3, 3]);
+  const threadsOf = (trainer: DataParallelTrainer) =>
+    trainer.devices.map((d) => (d as CpuDevice).kernelThreads);
+  const shared = await twoSteps({}, threadsOf), three = await twoSteps({ deviceThreads: 3 }, threadsOf);
+  assert.deepEqual(shared.seen, [Math.max(1, Math.floor(cores / 2)), Math.max(1, Math.floor(cores / 2))]);
+  assert.deepEqual(three.seen, [3, 3]);
   assert.deepEqual(bits(three.parameters), bits(shared.parameters));
 });
 
-/** Nice values of this process's threads (Linux), from `/proc/self/task/<tid>/stat`. */
+/** Nice values of this process's threads (Linux). */
 function threadNiceValues(): number[] {
   const values: number[] = [];
   for (const entry of Deno.readDirSync("/proc/self/task")) {
     try {
-      const stat = Deno.readTextFileSync(`/proc/self/task/${entry.name}/stat`);
-      values.push(Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[16]));
+      values.push(niceOfStat(Deno.readTextFileSync(`/proc/self/task/${entry.name}/stat`)));
     } catch {
       // The thread ended while we looked.
     }
@@ -190,34 +199,19 @@ Deno.test({
   name: "computeNice lowers every CPU device's compute thread below the runtime's, and leaves the bits alone",
   ignore: Deno.build.os !== "linux",
   fn: async () => {
-    const run = async (computeNice?: number) => {
-      const trainer = await DataParallelTrainer.create({
-        model,
-        devices: 2,
-        plan: overlapPlan(groups),
-        optimizer: tinyOptimizers.sgd,
-        seed: 4,
-        computeNice,
-      });
-      try {
-        for (let step = 0; step < 2; step++) await trainer.step(batch(step, 12));
-        return { nice: threadNiceValues(), parameters: trainer.masterParameters() };
-      } finally {
-        await trainer.close();
-      }
-    };
     const count = (values: number[], nice: number) => values.filter((v) => v === nice).length;
-    const byDefault = await run(), five = await run(5), level = await run(0);
-    assert.equal(count(byDefault.nice, 10), 2, `one thread per device at nice 10: ${byDefault.nice}`);
-    assert.equal(count(five.nice, 5), 2, `computeNice 5: ${five.nice}`);
+    const byDefault = await twoSteps({}, threadNiceValues);
+    const five = await twoSteps({ computeNice: 5 }, threadNiceValues);
+    const level = await twoSteps({ computeNice: 0 }, threadNiceValues);
+    assert.equal(count(byDefault.seen, 10), 2, `one thread per device at nice 10: ${byDefault.seen}`);
+    assert.equal(count(five.seen, 5), 2, `computeNice 5: ${five.seen}`);
     assert.equal(
-      count(level.nice, 10) + count(level.nice, 5),
+      count(level.seen, 10) + count(level.seen, 5),
       0,
-      `computeNice 0 leaves them level: ${level.nice}`,
+      `computeNice 0 leaves them level: ${level.seen}`,
     );
     // The test's own thread (the runtime's) stays where it was.
-    assert.equal(threadNiceValues().length > 0, true);
-    assert.equal(Number(Deno.readTextFileSync("/proc/thread-self/stat").split(") ")[1].split(" ")[16]), 0);
+    assert.equal(threadNice(), 0);
     assert.deepEqual(bits(byDefault.parameters), bits(level.parameters));
     assert.deepEqual(bits(five.parameters), bits(level.parameters));
     await assert.rejects(

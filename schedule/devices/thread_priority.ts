@@ -66,6 +66,20 @@ export function lowerThreadPriority(nice: number): boolean {
 }
 
 /**
+ * The nice value in the text of a Linux `/proc/<pid>/task/<tid>/stat` file: its 19th field,
+ * counted after the command name (which may hold spaces, inside parentheses).
+ *
+ * @example
+ * ```ts
+ * import { niceOfStat } from "./thread_priority.ts";
+ * niceOfStat("12 (deno worker) S 1 12 12 0 -1 0 0 0 0 0 3 1 0 0 30 10 9 0 5"); // 10
+ * ```
+ */
+export function niceOfStat(stat: string): number {
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[16]);
+}
+
+/**
  * The calling thread's nice value (Linux, from `/proc/thread-self/stat`), or `undefined` where it
  * cannot be read: how tests and reports see what {@link lowerThreadPriority} did.
  *
@@ -82,10 +96,7 @@ export function threadNice(): number | undefined {
     if (deno.permissions.querySync({ name: "read", path: "/proc/thread-self/stat" }).state !== "granted") {
       return undefined;
     }
-    const stat = deno.readTextFileSync("/proc/thread-self/stat");
-    // Fields after the command name (which may hold spaces, inside parentheses): nice is field 19.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return Number(fields[16]);
+    return niceOfStat(deno.readTextFileSync("/proc/thread-self/stat"));
   } catch {
     return undefined;
   }

@@ -125,32 +125,28 @@ export function blockRows(blocks: GemmBlocks): number {
   return blocks.mc - (blocks.mc % GEMM_TILE.mr);
 }
 
+/**
+ * A generated macro-kernel: C block (`mc` × `nc` at byte address `c`, rows `ldc` bytes apart) =
+ * [C if `accumulate`] + packed A · packed B over `kc` depth steps, edge tiles through `tile`.
+ */
+export type MacroKernel = (
+  a: number,
+  b: number,
+  c: number,
+  mc: number,
+  nc: number,
+  kc: number,
+  ldc: number,
+  accumulate: number,
+  tile: number,
+) => void;
+
 /** The generated GEMM functions (see `GEMM_EXPORTS` in `generate/gemm_kernels.ts`). */
 export interface GemmExports {
-  /** See `GEMM_EXPORTS.macro`. */
-  gemm_macro(
-    a: number,
-    b: number,
-    c: number,
-    mc: number,
-    nc: number,
-    kc: number,
-    ldc: number,
-    accumulate: number,
-    tile: number,
-  ): void;
-  /** See `GEMM_EXPORTS.quadMacro`: the same arguments, A in 4-row panels. */
-  gemm_macro_quads(
-    a: number,
-    b: number,
-    c: number,
-    mc: number,
-    nc: number,
-    kc: number,
-    ldc: number,
-    accumulate: number,
-    tile: number,
-  ): void;
+  /** See `GEMM_EXPORTS.macro`: A in MR-row panels ({@link GEMM_TILE}). */
+  gemm_macro: MacroKernel;
+  /** See `GEMM_EXPORTS.quadMacro`: A in 4-row panels ({@link QUAD_ROWS}). */
+  gemm_macro_quads: MacroKernel;
   /** See `GEMM_EXPORTS.packA`. */
   gemm_pack_a(
     src: number,
