@@ -13,7 +13,8 @@
  *
  * Run as root: `npx deno task bench:cluster [--quick] [--alexnet-batch N,M]` (tens of minutes; leave
  * the machine otherwise idle). `--quick` runs the AlexNet-like rows and the probes only, and writes
- * them to `bench/CLUSTER_QUICK.md`, leaving the full report as it was.
+ * them to `bench/CLUSTER_QUICK.md`, leaving the full report as it was; `--links` or `--alexnet-batch`
+ * narrowing the run write `bench/CLUSTER_PARTIAL.md`.
  *
  * @module
  */
@@ -108,11 +109,19 @@ if (missing) {
   Deno.exit(2);
 }
 // Taken before any host exists, so the peak probe has every core to itself.
-// A quick run has no AlexNet tables, so it never replaces the full report: it writes its own file.
+// A run narrower than the full one never replaces the full report: a quick run (no AlexNet tables)
+// writes its own file, and so does one limited to some links or AlexNet batches.
 const SOURCES = ["bench/cluster", "bench/peers", "cli/cluster.ts"];
+const narrowed = flags.links !== undefined || flags["alexnet-batch"] !== undefined;
 const stamp = await measureStamp(
   flags.quick
     ? { file: "bench/CLUSTER_QUICK.md", command: "npx deno task bench:cluster --quick", sources: SOURCES }
+    : narrowed
+    ? {
+      file: "bench/CLUSTER_PARTIAL.md",
+      command: ["npx deno task bench:cluster", ...Deno.args].join(" "),
+      sources: SOURCES,
+    }
     : { file: "bench/CLUSTER.md", command: "npx deno task bench:cluster", sources: SOURCES },
 );
 
