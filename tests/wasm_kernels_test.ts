@@ -193,8 +193,10 @@ const gemmSpec = (m: number, n: number, k: number, transA: boolean, transB: bool
   bBatchStride: 0,
 });
 
-// Mutation tried, it made this test fail: the 4×8 tile broadcasting lane 0 into the last lane of a
-// row's A value (`shuffleF32Lanes([lane, lane, lane, 0])` in the micro-kernel).
+// Mutations tried, each made this test fail: the 4×8 tile broadcasting lane 0 into the last lane of
+// a row's A value (`shuffleF32Lanes([lane, lane, lane, 0])` in the micro-kernel); the 5×8 tile's
+// transposing pack reading the fifth row's first depth step for all four (`f32Load(0)` instead of
+// `f32Load(step * 4)` for a 4k + 1 wide panel).
 Deno.test("wasm GEMM: every small shape and all transposes match the oracle", () => {
   const sizes = [1, 2, 3, 5, 6, 7, 8, 9, 13];
   for (const [name, kernels] of KERNELS) {

@@ -95,17 +95,24 @@ const STALL_LIMIT_MS = 120_000;
 /** How long the calling thread polls for a pool thread's share before it sleeps. */
 const DONE_POLL_MS = 0.2;
 
+/** A spin-loop hint where the runtime has it (`Atomics.pause`), else nothing. */
+const pause: () => void = (Atomics as unknown as { pause?: () => void }).pause?.bind(Atomics) ?? (() => {});
+
 /**
- * A spin-loop hint where the runtime has it (`Atomics.pause`), else nothing.
+ * Spins (with the runtime's pause hint) while `control[slot]` still holds `value`, for at most
+ * `ms` milliseconds: the poll the pool's threads run before sleeping in `Atomics.wait`, since
+ * waking from a futex can take longer than a small job.
  *
  * @example
  * ```ts
- * import { pause } from "./thread_pool.ts";
- * pause();
+ * import { pollWhile } from "./thread_pool.ts";
+ * pollWhile(new Int32Array(new SharedArrayBuffer(4)), 0, 1, 0.2); // returns at once: the slot holds 0
  * ```
  */
-export const pause: () => void = (Atomics as unknown as { pause?: () => void }).pause?.bind(Atomics) ??
-  (() => {});
+export function pollWhile(control: Int32Array, slot: number, value: number, ms: number): void {
+  const until = performance.now() + ms;
+  while (Atomics.load(control, slot) === value && performance.now() < until) pause();
+}
 
 /**
  * Bytes reserved for a failing thread's error message.
@@ -271,9 +278,8 @@ export class KernelThreadPool {
     const slot = doneSlot(t), started = performance.now();
     // Threads finish a split job together: poll briefly before sleeping, since waking from a
     // futex can take longer than the wait itself (a 256³ product on 2 threads takes ≈ 0.4 ms).
-    while (Atomics.load(this.#control, slot) !== sequence && performance.now() - started < DONE_POLL_MS) {
-      pause();
-    }
+    const before = Atomics.load(this.#control, slot);
+    if (before !== sequence) pollWhile(this.#control, slot, before, DONE_POLL_MS);
     for (;;) {
       const done = Atomics.load(this.#control, slot);
       if (done === sequence) return;
