@@ -88,6 +88,11 @@ export class CpuDevice implements Device {
   get kernelThreads(): number {
     return this.#threadsSent;
   }
+  /**
+   * The compute thread's nice value as the worker read it once started (Linux; `undefined`
+   * elsewhere): what `computeNice` came to.
+   */
+  computeNice: number | undefined;
 
   /** Where this device's shard of the images travels to the worker (see `#share`). */
   #input: Float32Array = new Float32Array(new SharedArrayBuffer(0));
@@ -288,6 +293,7 @@ export class CpuDevice implements Device {
   #receive(reply: WorkerReply): void {
     if (reply.type === "ready") {
       this.buffers = reply.buffers;
+      this.computeNice = reply.nice;
       this.#starting?.resolve();
       return;
     }

@@ -38,7 +38,7 @@ import type {
 } from "./protocol.ts";
 import { HeadShard } from "./sharded_head.ts";
 import { hostSlices, type SliceStore } from "./head_slices.ts";
-import { lowerThreadPriority } from "./thread_priority.ts";
+import { lowerThreadPriority, threadNice } from "./thread_priority.ts";
 
 // First, so the kernel threads the backend starts later inherit it.
 const { nice } = workerData as CpuWorkerData;
@@ -121,8 +121,8 @@ async function init(message: InitMessage): Promise<void> {
   if (bufferLayout.total > 0) {
     sharedBuffers = new Float32Array(new SharedArrayBuffer(4 * bufferLayout.total));
     copyBuffers(bufferLayout, model.namedBuffers(), sharedBuffers, "flat");
-    reply({ type: "ready", device, buffers: sharedBuffers });
-  } else reply({ type: "ready", device });
+    reply({ type: "ready", device, buffers: sharedBuffers, nice: threadNice() });
+  } else reply({ type: "ready", device, nice: threadNice() });
 }
 
 /**

@@ -154,6 +154,8 @@ export type WorkerReply =
      * steps they are the replica's and the runtime may read or replace them.
      */
     buffers?: Float32Array;
+    /** The compute thread's nice value as it reads it (`threadNice`), where it can. */
+    nice?: number;
   }
   | {
     type: "done";
