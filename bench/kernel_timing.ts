@@ -129,7 +129,8 @@ export interface PairedSpeedup {
 
 /**
  * Speedup of `fast` over `base` on `shape` from `pairs` pairs of calls, one on each backend back to
- * back (which goes first alternating), after both are warm: the machine's drift over seconds (this
+ * back (which goes first alternating), after both are warm, each timed call right after an untimed
+ * one on its own backend (its threads awake, its operands in cache): the machine's drift over seconds (this
  * virtual machine's rate moves by 10–20% between stretches) falls on both calls of a pair, where
  * the medians of two separate runs of calls each carry their own stretch into the ratio.
  *
@@ -150,7 +151,11 @@ export function pairedSpeedup(
 ): PairedSpeedup {
   return withWarmGemm(fast, shape, (fastProduct) =>
     withWarmGemm(base, shape, (baseProduct) => {
+      // Each timed call follows an untimed one on the same backend, as in a run of calls: without
+      // it the 2-thread call found its pool thread asleep after the other backend's call (a futex
+      // wake-up inside the timed span) and 256³ scaled 1.60× where back-to-back calls gave 1.80×.
       const time = (product: () => void) => {
+        product();
         const t0 = performance.now();
         product();
         return performance.now() - t0;

@@ -923,7 +923,8 @@ const markdown = [
   `for products under 0.1 GFLOP, one cold call otherwise, and FC products predicted over ` +
   `${TFJS_CPU_GEMM_LIMIT_S} s skipped (its note column). The ratio columns divide medians, except the paired one: the median, and the range, ` +
   `of ${PAIRED_CALLS} pairs of calls, one on ${tandemThreads} threads and one on 1 thread back to back (which ` +
-  "goes first alternating), so that the machine's drift between stretches falls on both. The FC rows are " +
+  "goes first alternating; each timed call right after an untimed one of its own, so both are warm as in " +
+  "the other columns), so that the machine's drift between stretches falls on both. The FC rows are " +
   `the three products of a 9216→4096 fully connected layer at batch 64.${overPeakNote}`,
   "",
   gemmTable,
