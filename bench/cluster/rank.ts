@@ -5,7 +5,8 @@
  * the timed steps:
  *
  * - `stepMs`, `bestStepMs`, `imagesPerSecond`;
- * - `computeMs` (rank 0's forward and backward), `fcCommMs` (its FC reduce and broadcast, transfers
+ * - `computeMs` (rank 0's forward and backward), `slowestComputeMs` (the slowest rank's in each
+ *   step, from the gathered trace: it sets a synchronous step's pace), `fcCommMs` (its FC reduce and broadcast, transfers
  *   only; the FC group is the plan's first, nearest the output), `fcExchangeMs` (the whole exchange
  *   the link carries, on every rank's spans: from the moment the last rank starts its FC reduce to
  *   the moment the last rank holds the new FC parameters, its broadcast received or, in allreduce
@@ -193,6 +194,17 @@ if (import.meta.main) {
         stepMs: median(timed.map((r) => r.ms.total)),
         bestStepMs: Math.min(...timed.map((r) => r.ms.total)),
         computeMs: median(timed.map((r) => r.ms.compute)),
+        slowestComputeMs: median(
+          timed.map((r) =>
+            Math.max(
+              ...Array.from({ length: transport.size }, (_, d) =>
+                trace.spans.filter((s) =>
+                  s.step === r.iteration && s.device === d && s.lane === "compute"
+                )
+                  .reduce((n, s) => n + s.end - s.start, 0)),
+            )
+          ),
+        ),
         commMs: median(timed.map((r) => r.ms.communication)),
         updateMs: median(timed.map((r) => r.ms.update)),
         hiddenFraction: median(timed.map((r) => r.hiddenFraction)),

@@ -66,14 +66,15 @@ const MODES = ["master", "allreduce"] as const;
  * Global batches: 64 for the AlexNet-like net as everywhere else (10 timed steps: its steps take a
  * tenth of a second, and 5 left the medians at the mercy of this machine's slow stretches); AlexNet's
  * as given (a comma list, default 16 and 64: the small batch is where the link, not the 2 cores, sets
- * the pace).
+ * the pace), 5 timed steps (3 gave medians that moved by a third between runs: over 10 Gbit/s the
+ * same row's FC broadcast took 0.2 s in one step and 0.7–0.85 s in the next).
  */
 const NETS = [
   { net: "alexnet-like", batch: 64, steps: 10, warmup: 3 },
   ...(flags.quick ? [] : (flags["alexnet-batch"] ?? "16,64").split(",").map((batch) => ({
     net: "alexnet",
     batch: Number(batch),
-    steps: 3,
+    steps: 5,
     warmup: 1,
   }))),
 ];
@@ -138,6 +139,8 @@ interface RankResult {
   stepMs: number;
   bestStepMs: number;
   computeMs: number;
+  /** The slowest rank's compute per step (median over steps): the pace of a synchronous step. */
+  slowestComputeMs: number;
   hiddenFraction: number;
   fcCommMs: number;
   fcExchangeMs: number;
@@ -248,7 +251,9 @@ function cpuExchangeRates(): { updateSecondsPerByte: number; sumBytesPerSecond: 
 const cpuRates = cpuExchangeRates();
 
 /**
- * The simulator's step for run `r`'s plan on `profile` scaled to the compute `r` measured, over a
+ * The simulator's step for run `r`'s plan on `profile` scaled to the compute of `r`'s slowest rank
+ * (the simulator's devices are alike, and a synchronous step waits for the slowest: rank 0's alone,
+ * 1977 ms against its peer's 2099 in one AlexNet step over 10 Gbit/s, prices such a step short), over a
  * link of `linkBytesPerSecond` per direction, with the CPU rates above: milliseconds.
  */
 function predictMs(r: RankResult, profile: Profile, linkBytesPerSecond: number): number {
@@ -256,7 +261,7 @@ function predictMs(r: RankResult, profile: Profile, linkBytesPerSecond: number):
   const totals = groupTimes(grouped);
   const forward = grouped.layers.reduce((n, l) => n + l.forwardSeconds, 0);
   const modelled = totals.reduce((n, t) => n + t.backwardSeconds, 0) + forward;
-  const scale = (r.computeMs / 1000) / modelled;
+  const scale = (r.slowestComputeMs / 1000) / modelled;
   const scaled = calibrateProfile(grouped, {
     forwardSeconds: forward * scale,
     backwardSeconds: Object.fromEntries(totals.map((t) => [t.group, t.backwardSeconds * scale])),
@@ -334,7 +339,8 @@ say(
     "the wire carries them, or in master mode the float32 parameters sent back) over the FC exchange's span " +
     "(on every rank's trace, the ranks' clocks aligned: from when the last rank starts sending its FC gradients to " +
     "when the last rank holds the new FC parameters), as a fraction of the link rate per direction; **sim.** the " +
-    "simulator's step for the same plan on the per-layer profile scaled to the measured compute, and its error.",
+    "simulator's step for the same plan on the per-layer profile scaled to the slowest rank's measured compute " +
+    "(each step's slowest, median over steps), and its error.",
 );
 say();
 say(
