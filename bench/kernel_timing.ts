@@ -130,9 +130,9 @@ export interface PairedSpeedup {
 /**
  * Speedup of `fast` over `base` on `shape` from `pairs` pairs of calls, one on each backend back to
  * back (which goes first alternating), after both are warm, each timed call right after an untimed
- * one on its own backend (its threads awake, its operands in cache): the machine's drift over seconds (this
- * virtual machine's rate moves by 10–20% between stretches) falls on both calls of a pair, where
- * the medians of two separate runs of calls each carry their own stretch into the ratio.
+ * one on its own backend (its threads awake, its operands in cache): the machine's drift over
+ * seconds (this virtual machine's rate moves by 10–20% between stretches) falls on both calls of a
+ * pair, where the medians of two separate runs of calls each carry their own stretch into the ratio.
  *
  * @example
  * ```ts

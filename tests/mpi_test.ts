@@ -155,9 +155,8 @@ Deno.test({
     assert.notEqual(run.code, 0, run.stderr);
     assert.match(run.stderr, /rank 1: exiting in the middle of step 2/);
     // The survivor says where it was: its socket to rank 1 closed mid-transfer (or, where mpirun
-    // stopped it first, what it was doing). Which reduce
-    // sees the reset depends on when the exit lands (CI once saw the FC exchange finish and the
-    // conv reduce fail), so either group counts.
+    // stopped it first, what it was doing). Which reduce sees the reset depends on when the exit
+    // lands (CI once saw the FC exchange finish and the conv reduce fail), so either group counts.
     assert.match(
       run.stderr,
       /tandem: MPI rank 0(, step 2: reduce (fc|conv) \(sockets\) lost its connection to rank 1| stopped by mpirun while (waiting on .* in|computing) step 2)/,

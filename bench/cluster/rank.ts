@@ -6,11 +6,11 @@
  *
  * - `stepMs`, `bestStepMs`, `imagesPerSecond`;
  * - `computeMs` (rank 0's forward and backward), `slowestComputeMs` (the slowest rank's in each
- *   step, from the gathered trace: it sets a synchronous step's pace), `fcCommMs` (its FC reduce and broadcast, transfers
- *   only; the FC group is the plan's first, nearest the output), `fcExchangeMs` (the whole exchange
- *   the link carries, on every rank's spans: from the moment the last rank starts its FC reduce to
- *   the moment the last rank holds the new FC parameters, its broadcast received or, in allreduce
- *   mode, its update done), `fcBytes`;
+ *   step, from the gathered trace: it sets a synchronous step's pace), `fcCommMs` (rank 0's FC
+ *   reduce and broadcast, transfers only; the FC group is the plan's first, nearest the output),
+ *   `fcExchangeMs` (the whole exchange the link carries, on every rank's spans: from the moment the
+ *   last rank starts its FC reduce to the moment the last rank holds the new FC parameters, its
+ *   broadcast received or, in allreduce mode, its update done), `fcBytes`;
  * - `hiddenFraction`: rank 0's communication that overlapped compute (trace);
  * - `activationMs`: a hybrid schedule's all-gathers and reduce-scatters on rank 0 (its FC traffic);
  * - `wireBytes`: the bytes rank 0's transfers carried per step, from the trace (gradients as sent:
@@ -35,7 +35,7 @@ import {
 import { layoutOf, type ModelSpec } from "../../schedule/devices/mod.ts";
 import { measureProfile } from "../../schedule/simulator/mod.ts";
 import { type DataPlane, MpiTransport } from "../../schedule/mpi/mod.ts";
-import { spanKind, type WireFormat } from "../../schedule/runtime/mod.ts";
+import { spanKind, stepFigures, type WireFormat } from "../../schedule/runtime/mod.ts";
 import { uniformValues } from "../../engine/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
 
@@ -194,15 +194,14 @@ if (import.meta.main) {
         stepMs: median(timed.map((r) => r.ms.total)),
         bestStepMs: Math.min(...timed.map((r) => r.ms.total)),
         computeMs: median(timed.map((r) => r.ms.compute)),
+        // Each rank's compute as the step figures count rank 0's (`computeMs`), from its spans.
         slowestComputeMs: median(
           timed.map((r) =>
-            Math.max(
-              ...Array.from({ length: transport.size }, (_, d) =>
-                trace.spans.filter((s) =>
-                  s.step === r.iteration && s.device === d && s.lane === "compute"
-                )
-                  .reduce((n, s) => n + s.end - s.start, 0)),
-            )
+            Math.max(...Array.from({ length: transport.size }, (_, d) =>
+              stepFigures(
+                trace.spans.filter((s) => s.step === r.iteration && s.device === d),
+                0,
+              ).compute))
           ),
         ),
         commMs: median(timed.map((r) => r.ms.communication)),

@@ -253,8 +253,8 @@ const cpuRates = cpuExchangeRates();
 /**
  * The simulator's step for run `r`'s plan on `profile` scaled to the compute of `r`'s slowest rank
  * (the simulator's devices are alike, and a synchronous step waits for the slowest: rank 0's alone,
- * 1977 ms against its peer's 2099 in one AlexNet step over 10 Gbit/s, prices such a step short), over a
- * link of `linkBytesPerSecond` per direction, with the CPU rates above: milliseconds.
+ * 1977 ms against its peer's 2099 in one AlexNet step over 10 Gbit/s, prices such a step short),
+ * over a link of `linkBytesPerSecond` per direction, with the CPU rates above: milliseconds.
  */
 function predictMs(r: RankResult, profile: Profile, linkBytesPerSecond: number): number {
   const grouped = r.assignment ? regroupProfile(profile, r.assignment) : profile;
