@@ -161,9 +161,10 @@ Deno.test({
       run.stderr,
       /tandem: MPI rank 0(, step 2: reduce (fc|conv) \(sockets\) lost its connection to rank 1| stopped by mpirun while (waiting on .* in|computing) step 2)/,
     );
-    // mpirun names the rank that exited ([[job,1],1]), unless the survivor's abort reached it first
-    // (a fresh-clone CI run: "MPI_ABORT was invoked on rank 0", rank 1's exit not yet reported).
-    assert.match(run.stderr, /\[\[\d+,1\],1\]|MPI_ABORT was invoked on rank 0 /);
+    // What mpirun itself prints after that is Open MPI's, not ours, and not asserted: CI has seen it
+    // name the exited rank ([[job,1],1]), report rank 0's MPI_ABORT instead, and fail inside its own
+    // show_help ("ORTE_ERROR_LOG: Data unpack would read past end of buffer"), depending on which
+    // report reached it first. The job failing (above) and rank 0's message are the contract.
   },
 });
 
