@@ -142,6 +142,53 @@ export class Tensor {
   }
 
   /**
+   * Reads the values into `target`, host memory the caller keeps, instead of a fresh array as
+   * {@link Tensor.data} returns: where the backend addresses host memory (CPU, `wrap`) the copy goes
+   * straight there. A step that reads megabytes each time saves the fresh pages: on a 2-core EPYC
+   * VM, `data()` of a 1.2 MB gradient took 4–5 ms where the copy alone takes 0.03 ms. With
+   * `columns`, this `[rows, width]` tensor lands as columns `start … start + width − 1` of a
+   * `[rows, total]` row-major matrix (a device's slice of a layer's outputs).
+   *
+   * @example
+   * ```ts
+   * import { tensor } from "../mod.ts";
+   * const out = new Float32Array(6);
+   * await tensor([1, 2, 3, 4], { shape: [2, 2] }).readInto(out, { start: 1, total: 3 });
+   * console.log(out); // Float32Array [0, 1, 2, 0, 3, 4]
+   * ```
+   */
+  async readInto(target: Float32Array, columns?: { start: number; total: number }): Promise<void> {
+    const rows = columns ? this.shape[0] : 1, width = columns ? this.shape[1] : this.size;
+    const start = columns?.start ?? 0, total = columns?.total ?? width;
+    const fits = this.dtype === "float32" &&
+      (columns
+        ? this.shape.length === 2 && Number.isInteger(start) && start >= 0 && start + width <= total &&
+          rows * total <= target.length
+        : target.length === this.size);
+    if (!fits) {
+      throw new ShapeError(
+        "readInto",
+        `${this.dtype} tensor ${formatShape(this.shape)} does not fit ${
+          columns ? `columns ${start}…${start + width - 1} of ${total} in ` : ""
+        }a target of ${target.length} float32 elements`,
+      );
+    }
+    if (this.size === 0) return;
+    if (this.backend.wrap) {
+      const dense = { offset: 0, strides: [width, 1] };
+      this.backend.copyStrided(this.storage, dense, this.backend.wrap(target), {
+        offset: start,
+        strides: [total, 1],
+      }, [rows, width]);
+      // A backend that queues its kernels has written host memory only once they ran.
+      await this.backend.synchronize?.();
+      return;
+    }
+    const values = (await this.data()) as Float32Array;
+    for (let r = 0; r < rows; r++) target.set(values.subarray(r * width, (r + 1) * width), r * total + start);
+  }
+
+  /**
    * Synchronous read, available on backends that can do it cheaply (CPU); throws elsewhere.
    *
    * @example

@@ -386,7 +386,7 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
         else state.backend.fill(state.own[i].storage, 0);
         own.push(state.own[i]);
       } else if (grad) {
-        this.gradients.set((await grad.data()) as Float32Array, layout.offset);
+        await grad.readInto(this.gradients.subarray(layout.offset, layout.offset + layout.size));
       } else {
         this.gradients.fill(0, layout.offset, layout.offset + layout.size);
       }
@@ -561,7 +561,7 @@ export class BackendDevice<B extends Backend = Backend> implements Device, Resid
     }
     let offset = 0;
     for (const tensor of tensors) {
-      flat.set((await tensor.data()) as Float32Array, offset);
+      await tensor.readInto(flat.subarray(offset, offset + tensor.size));
       offset += tensor.size;
     }
   }

@@ -51,7 +51,7 @@ export function hostSlices(parameters: Float32Array, gradients: Float32Array): S
     async gradient(slot, gradient) {
       const target = gradients.subarray(slot.offset, slot.offset + slot.size);
       if (!gradient) target.fill(0);
-      else target.set((await gradient.data()) as Float32Array);
+      else await gradient.readInto(target);
     },
   };
 }

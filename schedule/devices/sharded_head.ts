@@ -464,15 +464,15 @@ export class HeadShard {
     } finally {
       images.dispose();
     }
-    const rows = (await this.#bodyOutput.data()) as Float32Array;
-    const features = this.#setup.head.stages[0].inFeatures;
-    if (rows.length !== this.#shard.size * features) {
+    const features = this.#setup.head.stages[0].inFeatures, size = this.#bodyOutput.size;
+    if (size !== this.#shard.size * features) {
       throw new TandemError(
-        `hybrid schedule: the body's output has ${rows.length / this.#shard.size} features per sample, ` +
+        `hybrid schedule: the body's output has ${size / this.#shard.size} features per sample, ` +
           `${this.#setup.head.stages[0].linear} expects ${features}`,
       );
     }
-    this.#setup.inputs[0].set(rows, this.#shard.start * features);
+    const start = this.#shard.start * features;
+    await this.#bodyOutput.readInto(this.#setup.inputs[0].subarray(start, start + size));
   }
 
   async #forwardStage(index: number, slices: SliceStore): Promise<void> {
@@ -508,11 +508,7 @@ export class HeadShard {
       return h;
     });
     this.#stages[index] = { input, output, parameters: tensors };
-    const values = (await output.data()) as Float32Array;
-    const width = slice.end - slice.start, target = this.#setup.inputs[index + 1];
-    for (let r = 0; r < batch; r++) {
-      target.set(values.subarray(r * width, (r + 1) * width), r * stage.units + slice.start);
-    }
+    await output.readInto(this.#setup.inputs[index + 1], { start: slice.start, total: stage.units });
   }
 
   async #backwardStage(
@@ -557,7 +553,7 @@ export class HeadShard {
       }
     }
     const inputGrad = held.input.grad;
-    if (inputGrad) this.#setup.partials[index].set((await inputGrad.data()) as Float32Array);
+    if (inputGrad) await inputGrad.readInto(this.#setup.partials[index]);
     else this.#setup.partials[index].fill(0);
     this.#disposeStage(held);
     return metrics;
