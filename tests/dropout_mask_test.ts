@@ -100,3 +100,52 @@ Deno.test("ops.dropout: the same outputs and gradients whether the backend or th
   assert.ok(dropped > 1500 && dropped < 2100, `${dropped} of 6000 dropped at p = 0.3`);
   drawing.dispose();
 });
+
+Deno.test("ops.dropout of a block of columns: the backend draws it row by row, the same bits as the engine's and as the whole layer's", () => {
+  // A hybrid head's slice: columns 37 … 436 of rows 1000 wide, for global rows given out of order
+  // (a micro-batch). Mutation: without the per-row branch in `maskOf` the backend is never asked
+  // (calls stays 0); with a wrong row offset the bits differ from the whole layer's mask.
+  const drawing = new CpuBackend({ name: "cpu-dropout-columns-wasm", threads: 1 });
+  const declining = new CpuBackend({ name: "cpu-dropout-columns-ts", kernels: "ts" });
+  let calls = 0;
+  const original = drawing.dropoutMask.bind(drawing);
+  drawing.dropoutMask = (out, spec) => {
+    calls++;
+    return original(out, spec);
+  };
+  const random = mulberry32(5);
+  const rows = [4, 0, 5], start = 37, width = 400, total = 1000;
+  const whole = Float32Array.from({ length: 6 * total }, () => random() * 2 - 1);
+  const block = new Float32Array(rows.length * width);
+  for (const [r, row] of rows.entries()) {
+    block.set(whole.subarray(row * total + start, row * total + start + width), r * width);
+  }
+  const options = { p: 0.4, seed: 11, stream: 6, offset: 3 };
+  const results = [drawing, declining].map((backend) => {
+    registerBackend(backend);
+    setBackend(backend.name);
+    try {
+      const y = ops.dropout(tensor(block, { shape: [rows.length, width] }), {
+        ...options,
+        columns: { start, total, rows },
+      });
+      const full = ops.dropout(tensor(whole, { shape: [6, total] }), options).dataSync() as Float32Array;
+      return { block: y.dataSync() as Float32Array, full };
+    } finally {
+      setBackend("cpu");
+    }
+  });
+  assert.equal(
+    calls,
+    1 + rows.length,
+    "the WebAssembly backend drew the whole mask, and the block row by row",
+  );
+  const [a, b] = [bitsOf(results[0].block), bitsOf(results[1].block)];
+  assert.equal(a.findIndex((v, j) => v !== b[j]), -1, "backend and engine: same bits");
+  for (const [r, row] of rows.entries()) {
+    const expected = bitsOf(results[0].full.slice(row * total + start, row * total + start + width));
+    const got = a.subarray(r * width, (r + 1) * width);
+    assert.equal(got.findIndex((v, j) => v !== expected[j]), -1, `row ${row}: the whole layer's bits`);
+  }
+  drawing.dispose();
+});

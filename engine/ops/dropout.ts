@@ -63,23 +63,32 @@ export function dropout(x: Tensor, options: DropoutOptions): Tensor {
 
 /**
  * The mask `keep = 1/(1−p)` where the uniform is at least p, else 0: drawn by the backend where it
- * can (the whole layer's mask, one run of positions), else here from {@link maskUniforms}.
+ * can (the whole layer's mask as one run of positions; a block of columns as one run per row, where
+ * the backend can address part of a storage), else here from {@link maskUniforms}.
  */
 function maskOf(x: Tensor, key: RandomKey, options: DropoutOptions, p: number, offset: number): Tensor {
-  const keep = 1 / (1 - p), backend = x.backend;
-  if (!options.columns && backend.dropoutMask) {
+  const keep = 1 / (1 - p), backend = x.backend, columns = options.columns;
+  if (columns) checkColumns(x, columns);
+  if (backend.dropoutMask && (!columns || backend.view)) {
     const [k0, k1, stream, step] = philoxWords(key);
     const storage = backend.allocateUninitialized?.(x.size, "float32") ?? backend.allocate(x.size, "float32");
     // A uniform (word >>> 8)·2^-24 is at least p exactly when its numerator is at least ⌈p·2^24⌉.
-    const spec = {
-      key: [k0, k1],
-      stream,
-      step,
-      offset,
-      threshold: Math.ceil(p * 2 ** 24),
-      keep,
-    } as const;
-    if (backend.dropoutMask(storage, spec)) return new Tensor(backend, storage, x.shape);
+    const spec = { key: [k0, k1], stream, step, offset, threshold: Math.ceil(p * 2 ** 24), keep } as const;
+    let drawn: boolean;
+    if (!columns) drawn = backend.dropoutMask(storage, spec);
+    else {
+      // Row r of the block is positions row·total + start … of the whole layer's mask: one run each
+      // (a device's slice of a hybrid head; drawn here in TypeScript, 64 rows of 384 took ≈ 1 ms).
+      const [rows, width] = x.shape;
+      drawn = true;
+      for (let r = 0; r < rows && drawn; r++) {
+        const row = columns.rows ? columns.rows[r] : r;
+        const part = backend.view!(storage, r * width, width);
+        drawn = backend.dropoutMask(part, { ...spec, offset: offset + row * columns.total + columns.start });
+        backend.release(part);
+      }
+    }
+    if (drawn) return new Tensor(backend, storage, x.shape);
     backend.release(storage);
   }
   const uniforms = maskUniforms(x, key, options);
@@ -88,16 +97,13 @@ function maskOf(x: Tensor, key: RandomKey, options: DropoutOptions, p: number, o
   return new Tensor(backend, backend.upload(values), x.shape);
 }
 
-/** The uniforms behind the mask: one run, or one run per row for a block of columns. */
-function maskUniforms(x: Tensor, key: RandomKey, options: DropoutOptions): Float32Array {
-  const offset = options.offset ?? 0;
-  const columns = options.columns;
-  if (!columns) return uniformValues(x.size, key, offset);
-  const [rows, width] = x.shape;
+/** Refuses a block of columns that does not fit `x` (`[rows, width]`), in one line. */
+function checkColumns(x: Tensor, columns: NonNullable<DropoutOptions["columns"]>): void {
+  const [, width] = x.shape;
   const rowsGiven = columns.rows;
   if (
     x.rank !== 2 || columns.start < 0 || columns.start + width > columns.total ||
-    (rowsGiven !== undefined && rowsGiven.length !== rows)
+    (rowsGiven !== undefined && rowsGiven.length !== x.shape[0])
   ) {
     throw new ValueError(
       "dropout",
@@ -106,9 +112,17 @@ function maskUniforms(x: Tensor, key: RandomKey, options: DropoutOptions): Float
       } do not fit ${JSON.stringify(x.shape)}`,
     );
   }
+}
+
+/** The uniforms behind the mask: one run, or one run per row for a block of columns. */
+function maskUniforms(x: Tensor, key: RandomKey, options: DropoutOptions): Float32Array {
+  const offset = options.offset ?? 0;
+  const columns = options.columns;
+  if (!columns) return uniformValues(x.size, key, offset);
+  const [rows, width] = x.shape;
   const out = new Float32Array(x.size);
   for (let r = 0; r < rows; r++) {
-    const row = rowsGiven ? rowsGiven[r] : r;
+    const row = columns.rows ? columns.rows[r] : r;
     out.set(uniformValues(width, key, offset + row * columns.total + columns.start), r * width);
   }
   return out;
