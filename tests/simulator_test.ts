@@ -684,6 +684,33 @@ Deno.test("activation collectives: N − 1 messages through a shared link, side 
   assert.throws(() => activationCollectiveSeconds("all-gather", x, { ...base, devices: 0 }), ValueError);
 });
 
+// Mutations tried, each made this test fail: handoffSeconds read but not added (the step did not
+// move); added to the all-gathers only (the reduce-scatters did not move).
+Deno.test("simulate hybrid: the runtime's handoff costs once per activation collective, on the critical path", () => {
+  const plan = hybridPlan(GROUPS);
+  const without = simulate(plan, HYBRID_PROFILE, HAND_COSTS);
+  const withHandoff = simulate(plan, HYBRID_PROFILE, { ...HAND_COSTS, handoffSeconds: 0.25 });
+  const collectives = without.hybrid!.transfers.length;
+  assert.equal(collectives, 5); // 3 all-gathers (body output, fc1, fc2) and 2 reduce-scatters
+  near(withHandoff.stepSeconds - without.stepSeconds, collectives * 0.25, "step");
+  withHandoff.hybrid!.transfers.forEach((t, i) =>
+    near(t.seconds - without.hybrid!.transfers[i].seconds, 0.25, t.layer)
+  );
+  // Data-parallel plans move no activations: the handoff does not touch them.
+  assert.equal(
+    simulate(overlapPlan(GROUPS), HYBRID_PROFILE, { ...HAND_COSTS, handoffSeconds: 0.25 }).stepSeconds,
+    simulate(overlapPlan(GROUPS), HYBRID_PROFILE, HAND_COSTS).stepSeconds,
+  );
+  for (const bad of [-1, Infinity, NaN]) {
+    assert.throws(
+      () => simulate(plan, HYBRID_PROFILE, { ...HAND_COSTS, handoffSeconds: bad }),
+      (e: unknown) =>
+        e instanceof ValueError &&
+        e.message.includes(`handoffSeconds must be a finite number >= 0, got ${bad}`),
+    );
+  }
+});
+
 // Mutations tried, each made this test fail: skipping the outputBytes check (the step priced as
 // NaN, no error); skipping the kind check (a sharded Conv2d priced).
 Deno.test("simulate hybrid: refuses profiles that cannot price it, naming what is missing", () => {

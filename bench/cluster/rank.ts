@@ -13,6 +13,7 @@
  *   broadcast received or, in allreduce mode, its update done), `fcBytes`;
  * - `hiddenFraction`: rank 0's communication that overlapped compute (trace);
  * - `activationMs`: a hybrid schedule's all-gathers and reduce-scatters on rank 0 (its FC traffic);
+ * - `handoffMs`: a hybrid step's handoff around each of those collectives ({@link handoffMs});
  * - `wireBytes`: the bytes rank 0's transfers carried per step, from the trace (gradients as sent:
  *   half as many under `wire: "fp16"`; activations for a hybrid schedule);
  * - the schedule actually run (`auto` names its choice).
@@ -35,7 +36,7 @@ import {
 import { layoutOf, type ModelSpec } from "../../schedule/devices/mod.ts";
 import { measureProfile } from "../../schedule/simulator/mod.ts";
 import { type DataPlane, MpiTransport } from "../../schedule/mpi/mod.ts";
-import { spanKind, stepFigures, type WireFormat } from "../../schedule/runtime/mod.ts";
+import { spanKind, stepFigures, type TraceSpan, type WireFormat } from "../../schedule/runtime/mod.ts";
 import { uniformValues } from "../../engine/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
 
@@ -75,6 +76,29 @@ export function specOf(net: string): ModelSpec {
   }
   if (net === "alexnet" || net === "alexnet-like") return { kind: "builtin", name: net };
   throw new Error(`unknown net "${net}"`);
+}
+
+/**
+ * A hybrid step's handoff around each activation collective, median over every rank and collective:
+ * from the compute span before it ends to the collective's start, plus from the collective's end to
+ * the next compute span's start, on one rank's own lanes (the device telling the runtime its
+ * activation is ready, and the runtime handing the gathered one back); 0 without collectives.
+ */
+export function handoffMs(spans: readonly TraceSpan[]): number {
+  const handoffs: number[] = [];
+  const keys = new Set(spans.map((s) => `${s.step}/${s.device}`));
+  for (const key of keys) {
+    const mine = spans
+      .filter((s) => `${s.step}/${s.device}` === key)
+      .filter((s) => s.lane === "compute" || /^(gather|scatter) /.test(s.name))
+      .sort((a, b) => a.start - b.start);
+    for (let i = 1; i + 1 < mine.length; i++) {
+      const [before, collective, after] = [mine[i - 1], mine[i], mine[i + 1]];
+      if (collective.lane !== "comm" || before.lane !== "compute" || after.lane !== "compute") continue;
+      handoffs.push(collective.start - before.end + after.start - collective.end);
+    }
+  }
+  return median(handoffs);
 }
 
 const median = (values: number[]) => {
@@ -211,6 +235,7 @@ if (import.meta.main) {
         fcExchangeMs: median(perStep.map((s) => s.exchange)),
         fcBytes,
         activationMs: median(perStep.map((s) => s.activation)),
+        handoffMs: handoffMs(trace.spans.filter((s) => timed.some((r) => r.iteration === s.step))),
         wireBytes: median(perStep.map((s) => s.bytes)),
         wire: config.wire ?? "fp32",
         imagesPerSecond: config.batch / (median(timed.map((r) => r.ms.total)) / 1000),

@@ -146,6 +146,8 @@ interface RankResult {
   fcExchangeMs: number;
   fcBytes: number;
   activationMs: number;
+  /** A hybrid step's handoff around each activation collective (0 for data-parallel rows). */
+  handoffMs: number;
   wireBytes: number;
   wire: WireFormat;
   imagesPerSecond: number;
@@ -273,6 +275,8 @@ function predictMs(r: RankResult, profile: Profile, linkBytesPerSecond: number):
     memoryBandwidthBytesPerSecond: cpuRates.sumBytesPerSecond,
     updateSecondsPerByte: cpuRates.updateSecondsPerByte,
     pipelineChunkBytes: DEFAULT_CHUNK_BYTES,
+    // Measured in the row's own trace, as its compute is: the runtime, not the link.
+    handoffSeconds: (r.handoffMs ?? 0) / 1000,
   }).stepSeconds * 1000;
 }
 
@@ -340,7 +344,8 @@ say(
     "(on every rank's trace, the ranks' clocks aligned: from when the last rank starts sending its FC gradients to " +
     "when the last rank holds the new FC parameters), as a fraction of the link rate per direction; **sim.** the " +
     "simulator's step for the same plan on the per-layer profile scaled to the slowest rank's measured compute " +
-    "(each step's slowest, median over steps), and its error.",
+    "(each step's slowest, median over steps) and, for `hybrid`, with each activation collective's handoff " +
+    "between the device and the runtime measured in the same row's trace (median), and its error.",
 );
 say();
 say(

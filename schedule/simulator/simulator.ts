@@ -31,7 +31,8 @@
  *   output (the logits too); `backward g` adds a reduce-scatter of each such layer's input gradient.
  *   Each device receives `(N−1)·x` bytes for an activation of `x` bytes at the per-device batch
  *   (`outputBytes`), as N−1 messages: `shared`, one after another, `(N−1)·(latency + x/bandwidth)`
- *   (also a ring's cost); `star`, side by side, `latency + x/bandwidth`; a reduce-scatter also sums
+ *   (also a ring's cost); `star`, side by side, `latency + x/bandwidth`; each also costs
+ *   `handoffSeconds` once, the runtime handing the activation over and back; a reduce-scatter also sums
  *   `(N−1)·x` bytes, `(N−1)·x / memoryBandwidth`. Both modes alike (no master). `update g` of a
  *   sharded group runs on every device, on its 1/N slice: `bytes/N · updateSecondsPerByte`; it is
  *   never reduced or broadcast.
@@ -109,6 +110,14 @@ export interface CostOptions {
    * `runtime/link.ts`; see the module notes); default: blocking actions.
    */
   readonly pipelineChunkBytes?: number;
+  /**
+   * Seconds a hybrid plan's runtime spends handing each activation collective over: from the
+   * device's compute to the collective and back to the device (two messages between a device
+   * Worker and the runtime's thread), added to every activation all-gather and reduce-scatter;
+   * default 0. Measured on 2 namespaces of one 2-core machine: 0.25–0.51 ms (quartiles), seven
+   * times per AlexNet-like step.
+   */
+  readonly handoffSeconds?: number;
 }
 
 /**
@@ -287,6 +296,10 @@ function checkCostOptions(options: CostOptions, where: string): Required<CostOpt
   if (!(chunk >= 0) || !Number.isFinite(chunk)) {
     fail(`pipelineChunkBytes must be a finite number >= 0, got ${chunk}`);
   }
+  const handoff = options.handoffSeconds ?? 0;
+  if (!(handoff >= 0) || !Number.isFinite(handoff)) {
+    fail(`handoffSeconds must be a finite number >= 0, got ${handoff}`);
+  }
   return {
     link,
     devices,
@@ -295,6 +308,7 @@ function checkCostOptions(options: CostOptions, where: string): Required<CostOpt
     memoryBandwidthBytesPerSecond: memory,
     updateSecondsPerByte: update,
     pipelineChunkBytes: chunk,
+    handoffSeconds: handoff,
   };
 }
 
@@ -358,7 +372,8 @@ export function commActionSeconds(
 /**
  * Seconds one activation collective of a hybrid plan takes for one device's piece of `pieceBytes`
  * (see the module notes): N−1 messages of `pieceBytes`, one after another through a `shared` link or
- * side by side in a `star`, plus, for a reduce-scatter, the sums of `(N−1)·pieceBytes`. The same in
+ * side by side in a `star`, the runtime's `handoffSeconds`, plus, for a reduce-scatter, the sums of
+ * `(N−1)·pieceBytes`. The same in
  * both modes; zero with one device.
  *
  * @example
@@ -378,7 +393,7 @@ export function activationCollectiveSeconds(
   const n = o.devices;
   if (n === 1) return 0;
   const message = o.link.latencySeconds + pieceBytes / o.link.bandwidthBytesPerSecond;
-  const transfers = o.topology === "star" ? message : (n - 1) * message;
+  const transfers = o.handoffSeconds + (o.topology === "star" ? message : (n - 1) * message);
   return kind === "all-gather"
     ? transfers
     : transfers + (n - 1) * pieceBytes / o.memoryBandwidthBytesPerSecond;
