@@ -18,8 +18,8 @@
  * The training steps of the AlexNet-like default and of cifar10_quick also run beside PyTorch
  * (`bench/peers/pytorch.ts`: Debian's python3-torch 1.13, CPU): Tandem on one device and on 2
  * devices (`DataParallelTrainer`, overlap, shared memory) against PyTorch in one process and as
- * DistributedDataParallel over gloo with 2 processes on loopback. Without python3-torch those rows
- * say why.
+ * DistributedDataParallel over gloo with 2 processes on loopback. Run as root, it installs
+ * python3-torch and libopenblas0-pthread with apt-get where missing; without them those rows say why.
  *
  * Then it profiles those two steps on one device (`bench/op_profile.ts`): time, calls and GFLOP/s per
  * category of backend call (GEMM, convolution, pooling, LRN, elementwise, softmax, optimizer, copies,
