@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { createCluster, missingRequirement, removeCluster } from "../cli/cluster.ts";
 
 import { runSlowTests } from "./fixtures/slow.ts";
+import { overlapGoal } from "../bench/cluster/overlap_goal.ts";
 
 const missing = await missingRequirement();
 if (missing) console.log(`cluster: skipping the cluster tests: ${missing}`);
@@ -169,4 +170,31 @@ Deno.test({
     assert.match(trainError.stderr, /tandem train: unknown option --bogus/);
     assert.deepEqual(await namespaces(), before);
   },
+});
+
+// Mutations tried, each made this test fail: the branch taken on T_fc_comm ≥ conv backward instead
+// of conv backward ≥ T_fc_comm; what stays visible taken against the row's own FC comm instead of the
+// sequential row's.
+Deno.test("cluster bench: the overlap goal asks 0.8 hidden where the conv backward covers the exchange, else at most the difference visible", () => {
+  const ms = (v: number) => `${v} ms`;
+  const row = (stepMs: number) => ({ stepMs, fcCommMs: 60, bodyBackwardMs: 45 });
+  // Covered: conv backward 50 ms ≥ the exchange's 40 ms.
+  const covered = overlapGoal("master", { stepMs: 100, fcCommMs: 40, bodyBackwardMs: 50 }, [
+    { name: "overlap", r: row(66) },
+    { name: "bucketed", r: row(70) },
+  ], ms);
+  assert.match(covered, /covers the FC exchange \(40 ms\)/);
+  assert.match(covered, /overlap 0\.85 \(met\), bucketed 0\.75 \(not met\)\.$/);
+  // Not covered: 20 ms of conv backward against 33 ms of exchange leaves 13 ms that may stay visible;
+  // T_seq − T_fc_comm = 47 ms of the sequential step is not the exchange.
+  const short = overlapGoal("allreduce", { stepMs: 80, fcCommMs: 33, bodyBackwardMs: 20 }, [
+    { name: "overlap", r: row(66) },
+    { name: "bucketed", r: row(60) },
+    { name: "auto", r: row(58) },
+  ], ms);
+  assert.match(short, /is shorter than the FC exchange \(33 ms\)/);
+  assert.match(
+    short,
+    /at most the difference, 13 ms: overlap 19 ms \(not met\), bucketed 13 ms \(met\), auto 11 ms \(met\)\.$/,
+  );
 });

@@ -29,6 +29,7 @@ import {
   simulate,
 } from "../../schedule/simulator/mod.ts";
 import { groupTimes } from "../../schedule/simulator/profile.ts";
+import { overlapGoal } from "./overlap_goal.ts";
 import { wireBytesPerElement, type WireFormat } from "../../schedule/runtime/mod.ts";
 import { writeFileAtomic } from "../../engine/io/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
@@ -141,6 +142,8 @@ interface RankResult {
   computeMs: number;
   /** The slowest rank's compute per step (median over steps): the pace of a synchronous step. */
   slowestComputeMs: number;
+  /** The conv layers' backward (every group but the FC one), the slowest rank's, median over steps. */
+  bodyBackwardMs: number;
   hiddenFraction: number;
   fcCommMs: number;
   fcExchangeMs: number;
@@ -329,7 +332,8 @@ say(
     } ` +
     `(its share of the cores the hosts share, \`deviceThreads\`; PyTorch runs 1 thread per process); Open MPI's ` +
     `TCP progress thread on; ` +
-    `SGD momentum 0.9, weight decay 5e-4; synthetic data. ` +
+    `SGD momentum 0.9, weight decay 5e-4; one synthetic batch, made before the first step; ` +
+    `the ranks meet at a barrier before each step, outside the timed span, Tandem's as PyTorch's. ` +
     `Medians of the timed steps after warm-up. Both hosts share the machine's ${navigator.hardwareConcurrency} cores, ` +
     `so compute is as on 2 cores, not 2 machines.`,
 );
@@ -454,8 +458,10 @@ for (const rate of LINKS) {
       say("| schedule | mode | step | images/s | FC comm | wire | hidden | trace | rate | sim. (error) |");
       say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
       const profile = await profileOf(net, batch / 2);
+      const goals: string[] = [];
       for (const mode of MODES) {
         let seq: RankResult | undefined;
+        const overlapping: { name: string; r: RankResult }[] = [];
         for (const { schedule, wire } of ROWS) {
           const r = await tandem(cluster, {
             net,
@@ -485,6 +491,9 @@ for (const rate of LINKS) {
             : r.wire !== "fp32"
             ? `${r.schedule}, ${r.wire} wire`
             : r.schedule;
+          if (schedule !== "sequential" && r.schedule !== "hybrid" && r.wire === "fp32") {
+            overlapping.push({ name, r });
+          }
           const fcComm = r.schedule === "hybrid" ? `${ms(r.activationMs)} act.` : ms(r.fcCommMs);
           const rate = r.schedule === "hybrid" ? "—" : `${(100 * achieved / bytesPerSecond).toFixed(0)}%`;
           say(
@@ -493,6 +502,7 @@ for (const rate of LINKS) {
             } MB | ${hidden} | ${(r.hiddenFraction * 100).toFixed(0)}% | ${rate} | ${sim} |`,
           );
         }
+        if (seq) goals.push(overlapGoal(mode, seq, overlapping, ms));
       }
       // PyTorch DDP on the same hosts and link: one process per host, default buckets, gloo.
       if (pytorchWhy) {
@@ -524,6 +534,8 @@ for (const rate of LINKS) {
         say();
         say(`PyTorch's libraries (rank 0): ${result.blas}.`);
       }
+      say();
+      for (const goal of goals) say(goal);
     }
   } finally {
     await removeCluster(cluster);
