@@ -535,7 +535,11 @@ for (const rate of LINKS) {
         say(`PyTorch's libraries (rank 0): ${result.blas}.`);
       }
       say();
-      for (const goal of goals) say(goal);
+      // One paragraph per mode: consecutive lines would run together in Markdown.
+      for (const goal of goals) {
+        say(goal);
+        say();
+      }
     }
   } finally {
     await removeCluster(cluster);
