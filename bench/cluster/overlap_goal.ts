@@ -17,6 +17,19 @@ export interface GoalRow {
 }
 
 /**
+ * The share of the sequential row's FC exchange a row hid: (T_seq − T) / T_fc_comm.
+ *
+ * @example
+ * ```ts
+ * import { hiddenShare } from "./overlap_goal.ts";
+ * hiddenShare({ stepMs: 100, fcCommMs: 40, bodyBackwardMs: 50 }, { stepMs: 66 }); // 0.85
+ * ```
+ */
+export function hiddenShare(seq: GoalRow, row: Pick<GoalRow, "stepMs">): number {
+  return (seq.stepMs - row.stepMs) / seq.fcCommMs;
+}
+
+/**
  * The overlap goal for one net and mode, checked on the measured rows: where the conv
  * backward (the sequential row's, slowest rank) is at least as long as the FC exchange (its T_fc_comm),
  * (T_seq − T) / T_fc_comm ≥ 0.8; where it is shorter, what stays visible, T − (T_seq − T_fc_comm), is
@@ -42,7 +55,7 @@ export function overlapGoal(
   const backward = `the conv backward (${ms(conv)}, sequential row, slowest rank)`;
   if (conv >= comm) {
     const each = rows.map(({ name, r }) => {
-      const hidden = (seq.stepMs - r.stepMs) / comm;
+      const hidden = hiddenShare(seq, r);
       return `${name} ${hidden.toFixed(2)} (${verdict(hidden >= 0.8)})`;
     });
     return `**Overlap goal, ${mode}:** ${backward} covers the FC exchange (${ms(comm)}), so the hidden ` +

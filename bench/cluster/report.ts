@@ -29,7 +29,7 @@ import {
   simulate,
 } from "../../schedule/simulator/mod.ts";
 import { groupTimes } from "../../schedule/simulator/profile.ts";
-import { overlapGoal } from "./overlap_goal.ts";
+import { hiddenShare, overlapGoal } from "./overlap_goal.ts";
 import { wireBytesPerElement, type WireFormat } from "../../schedule/runtime/mod.ts";
 import { writeFileAtomic } from "../../engine/io/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
@@ -475,7 +475,7 @@ for (const rate of LINKS) {
           });
           if (schedule === "sequential") seq = r;
           const hidden = seq && schedule !== "sequential" && seq.fcCommMs > 0
-            ? ((seq.stepMs - r.stepMs) / seq.fcCommMs).toFixed(2)
+            ? hiddenShare(seq, r).toFixed(2)
             : "—";
           const achieved = r.fcExchangeMs > 0 ? directionBytes(r) / (r.fcExchangeMs / 1000) : 0;
           let sim = "—";
