@@ -9,11 +9,10 @@ import {
   encodeSafetensors,
   type HostTensor,
   hostTensorToTensor,
-  loadCheckpoint,
   loadSafetensors,
-  saveCheckpoint,
   saveSafetensors,
 } from "../engine/io/safetensors.ts";
+import { loadCheckpoint, saveCheckpoint } from "../engine/io/checkpoint.ts";
 
 const encoder = new TextEncoder();
 

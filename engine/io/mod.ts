@@ -19,22 +19,24 @@
  */
 
 export {
-  type CheckpointContents,
   decodeSafetensors,
   encodeSafetensors,
   type HostTensor,
   hostTensorToTensor,
-  loadCheckpoint,
-  type LoadCheckpointOptions,
-  type LoadedCheckpoint,
   loadSafetensors,
   type SafetensorsArray,
   type SafetensorsDType,
   type SafetensorsFile,
-  saveCheckpoint,
   saveSafetensors,
   type TensorCollection,
   type TensorSource,
 } from "./safetensors.ts";
+export {
+  type CheckpointContents,
+  loadCheckpoint,
+  type LoadCheckpointOptions,
+  type LoadedCheckpoint,
+  saveCheckpoint,
+} from "./checkpoint.ts";
 export { checkOutputPath, type OutputTarget, resolveOutputPath, writeFileAtomic } from "./atomic.ts";
 export { CheckpointError, OutputPathError, SafetensorsError } from "./errors.ts";
