@@ -67,13 +67,8 @@ import type { TraceRecorder, TraceSpan } from "../runtime/trace.ts";
 import { GradientWire } from "../runtime/wire.ts";
 import { pipelineChunkBytes } from "../runtime/link.ts";
 import { type BulkCollectives, type BulkRequest, bytesOf, SocketMesh } from "./sockets.ts";
-import {
-  detectMpiLaunch,
-  eagerMessageBytes,
-  MpiTransport,
-  TransportError,
-  type WaitOptions,
-} from "./transport.ts";
+import { detectMpiLaunch } from "./launch.ts";
+import { eagerMessageBytes, MpiTransport, TransportError, type WaitOptions } from "./transport.ts";
 
 /** Kernel threads for one of `ranksOnHost` ranks sharing this host's cores (at least 1). */
 function cpuThreadsPerRank(ranksOnHost: number): number {

@@ -22,13 +22,10 @@
 
 export { MpiError } from "./library.ts";
 export { type BulkCollectives, type BulkRequest, type DataPlane, SocketMesh } from "./sockets.ts";
+export { detectMpiLaunch, inspectMpiLaunch, type MpiDetection, type MpiLaunch } from "./launch.ts";
 export {
-  detectMpiLaunch,
   type GatherOptions,
-  inspectMpiLaunch,
   type MpiBuffer,
-  type MpiDetection,
-  type MpiLaunch,
   MpiRequest,
   MpiTransport,
   type MpiTransportOptions,
