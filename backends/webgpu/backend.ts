@@ -11,6 +11,11 @@
  * creation, uncaptured errors, device loss) and thrown by the next backend call or by `read`, with
  * the kernel and shapes involved, rather than silently producing wrong numbers.
  *
+ * It stays one file although long: it is the one class that implements the backend contract, one
+ * method per operation (most under 30 lines: check the shapes, pick the WGSL template, dispatch),
+ * over private plumbing they all share (command encoder, parameter arena, buffer pool, pipeline
+ * cache, error scopes). The WGSL itself lives in `kernels.ts` and `wgsl.ts`.
+ *
  * @module
  */
 

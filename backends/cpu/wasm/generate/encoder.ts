@@ -9,6 +9,10 @@
  * checks types: `WebAssembly.validate` on the finished bytes is the checker (the tests run it on
  * every generated module).
  *
+ * It stays one file although long: nearly all of it is {@link FunctionWriter}'s one short method per
+ * opcode (some 120 of them), which only make sense beside the opcode table and the LEB128 encoders above
+ * them; the module builder at the end is the rest.
+ *
  * @module
  */
 
