@@ -18,10 +18,12 @@
  * - `handoffMs`: a hybrid step's handoff around each of those collectives ({@link handoffMs});
  * - `wireBytes`: the bytes rank 0's transfers carried per step, from the trace (gradients as sent:
  *   half as many under `wire: "fp16"`; activations for a hybrid schedule);
- * - the schedule actually run (`auto` names its choice).
+ * - the schedule actually run (`auto` names its choice);
+ * - `paired`: with `pairedWith`, the same figures of that schedule, whose steps alternated with this
+ *   one's (a second trainer on the same ranks and link; which of the two goes first alternates).
  *
  * Usage: `deno run -A bench/cluster/rank.ts '<json config>'`, config `{ net, schedule, mode, batch,
- * steps, warmup, linkBytesPerSecond, wire?, deviceThreads? }`; `net` is `alexnet-like`, `alexnet` or `probe:<MB>`.
+ * steps, warmup, linkBytesPerSecond, wire?, deviceThreads?, dataPlane?, pairedWith? }`; `net` is `alexnet-like`, `alexnet` or `probe:<MB>`.
  *
  * @module
  */
@@ -38,7 +40,13 @@ import {
 import { layoutOf, type ModelSpec } from "../../schedule/devices/mod.ts";
 import { measureProfile } from "../../schedule/simulator/mod.ts";
 import { type DataPlane, MpiTransport } from "../../schedule/mpi/mod.ts";
-import { spanKind, stepFigures, type TraceSpan, type WireFormat } from "../../schedule/runtime/mod.ts";
+import {
+  type DataParallelStepResult,
+  spanKind,
+  stepFigures,
+  type TraceSpan,
+  type WireFormat,
+} from "../../schedule/runtime/mod.ts";
 import { uniformValues } from "../../engine/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
 
@@ -64,6 +72,12 @@ export interface RankConfig {
   deviceThreads?: number;
   /** How gradients and parameters travel (default `sockets`). */
   dataPlane?: DataPlane;
+  /**
+   * A schedule (`sequential`) to run beside this one, step for step in turn in the same launch, on
+   * the same groups and float32 gradients: its figures come out as `paired`, so that a comparison
+   * between the two (the hidden fraction) is not at the mercy of the machine's drift between launches.
+   */
+  pairedWith?: string;
 }
 
 /** The model spec of a config's net. */
@@ -108,6 +122,80 @@ const median = (values: number[]) => {
   return sorted.length ? sorted[Math.floor(sorted.length / 2)] : 0;
 };
 
+/**
+ * The step figures of one trainer's timed steps (see the module notes), from rank 0's step results
+ * and the trace gathered from every rank: medians over the timed steps.
+ */
+function stepFiguresOf(
+  run: { results: DataParallelStepResult[]; trace: TraceRecorder },
+  config: RankConfig,
+  fcGroup: string,
+  ranks: number,
+) {
+  const { trace } = run;
+  const timed = run.results.slice(config.warmup);
+  const perStep = timed.map((r) => {
+    const spans = trace.spans.filter((s) => s.step === r.iteration && s.device === 0);
+    // Every rank's FC reduce, update and broadcast spans of this step; rank 0's are its own.
+    const everyRank = trace.spans.filter((s) =>
+      s.step === r.iteration && s.lane === "comm" &&
+      ["reduce", "update", "broadcast"].some((k) => s.name === `${k} ${fcGroup}`)
+    );
+    const fcComm = everyRank.filter((s) => s.device === 0 && spanKind(s) === "communication");
+    // The exchange on every rank's FC spans (common clock): from when the last rank began it (its
+    // gradients exist) to when the last rank holds the new parameters. Rank 0's spans alone would
+    // end when its broadcast left for the kernel's buffers, before the peers have it.
+    const devices = [...new Set(everyRank.map((s) => s.device))];
+    const exchange = everyRank.length
+      ? Math.max(...everyRank.map((s) => s.end)) -
+        Math.max(
+          ...devices.map((d) => Math.min(...everyRank.filter((s) => s.device === d).map((s) => s.start))),
+        )
+      : 0;
+    const activations = spans.filter((s) => s.lane === "comm" && /^(gather|scatter) /.test(s.name));
+    return {
+      fcComm: fcComm.reduce((n, s) => n + s.end - s.start, 0),
+      exchange,
+      activation: activations.reduce((n, s) => n + s.end - s.start, 0),
+      bytes: spans.reduce((n, s) => n + (s.bytes ?? 0), 0),
+    };
+  });
+  // A figure of each rank's own spans, the slowest rank's in each timed step, median over steps.
+  const slowestRank = (figure: (spans: TraceSpan[]) => number) =>
+    median(
+      timed.map((r) =>
+        Math.max(...Array.from({ length: ranks }, (_, d) =>
+          figure(trace.spans.filter((s) =>
+            s.step === r.iteration && s.device === d
+          ))))
+      ),
+    );
+  const stepMs = median(timed.map((r) => r.ms.total));
+  return {
+    stepMs,
+    bestStepMs: Math.min(...timed.map((r) => r.ms.total)),
+    computeMs: median(timed.map((r) => r.ms.compute)),
+    // Each rank's compute as the step figures count rank 0's (`computeMs`), from its spans.
+    slowestComputeMs: slowestRank((spans) => stepFigures(spans, 0).compute),
+    // The backward of every group but the FC one: what an overlapping schedule can hide the FC
+    // exchange behind.
+    bodyBackwardMs: slowestRank((spans) =>
+      spans.filter((s) =>
+        s.lane === "compute" && s.name.startsWith("backward ") && s.name !== `backward ${fcGroup}`
+      ).reduce((n, s) => n + s.end - s.start, 0)
+    ),
+    commMs: median(timed.map((r) => r.ms.communication)),
+    updateMs: median(timed.map((r) => r.ms.update)),
+    hiddenFraction: median(timed.map((r) => r.hiddenFraction)),
+    fcCommMs: median(perStep.map((s) => s.fcComm)),
+    fcExchangeMs: median(perStep.map((s) => s.exchange)),
+    activationMs: median(perStep.map((s) => s.activation)),
+    handoffMs: handoffMs(trace.spans.filter((s) => timed.some((r) => r.iteration === s.step))),
+    wireBytes: median(perStep.map((s) => s.bytes)),
+    imagesPerSecond: config.batch / (stepMs / 1000),
+  };
+}
+
 if (import.meta.main) {
   const transport = MpiTransport.init();
   try {
@@ -148,19 +236,27 @@ if (import.meta.main) {
     const [channels, height, width] = reference.inputShape;
     const classes = reference.classes;
     reference.dispose();
-    const trace = new TraceRecorder();
-    const trainer = await DataParallelTrainer.create({
-      transport,
-      model: spec,
-      plan,
-      mode: config.mode,
-      optimizer: (p) => new SGD(p, { lr: 1e-4, momentum: 0.9, weightDecay: 5e-4 }),
-      trace,
-      timeoutSeconds: 600,
-      wire: config.wire,
-      deviceThreads: config.deviceThreads,
-      dataPlane: config.dataPlane,
-    });
+    /** A trainer of `plan` on these ranks, recording its own trace. */
+    const start = async (plan: Plan, wire: WireFormat | undefined) => {
+      const trace = new TraceRecorder();
+      const trainer = await DataParallelTrainer.create({
+        transport,
+        model: spec,
+        plan,
+        mode: config.mode,
+        optimizer: (p) => new SGD(p, { lr: 1e-4, momentum: 0.9, weightDecay: 5e-4 }),
+        trace,
+        timeoutSeconds: 600,
+        wire,
+        deviceThreads: config.deviceThreads,
+        dataPlane: config.dataPlane,
+      });
+      return { plan, trace, trainer, results: [] as DataParallelStepResult[] };
+    };
+    const runs = [await start(plan, config.wire)];
+    if (config.pairedWith) {
+      runs.push(await start(builtinPlan(config.pairedWith as "sequential", plan.groups), "fp32"));
+    }
     // One synthetic batch, made before the first step and fed to every step, as the PyTorch peer
     // does: made per step on the main thread (3-11 ms for the AlexNet-like net's 50,176 values) it
     // ran between steps at a different moment on each rank, and a rank that started late held the
@@ -171,55 +267,21 @@ if (import.meta.main) {
       labels: Int32Array.from(uniformValues(config.batch, { seed: 200 }), (u) => Math.floor(u * classes)),
       shape,
     };
-    const results = [];
     for (let step = 0; step < config.warmup + config.steps; step++) {
-      // The ranks meet before each step, outside the timed span, as the peer's ranks do (dist.barrier).
-      await transport.barrier(`before step ${step}`).wait({ deadline: performance.now() + 600_000 });
-      results.push(await trainer.step(batch));
+      // Paired runs take turns, and which goes first alternates, so neither always follows the other.
+      for (const run of step % 2 ? [...runs].reverse() : runs) {
+        // The ranks meet before each step, outside the timed span, as the peer's ranks do (dist.barrier).
+        await transport.barrier(`before step ${step}`).wait({ deadline: performance.now() + 600_000 });
+        run.results.push(await run.trainer.step(batch));
+      }
     }
-    await trainer.gatherTrace();
+    for (const run of runs) await run.trainer.gatherTrace();
     // The FC exchange: the group nearest the output (`fc`, or an automatic split's `head`).
     const fcGroup = plan.groups[0];
-    const fcBytes = trainer.layout.groups.find((g) => g.name === fcGroup)!.size * 4;
-    await trainer.close();
+    const fcBytes = runs[0].trainer.layout.groups.find((g) => g.name === fcGroup)!.size * 4;
+    for (const run of runs) await run.trainer.close();
     if (transport.rank === 0) {
-      const timed = results.slice(config.warmup);
-      const perStep = timed.map((r) => {
-        const spans = trace.spans.filter((s) => s.step === r.iteration && s.device === 0);
-        // Every rank's FC reduce, update and broadcast spans of this step; rank 0's are its own.
-        const everyRank = trace.spans.filter((s) =>
-          s.step === r.iteration && s.lane === "comm" &&
-          ["reduce", "update", "broadcast"].some((k) => s.name === `${k} ${fcGroup}`)
-        );
-        const fcComm = everyRank.filter((s) => s.device === 0 && spanKind(s) === "communication");
-        // The exchange on every rank's FC spans (common clock): from when the last rank began it (its
-        // gradients exist) to when the last rank holds the new parameters. Rank 0's spans alone would
-        // end when its broadcast left for the kernel's buffers, before the peers have it.
-        const ranks = [...new Set(everyRank.map((s) => s.device))];
-        const exchange = everyRank.length
-          ? Math.max(...everyRank.map((s) => s.end)) -
-            Math.max(
-              ...ranks.map((d) => Math.min(...everyRank.filter((s) => s.device === d).map((s) => s.start))),
-            )
-          : 0;
-        const activations = spans.filter((s) => s.lane === "comm" && /^(gather|scatter) /.test(s.name));
-        return {
-          fcComm: fcComm.reduce((n, s) => n + s.end - s.start, 0),
-          exchange,
-          activation: activations.reduce((n, s) => n + s.end - s.start, 0),
-          bytes: spans.reduce((n, s) => n + (s.bytes ?? 0), 0),
-        };
-      });
-      // A figure of each rank's own spans, the slowest rank's in each timed step, median over steps.
-      const slowestRank = (figure: (spans: TraceSpan[]) => number) =>
-        median(
-          timed.map((r) =>
-            Math.max(...Array.from({ length: transport.size }, (_, d) =>
-              figure(trace.spans.filter((s) =>
-                s.step === r.iteration && s.device === d
-              ))))
-          ),
-        );
+      const [own, paired] = runs.map((run) => stepFiguresOf(run, config, fcGroup, transport.size));
       console.log(JSON.stringify({
         net: config.net,
         schedule: plan.name,
@@ -230,29 +292,10 @@ if (import.meta.main) {
         mode: config.mode,
         ranks: transport.size,
         batch: config.batch,
-        stepMs: median(timed.map((r) => r.ms.total)),
-        bestStepMs: Math.min(...timed.map((r) => r.ms.total)),
-        computeMs: median(timed.map((r) => r.ms.compute)),
-        // Each rank's compute as the step figures count rank 0's (`computeMs`), from its spans.
-        slowestComputeMs: slowestRank((spans) => stepFigures(spans, 0).compute),
-        // The backward of every group but the FC one: what an overlapping schedule can hide the FC
-        // exchange behind.
-        bodyBackwardMs: slowestRank((spans) =>
-          spans.filter((s) =>
-            s.lane === "compute" && s.name.startsWith("backward ") && s.name !== `backward ${fcGroup}`
-          ).reduce((n, s) => n + s.end - s.start, 0)
-        ),
-        commMs: median(timed.map((r) => r.ms.communication)),
-        updateMs: median(timed.map((r) => r.ms.update)),
-        hiddenFraction: median(timed.map((r) => r.hiddenFraction)),
-        fcCommMs: median(perStep.map((s) => s.fcComm)),
-        fcExchangeMs: median(perStep.map((s) => s.exchange)),
+        ...own,
         fcBytes,
-        activationMs: median(perStep.map((s) => s.activation)),
-        handoffMs: handoffMs(trace.spans.filter((s) => timed.some((r) => r.iteration === s.step))),
-        wireBytes: median(perStep.map((s) => s.bytes)),
         wire: config.wire ?? "fp32",
-        imagesPerSecond: config.batch / (median(timed.map((r) => r.ms.total)) / 1000),
+        ...(paired ? { paired: { schedule: runs[1].plan.name, ...paired } } : {}),
       }));
     }
     transport.finalize();

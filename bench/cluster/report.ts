@@ -29,7 +29,7 @@ import {
   simulate,
 } from "../../schedule/simulator/mod.ts";
 import { groupTimes } from "../../schedule/simulator/profile.ts";
-import { hiddenShare, overlapGoal } from "./overlap_goal.ts";
+import { type GoalRow, hiddenShare, overlapGoal } from "./overlap_goal.ts";
 import { wireBytesPerElement, type WireFormat } from "../../schedule/runtime/mod.ts";
 import { writeFileAtomic } from "../../engine/io/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
@@ -154,6 +154,8 @@ interface RankResult {
   wireBytes: number;
   wire: WireFormat;
   imagesPerSecond: number;
+  /** The `sequential` steps that took turns with this row's in the same launch (`pairedWith`). */
+  paired?: GoalRow & { schedule: string };
 }
 
 const decoder = new TextDecoder();
@@ -342,7 +344,10 @@ say(
   "Columns: **step** median step; **FC comm** rank 0's FC reduce and broadcast (transfers, not the update), " +
     "or for `hybrid` its activation all-gathers and reduce-scatters (marked act.); **wire** the bytes rank 0's " +
     "transfers carried per step (trace); " +
-    "**hidden** (T_seq − T_ovl) / T_fc_comm against this net and mode's `sequential` row; **trace** the part of " +
+    "**hidden** (T_seq − T) / T_fc_comm, where T_seq and T_fc_comm are those of `sequential` steps that took " +
+    "turns with this row's in the same launch (a second trainer on the same ranks, which of the two steps first " +
+    "alternating; their median step in parentheses), so that the machine's drift between launches does not pass " +
+    "for hiding; **trace** the part of " +
     "rank 0's communication that overlapped its compute; **rate** the FC bytes of the busier direction (gradients as " +
     "the wire carries them, or in master mode the float32 parameters sent back) over the FC exchange's span " +
     "(on every rank's trace, the ranks' clocks aligned: from when the last rank starts sending its FC gradients to " +
@@ -460,8 +465,7 @@ for (const rate of LINKS) {
       const profile = await profileOf(net, batch / 2);
       const goals: string[] = [];
       for (const mode of MODES) {
-        let seq: RankResult | undefined;
-        const overlapping: { name: string; r: RankResult }[] = [];
+        const overlapping: { name: string; r: RankResult; seq: GoalRow }[] = [];
         for (const { schedule, wire } of ROWS) {
           const r = await tandem(cluster, {
             net,
@@ -472,10 +476,12 @@ for (const rate of LINKS) {
             warmup,
             linkBytesPerSecond: bytesPerSecond,
             wire,
+            // Every other schedule takes turns with sequential steps, its reference for what it hid.
+            ...(schedule === "sequential" ? {} : { pairedWith: "sequential" }),
           });
-          if (schedule === "sequential") seq = r;
-          const hidden = seq && schedule !== "sequential" && seq.fcCommMs > 0
-            ? hiddenShare(seq, r).toFixed(2)
+          const seq = r.paired;
+          const hidden = seq && seq.fcCommMs > 0
+            ? `${hiddenShare(seq, r).toFixed(2)} (seq. ${ms(seq.stepMs)})`
             : "—";
           const achieved = r.fcExchangeMs > 0 ? directionBytes(r) / (r.fcExchangeMs / 1000) : 0;
           let sim = "—";
@@ -491,9 +497,7 @@ for (const rate of LINKS) {
             : r.wire !== "fp32"
             ? `${r.schedule}, ${r.wire} wire`
             : r.schedule;
-          if (schedule !== "sequential" && r.schedule !== "hybrid" && r.wire === "fp32") {
-            overlapping.push({ name, r });
-          }
+          if (seq && r.schedule !== "hybrid" && r.wire === "fp32") overlapping.push({ name, r, seq });
           const fcComm = r.schedule === "hybrid" ? `${ms(r.activationMs)} act.` : ms(r.fcCommMs);
           const rate = r.schedule === "hybrid" ? "—" : `${(100 * achieved / bytesPerSecond).toFixed(0)}%`;
           say(
@@ -502,7 +506,7 @@ for (const rate of LINKS) {
             } MB | ${hidden} | ${(r.hiddenFraction * 100).toFixed(0)}% | ${rate} | ${sim} |`,
           );
         }
-        if (seq) goals.push(overlapGoal(mode, seq, overlapping, ms));
+        if (overlapping.length) goals.push(overlapGoal(mode, overlapping, ms));
       }
       // PyTorch DDP on the same hosts and link: one process per host, default buckets, gloo.
       if (pytorchWhy) {
