@@ -344,10 +344,11 @@ say(
   "Columns: **step** median step; **FC comm** rank 0's FC reduce and broadcast (transfers, not the update), " +
     "or for `hybrid` its activation all-gathers and reduce-scatters (marked act.); **wire** the bytes rank 0's " +
     "transfers carried per step (trace); " +
-    "**hidden** (T_seq − T) / T_fc_comm, where T_seq and T_fc_comm are those of `sequential` steps that took " +
-    "turns with this row's in the same launch (a second trainer on the same ranks, which of the two steps first " +
-    "alternating; their median step in parentheses), so that the machine's drift between launches does not pass " +
-    "for hiding; **trace** the part of " +
+    "**hidden** (T_seq − T) / T_fc_comm from a second launch of the row in which its steps took turns with " +
+    "`sequential` ones (a second trainer on the same ranks; which of the two steps first alternates), T_seq and " +
+    "T_fc_comm being those steps', so that the machine's drift between launches does not pass for hiding (in " +
+    "parentheses T_seq → T of that launch: taking turns slows some rows, so every other column comes from the " +
+    "row's own launch, its steps alone, as the peer's are); **trace** the part of " +
     "rank 0's communication that overlapped its compute; **rate** the FC bytes of the busier direction (gradients as " +
     "the wire carries them, or in master mode the float32 parameters sent back) over the FC exchange's span " +
     "(on every rank's trace, the ranks' clocks aligned: from when the last rank starts sending its FC gradients to " +
@@ -467,7 +468,7 @@ for (const rate of LINKS) {
       for (const mode of MODES) {
         const overlapping: { name: string; r: RankResult; seq: GoalRow }[] = [];
         for (const { schedule, wire } of ROWS) {
-          const r = await tandem(cluster, {
+          const config = {
             net,
             schedule,
             mode,
@@ -476,12 +477,16 @@ for (const rate of LINKS) {
             warmup,
             linkBytesPerSecond: bytesPerSecond,
             wire,
-            // Every other schedule takes turns with sequential steps, its reference for what it hid.
-            ...(schedule === "sequential" ? {} : { pairedWith: "sequential" }),
-          });
-          const seq = r.paired;
-          const hidden = seq && seq.fcCommMs > 0
-            ? `${hiddenShare(seq, r).toFixed(2)} (seq. ${ms(seq.stepMs)})`
+          };
+          // The row's own launch gives every column but hidden: its steps run alone, as the peer's do.
+          const r = await tandem(cluster, config);
+          // What it hid comes from a second launch in which its steps take turns with sequential ones.
+          const p = schedule === "sequential"
+            ? undefined
+            : await tandem(cluster, { ...config, pairedWith: "sequential" });
+          const seq = p?.paired;
+          const hidden = p && seq && seq.fcCommMs > 0
+            ? `${hiddenShare(seq, p).toFixed(2)} (${ms(seq.stepMs)} → ${ms(p.stepMs)})`
             : "—";
           const achieved = r.fcExchangeMs > 0 ? directionBytes(r) / (r.fcExchangeMs / 1000) : 0;
           let sim = "—";
@@ -497,7 +502,7 @@ for (const rate of LINKS) {
             : r.wire !== "fp32"
             ? `${r.schedule}, ${r.wire} wire`
             : r.schedule;
-          if (seq && r.schedule !== "hybrid" && r.wire === "fp32") overlapping.push({ name, r, seq });
+          if (p && seq && r.schedule !== "hybrid" && r.wire === "fp32") overlapping.push({ name, r: p, seq });
           const fcComm = r.schedule === "hybrid" ? `${ms(r.activationMs)} act.` : ms(r.fcCommMs);
           const rate = r.schedule === "hybrid" ? "—" : `${(100 * achieved / bytesPerSecond).toFixed(0)}%`;
           say(
