@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { createCluster, missingRequirement, removeCluster } from "../cli/cluster.ts";
+import { commandAcross, createCluster, missingRequirement, removeCluster } from "../cli/cluster.ts";
 
 import { runSlowTests } from "./fixtures/slow.ts";
 import { overlapGoal } from "../bench/cluster/overlap_goal.ts";
@@ -169,6 +169,46 @@ Deno.test({
     assert.notEqual(trainError.code, 0);
     assert.match(trainError.stderr, /tandem train: unknown option --bogus/);
     assert.deepEqual(await namespaces(), before);
+  },
+});
+
+// Mutation tried: the paired trainer skipping its last step (or stepping with another learning rate)
+// makes the digests differ, and a pairedWith the rank script ignores leaves no paired figures.
+Deno.test({
+  name:
+    "cluster bench: a row paired with sequential steps over a real link trains both trainers to the same bits",
+  ignore: missing !== undefined,
+  fn: async () => {
+    const cluster = await createCluster(2, "1gbit");
+    try {
+      const config = {
+        net: "alexnet-like",
+        schedule: "overlap",
+        mode: "master",
+        batch: 16,
+        steps: 2,
+        warmup: 1,
+        linkBytesPerSecond: 125e6,
+        deviceThreads: 1,
+        pairedWith: "sequential",
+      };
+      const output = await commandAcross(
+        cluster,
+        [Deno.execPath(), "run", "-A", "--no-check", `${root}bench/cluster/rank.ts`, JSON.stringify(config)],
+        { stdin: "null", stdout: "piped", stderr: "piped", signal: AbortSignal.timeout(180_000) },
+      ).output();
+      assert.ok(output.success, decoder.decode(output.stderr).slice(-3000));
+      const r = JSON.parse(decoder.decode(output.stdout).trim().split("\n").at(-1)!);
+      assert.equal(r.schedule, "overlap");
+      assert.equal(r.paired?.schedule, "sequential");
+      assert.ok(r.stepMs > 0 && r.paired.stepMs > 0 && r.paired.fcCommMs > 0);
+      // Two trainers on one transport, their steps in turn: each got its own bytes, and the overlap
+      // schedule's parameters equal the sequential one's bit for bit.
+      assert.match(r.paramsSha256, /^[0-9a-f]{64}$/);
+      assert.equal(r.paramsSha256, r.paired.paramsSha256);
+    } finally {
+      await removeCluster(cluster);
+    }
   },
 });
 

@@ -18,7 +18,8 @@
  * - `handoffMs`: a hybrid step's handoff around each of those collectives ({@link handoffMs});
  * - `wireBytes`: the bytes rank 0's transfers carried per step, from the trace (gradients as sent:
  *   half as many under `wire: "fp16"`; activations for a hybrid schedule);
- * - the schedule actually run (`auto` names its choice);
+ * - the schedule actually run (`auto` names its choice), and `paramsSha256`, the SHA-256 of the master's
+ *   parameters after the last step;
  * - `paired`: with `pairedWith`, the same figures of that schedule, whose steps alternated with this
  *   one's (a second trainer on the same ranks and link; which of the two goes first alternates).
  *
@@ -115,6 +116,13 @@ export function handoffMs(spans: readonly TraceSpan[]): number {
     }
   }
   return median(handoffs);
+}
+
+/** SHA-256 of the parameters' bytes, hex: runs that must agree bit for bit compare these. */
+async function sha256(values: Float32Array): Promise<string> {
+  // A copy: the parameters may live in shared memory, which the digest does not take.
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new Float32Array(values).buffer));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 const median = (values: number[]) => {
@@ -251,7 +259,7 @@ if (import.meta.main) {
         deviceThreads: config.deviceThreads,
         dataPlane: config.dataPlane,
       });
-      return { plan, trace, trainer, results: [] as DataParallelStepResult[] };
+      return { plan, trace, trainer, results: [] as DataParallelStepResult[], paramsSha256: "" };
     };
     const runs = [await start(plan, config.wire)];
     if (config.pairedWith) {
@@ -275,7 +283,12 @@ if (import.meta.main) {
         run.results.push(await run.trainer.step(batch));
       }
     }
-    for (const run of runs) await run.trainer.gatherTrace();
+    for (const run of runs) {
+      await run.trainer.gatherTrace();
+      // Collective (a hybrid head's slices come together on rank 0).
+      await run.trainer.syncParameters();
+      run.paramsSha256 = await sha256(run.trainer.masterParameters());
+    }
     // The FC exchange: the group nearest the output (`fc`, or an automatic split's `head`).
     const fcGroup = plan.groups[0];
     const fcBytes = runs[0].trainer.layout.groups.find((g) => g.name === fcGroup)!.size * 4;
@@ -295,7 +308,10 @@ if (import.meta.main) {
         ...own,
         fcBytes,
         wire: config.wire ?? "fp32",
-        ...(paired ? { paired: { schedule: runs[1].plan.name, ...paired } } : {}),
+        paramsSha256: runs[0].paramsSha256,
+        ...(paired
+          ? { paired: { schedule: runs[1].plan.name, ...paired, paramsSha256: runs[1].paramsSha256 } }
+          : {}),
       }));
     }
     transport.finalize();
