@@ -38,7 +38,7 @@ export const DEFAULTS = {
 export const BUILTIN_SCHEDULES = {
   overlap: "each group's exchange starts when its backward ends, hidden behind the next",
   sequential: "all of backward first, then every exchange: the baseline, nothing hidden",
-  bucketed: "overlap's per-group buckets (as PyTorch DDP's), under their own name",
+  bucketed: "PyTorch DDP's default buckets (1 MiB, then up to 25 MiB, from the output side), overlapped",
   hybrid: "FC layers split over the devices (activations travel), the rest data-parallel",
   auto: "measures the model here, prices each plan on the link, runs the fastest",
 } as const;

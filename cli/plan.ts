@@ -8,9 +8,9 @@
 import { basename } from "node:path";
 import { autoSchedule, builtinPlan, type Network, type Plan } from "../mod.ts";
 import { accumulatedProfile, DEFAULT_LINK, measureProfile } from "../schedule/simulator/mod.ts";
-import { layoutOf, type ModelSpec } from "../schedule/devices/mod.ts";
+import { layerParameterBytes, layoutOf, type ModelSpec } from "../schedule/devices/mod.ts";
 import type { Link } from "../schedule/runtime/mod.ts";
-import { loadSchedule } from "../schedule/mod.ts";
+import { ddpBuckets, loadSchedule } from "../schedule/mod.ts";
 import { SCHEDULE_NAMES, type TrainArgs } from "./args.ts";
 import { CliError, closest } from "./errors.ts";
 
@@ -56,7 +56,12 @@ export async function choosePlan(
 ): Promise<{ plan: Plan; spec: ModelSpec }> {
   const groups = layoutOf(local.namedParameters()).groups.map((g) => g.name);
   const name = args.schedule;
-  if (name === "overlap" || name === "sequential" || name === "bucketed" || name === "hybrid") {
+  if (name === "bucketed") {
+    // PyTorch DDP's default buckets, regrouping the layers: 1 MiB first, then up to 25 MiB each.
+    const buckets = ddpBuckets(layerParameterBytes(local));
+    return { plan: buckets.plan, spec: { ...spec, groups: buckets.assignment } };
+  }
+  if (name === "overlap" || name === "sequential" || name === "hybrid") {
     return { plan: builtinPlan(name, groups), spec };
   }
   if (name === "auto") {

@@ -624,6 +624,7 @@ export async function runTrain(argv: readonly string[]): Promise<number> {
         accumulate: args.accumulate,
         transport: args.transport,
         schedule: plan.name,
+        groups: plan.groups,
         reduce: args.reduce,
         wire: args.wire,
         errorFeedback: args.errorFeedback,

@@ -59,3 +59,10 @@ export {
   sequentialPlan,
 } from "./plan/builtins.ts";
 export { explain, type ExplainOptions } from "./plan/explain.ts";
+export {
+  type Buckets,
+  DDP_BUCKET_BYTES,
+  DDP_FIRST_BUCKET_BYTES,
+  ddpBuckets,
+  type LayerBytes,
+} from "./plan/buckets.ts";

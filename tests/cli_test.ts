@@ -34,6 +34,8 @@ interface Result {
   step: number;
   imagesPerSecond: number;
   paramsSha256: string;
+  schedule: string;
+  groups: string[];
   stepMs: Record<string, number>;
   files: Record<string, string>;
 }
@@ -99,6 +101,18 @@ Deno.test("cli: --json prints one object with the run's figures; --trace and --r
   // The lossless promise, end to end: the schedule changes timing, never a bit of the parameters.
   const sequential = await trainJson("--steps", "4", "--schedule", "sequential");
   assert.equal(sequential.paramsSha256, result.paramsSha256);
+});
+
+// Mutation tried: `--schedule bucketed` as overlap over the model's own groups (fc, conv), as before,
+// fails here on the groups.
+Deno.test("cli: --schedule bucketed regroups the layers into PyTorch DDP's default buckets and trains the bits of sequential", async () => {
+  const bucketed = await trainJson("--steps", "3", "--schedule", "bucketed");
+  const sequential = await trainJson("--steps", "3", "--schedule", "sequential");
+  assert.equal(bucketed.schedule, "bucketed");
+  // LeNet: ip2 and ip1 (1.6 MB) fill the first bucket of 1 MiB, the convolutions the next.
+  assert.deepEqual(bucketed.groups, ["bucket1", "bucket2"]);
+  assert.deepEqual(sequential.groups, ["fc", "conv"]);
+  assert.equal(bucketed.paramsSha256, sequential.paramsSha256);
 });
 
 Deno.test("cli: --steps 0 builds the model and prints its summary", async () => {

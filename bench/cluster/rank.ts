@@ -38,7 +38,8 @@ import {
   SGD,
   TraceRecorder,
 } from "../../mod.ts";
-import { layoutOf, type ModelSpec } from "../../schedule/devices/mod.ts";
+import { layerParameterBytes, layoutOf, type ModelSpec } from "../../schedule/devices/mod.ts";
+import { ddpBuckets } from "../../schedule/mod.ts";
 import { measureProfile } from "../../schedule/simulator/mod.ts";
 import { type DataPlane, MpiTransport } from "../../schedule/mpi/mod.ts";
 import {
@@ -74,8 +75,8 @@ export interface RankConfig {
   /** How gradients and parameters travel (default `sockets`). */
   dataPlane?: DataPlane;
   /**
-   * A schedule (`sequential`) to run beside this one, step for step in turn in the same launch, on
-   * the same groups and float32 gradients: its figures come out as `paired`, so that a comparison
+   * A schedule (`sequential`) to run beside this one, step for step in turn in the same launch, over
+   * the model's own groups and float32 gradients: its figures come out as `paired`, so that a comparison
    * between the two (the hidden fraction) is not at the mercy of the machine's drift between launches.
    */
   pairedWith?: string;
@@ -238,6 +239,11 @@ if (import.meta.main) {
       );
       plan = shared!.plan;
       spec = { ...spec, groups: shared!.assignment };
+    } else if (config.schedule === "bucketed") {
+      // PyTorch DDP's default buckets, as the train command's `--schedule bucketed` regroups the layers.
+      const buckets = ddpBuckets(layerParameterBytes(reference));
+      plan = buckets.plan;
+      spec = { ...spec, groups: buckets.assignment };
     } else {
       plan = builtinPlan(config.schedule as "sequential", groups);
     }
@@ -245,11 +251,11 @@ if (import.meta.main) {
     const classes = reference.classes;
     reference.dispose();
     /** A trainer of `plan` on these ranks, recording its own trace. */
-    const start = async (plan: Plan, wire: WireFormat | undefined) => {
+    const start = async (plan: Plan, wire: WireFormat | undefined, model: ModelSpec) => {
       const trace = new TraceRecorder();
       const trainer = await DataParallelTrainer.create({
         transport,
-        model: spec,
+        model,
         plan,
         mode: config.mode,
         optimizer: (p) => new SGD(p, { lr: 1e-4, momentum: 0.9, weightDecay: 5e-4 }),
@@ -261,9 +267,13 @@ if (import.meta.main) {
       });
       return { plan, trace, trainer, results: [] as DataParallelStepResult[], paramsSha256: "" };
     };
-    const runs = [await start(plan, config.wire)];
+    const runs = [await start(plan, config.wire, spec)];
     if (config.pairedWith) {
-      runs.push(await start(builtinPlan(config.pairedWith as "sequential", plan.groups), "fp32"));
+      // Over the model's own groups (FC, conv), as the `sequential` row runs: its T_fc_comm is the FC
+      // exchange whatever groups (an automatic split, DDP's buckets) this row regroups the layers into.
+      runs.push(
+        await start(builtinPlan(config.pairedWith as "sequential", groups), "fp32", specOf(config.net)),
+      );
     }
     // One synthetic batch, made before the first step and fed to every step, as the PyTorch peer
     // does: made per step on the main thread (3-11 ms for the AlexNet-like net's 50,176 values) it
@@ -289,12 +299,12 @@ if (import.meta.main) {
       await run.trainer.syncParameters();
       run.paramsSha256 = await sha256(run.trainer.masterParameters());
     }
-    // The FC exchange: the group nearest the output (`fc`, or an automatic split's `head`).
+    // The FC exchange: the group nearest the output (`fc`, an automatic split's `head`, DDP's first bucket).
     const fcGroup = plan.groups[0];
     const fcBytes = runs[0].trainer.layout.groups.find((g) => g.name === fcGroup)!.size * 4;
     for (const run of runs) await run.trainer.close();
     if (transport.rank === 0) {
-      const [own, paired] = runs.map((run) => stepFiguresOf(run, config, fcGroup, transport.size));
+      const [own, paired] = runs.map((run) => stepFiguresOf(run, config, run.plan.groups[0], transport.size));
       console.log(JSON.stringify({
         net: config.net,
         schedule: plan.name,

@@ -341,7 +341,8 @@ say(
 );
 say();
 say(
-  "Columns: **step** median step; **FC comm** rank 0's FC reduce and broadcast (transfers, not the update), " +
+  "Columns: **step** median step; **FC comm** rank 0's FC reduce and broadcast (transfers, not the update; " +
+    "for `bucketed`, PyTorch DDP's default buckets, those of its first bucket, nearest the output), " +
     "or for `hybrid` its activation all-gathers and reduce-scatters (marked act.); **wire** the bytes rank 0's " +
     "transfers carried per step (trace); " +
     "**hidden** (T_seq − T) / T_fc_comm from a second launch of the row in which its steps took turns with " +

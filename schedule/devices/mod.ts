@@ -36,7 +36,7 @@ export {
 } from "./buffer_layout.ts";
 export { CpuDevice } from "./cpu_device.ts";
 export { BackendDevice } from "./backend_device.ts";
-export { buildModel, type ModelSpec } from "./model_spec.ts";
+export { buildModel, layerParameterBytes, type ModelSpec } from "./model_spec.ts";
 export {
   backwardGroupOrder,
   type GroupRange,

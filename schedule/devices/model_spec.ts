@@ -15,6 +15,7 @@ import {
   type Network,
   TandemError,
 } from "../../engine/mod.ts";
+import type { LayerBytes } from "../plan/buckets.ts";
 
 /**
  * A model description that can cross a thread boundary:
@@ -61,6 +62,25 @@ export async function buildModel(spec: ModelSpec): Promise<Network> {
     }
   }
   return network;
+}
+
+/**
+ * Every leaf layer of `network` with its parameter bytes, forward order, named as a spec's `groups`
+ * assignment names them (for `ddpBuckets` in `schedule/plan/buckets.ts`).
+ *
+ * @example
+ * ```ts
+ * import "../../mod.ts"; // registers the CPU backend
+ * import { buildModel, layerParameterBytes } from "./model_spec.ts";
+ * const net = await buildModel({ kind: "builtin", name: "cifar-quick" });
+ * console.log(layerParameterBytes(net).at(-1)); // { name: "ip2", parameterBytes: 2600 }
+ * ```
+ */
+export function layerParameterBytes(network: Module): LayerBytes[] {
+  return leafLayers(network).map((layer) => ({
+    name: layer.path,
+    parameterBytes: 4 * layer.namedParameters().reduce((n, p) => n + p.tensor.size, 0),
+  }));
 }
 
 function leafLayers(module: Module): Module[] {
