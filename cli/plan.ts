@@ -59,6 +59,11 @@ export async function choosePlan(
   if (name === "bucketed") {
     // PyTorch DDP's default buckets, regrouping the layers: 1 MiB first, then up to 25 MiB each.
     const buckets = ddpBuckets(layerParameterBytes(local));
+    say(
+      `bucketed schedule: PyTorch DDP's default buckets, ${
+        describeGroups({ groups: buckets.groups, assignment: buckets.assignment }, local)
+      }`,
+    );
     return { plan: buckets.plan, spec: { ...spec, groups: buckets.assignment } };
   }
   if (name === "overlap" || name === "sequential" || name === "hybrid") {
