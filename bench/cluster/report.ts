@@ -5,13 +5,15 @@
  * written to `bench/CLUSTER.md` in one run.
  *
  * Rows: nets (the AlexNet-like default; Caffe's bvlc_alexnet at 227×227 on synthetic data) ×
- * schedules (sequential, overlap, bucketed, auto, hybrid, and overlap with fp16 gradients on the wire)
- * × reductions (master, allreduce) × links (1 and 10 Gbit/s), and the FC exchange alone (`probe:<MB>` nets: one FC layer, a step that is almost all
- * exchange) at 4, 16, 64 MB, and the MPI transfers alone (`bench/cluster/transfers.ts`: no CPU work,
- * Open MPI's TCP progress thread off and on). Each Tandem row is `bench/cluster/rank.ts` under
- * mpirun on the hosts.
+ * schedules (sequential, overlap, bucketed as PyTorch DDP's default buckets, auto, hybrid, and overlap
+ * with fp16 gradients on the wire) × reductions (master, allreduce) × links (1 and 10 Gbit/s), and the
+ * FC exchange alone (`probe:<MB>` nets: one FC layer, a step that is almost all exchange) at 4, 16, 64
+ * MB, and the MPI transfers alone (`bench/cluster/transfers.ts`: no CPU work, Open MPI's TCP progress
+ * thread off and on). Each Tandem row is `bench/cluster/rank.ts` under mpirun on the hosts, run once
+ * alone and, for every schedule but sequential, once more with its steps taking turns with sequential
+ * ones (the hidden fraction and the overlap goal), which nearly doubles the time a run takes.
  *
- * Run as root: `npx deno task bench:cluster [--quick] [--alexnet-batch N,M]` (tens of minutes; leave
+ * Run as root: `npx deno task bench:cluster [--quick] [--links L,M] [--alexnet-batch N,M]` (hours; leave
  * the machine otherwise idle). `--quick` runs the AlexNet-like rows and the probes only, and writes
  * them to `bench/CLUSTER_QUICK.md`, leaving the full report as it was; `--links` or `--alexnet-batch`
  * narrowing the run write `bench/CLUSTER_PARTIAL.md`.
