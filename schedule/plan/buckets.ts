@@ -88,11 +88,34 @@ export function ddpBuckets(
     bytes.push(0);
     starts.push(0);
   }
-  const groups = bytes.map((_, j) => `bucket${j + 1}`);
+  const { groups, assignment } = bucketGroups(layers, starts, bytes.length);
+  return { groups, assignment, bytes, plan: bucketedPlan(groups) };
+}
+
+/**
+ * `count` buckets named `bucket1` (output side) … as plan groups over `layers` (forward order), given
+ * the index of each bucket's first layer, output side first (`starts`; the last bucket's may be left
+ * out): every layer joins the first bucket that starts at or before it, and layers before every start
+ * join the last bucket. The one place bucket names and layer assignments are made (`ddpBuckets`, and
+ * the equal-byte buckets `autoSchedule` prices).
+ *
+ * @example
+ * ```ts
+ * import { bucketGroups } from "./buckets.ts";
+ * const layers = [{ name: "conv" }, { name: "relu" }, { name: "fc" }];
+ * console.log(bucketGroups(layers, [2], 2).assignment); // { conv: "bucket2", relu: "bucket2", fc: "bucket1" }
+ * ```
+ */
+export function bucketGroups(
+  layers: readonly { readonly name: string }[],
+  starts: readonly number[],
+  count: number,
+): { groups: string[]; assignment: Record<string, string> } {
+  const groups = Array.from({ length: count }, (_, j) => `bucket${j + 1}`);
   const assignment: Record<string, string> = {};
   layers.forEach((layer, i) => {
     const j = starts.findIndex((start) => i >= start);
-    assignment[layer.name] = groups[j < 0 ? groups.length - 1 : j];
+    assignment[layer.name] = groups[j < 0 ? count - 1 : j];
   });
-  return { groups, assignment, bytes, plan: bucketedPlan(groups) };
+  return { groups, assignment };
 }

@@ -35,6 +35,7 @@
 
 import { bucketedPlan, hybridPlan, overlapPlan, sequentialPlan } from "../plan/builtins.ts";
 import type { Plan } from "../plan/plan.ts";
+import { bucketGroups } from "../plan/buckets.ts";
 import { checkProfile, groupTimes, type LayerProfile, type Profile, regroupProfile } from "./profile.ts";
 import { commActionSeconds, type CostOptions, type HybridTraffic, type Link, simulate } from "./simulator.ts";
 import { STANDARD_LINKS } from "../runtime/link.ts";
@@ -388,11 +389,7 @@ function bestBuckets(profile: Profile, costs: CostOptions): BucketSplit | undefi
       }
     }
     if (starts.length !== k - 1) continue;
-    const groups = Array.from({ length: k }, (_, j) => `bucket${j + 1}`);
-    const assignment = Object.fromEntries(layers.map((l, i) => {
-      const j = starts.findIndex((start) => i >= start);
-      return [l.name, groups[j < 0 ? k - 1 : j]];
-    }));
+    const { groups, assignment } = bucketGroups(layers, starts, k);
     const simulated = simulate(bucketedPlan(groups), regroupProfile(profile, assignment), costs);
     if (best === undefined || simulated.stepSeconds < best.bucketedSeconds) {
       best = {
