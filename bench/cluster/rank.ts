@@ -18,8 +18,8 @@
  * - `handoffMs`: a hybrid step's handoff around each of those collectives ({@link handoffMs});
  * - `wireBytes`: the bytes rank 0's transfers carried per step, from the trace (gradients as sent:
  *   half as many under `wire: "fp16"`; activations for a hybrid schedule);
- * - the schedule actually run (`auto` names its choice), and `paramsSha256`, the SHA-256 of the master's
- *   parameters after the last step;
+ * - the schedule actually run (`auto` names its choice), and `paramsSha256`, the master's parameters
+ *   after the last step as the train command digests them (by name, so any grouping compares);
  * - `paired`: with `pairedWith`, the same figures of that schedule, whose steps alternated with this
  *   one's (a second trainer on the same ranks and link; which of the two goes first alternates).
  *
@@ -38,7 +38,12 @@ import {
   SGD,
   TraceRecorder,
 } from "../../mod.ts";
-import { layerParameterBytes, layoutOf, type ModelSpec } from "../../schedule/devices/mod.ts";
+import {
+  layerParameterBytes,
+  layoutOf,
+  type ModelSpec,
+  parametersSha256,
+} from "../../schedule/devices/mod.ts";
 import { ddpBuckets } from "../../schedule/mod.ts";
 import { measureProfile } from "../../schedule/simulator/mod.ts";
 import { type DataPlane, MpiTransport } from "../../schedule/mpi/mod.ts";
@@ -117,13 +122,6 @@ export function handoffMs(spans: readonly TraceSpan[]): number {
     }
   }
   return median(handoffs);
-}
-
-/** SHA-256 of the parameters' bytes, hex: runs that must agree bit for bit compare these. */
-async function sha256(values: Float32Array): Promise<string> {
-  // A copy: the parameters may live in shared memory, which the digest does not take.
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new Float32Array(values).buffer));
-  return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 const median = (values: number[]) => {
@@ -297,7 +295,7 @@ if (import.meta.main) {
       await run.trainer.gatherTrace();
       // Collective (a hybrid head's slices come together on rank 0).
       await run.trainer.syncParameters();
-      run.paramsSha256 = await sha256(run.trainer.masterParameters());
+      run.paramsSha256 = await parametersSha256(run.trainer.layout, run.trainer.masterParameters());
     }
     // The FC exchange: the group nearest the output (`fc`, an automatic split's `head`, DDP's first bucket).
     const fcGroup = plan.groups[0];

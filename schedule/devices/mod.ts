@@ -44,6 +44,7 @@ export {
   layoutOf,
   type ParameterLayout,
   type ParameterSlot,
+  parametersSha256,
 } from "./parameter_layout.ts";
 export type { ComputeSpan } from "./protocol.ts";
 export type {

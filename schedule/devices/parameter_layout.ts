@@ -122,3 +122,29 @@ export function groupRange(layout: ParameterLayout, group: string): GroupRange {
   }
   return range;
 }
+
+/**
+ * SHA-256 (hex) of every parameter's float32 bytes, parameters in name order: a fingerprint that
+ * two runs trained bit-identically share.
+ *
+ * @example
+ * ```ts
+ * import { parametersSha256 } from "./parameter_layout.ts";
+ * const layout = { total: 2, groups: [], slots: [{ name: "w", shape: [2], group: "fc", offset: 0, size: 2, lrMult: 1, decayMult: 1 }] };
+ * console.log(await parametersSha256(layout, new Float32Array([1, 2])));
+ * ```
+ */
+export async function parametersSha256(
+  layout: { slots: readonly { name: string; offset: number; size: number }[]; total: number },
+  flat: Float32Array,
+): Promise<string> {
+  const bytes = new Uint8Array(layout.total * 4);
+  const out = new Float32Array(bytes.buffer);
+  let at = 0;
+  for (const slot of [...layout.slots].sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0)) {
+    out.set(flat.subarray(slot.offset, slot.offset + slot.size), at);
+    at += slot.size;
+  }
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+}
