@@ -30,8 +30,10 @@ import type {
   InputMessage,
   StepMessage,
   ThreadsMessage,
+  WorkerMessage,
   WorkerReply,
 } from "./protocol.ts";
+import { packViews, unpackViews } from "./protocol.ts";
 import type { HeadPhase, HeadPhaseResult, HeadSetup } from "./sharded_head.ts";
 
 interface Pending {
@@ -114,7 +116,7 @@ export class CpuDevice implements Device {
     const workerData: CpuWorkerData = { nice };
     this.#worker = new WorkerClass(new URL("./cpu_worker.ts", import.meta.url), { workerData });
     this.#worker.unref();
-    this.#worker.on("message", (reply: WorkerReply) => this.#receive(reply));
+    this.#worker.on("message", (reply: unknown) => this.#receive(unpackViews<WorkerReply>(reply)));
     // An uncaught error ends the worker: `error` (with the error) comes first, then `exit`.
     this.#worker.on("error", (error: unknown) => {
       this.#died(`worker crashed ${this.#when()}: ${(error as Error)?.message ?? error}`);
@@ -161,7 +163,7 @@ export class CpuDevice implements Device {
           groups: device.#groups,
           slots: layout.slots.map(({ name, group, offset, size }) => ({ name, group, offset, size })),
         };
-        device.#worker.postMessage(init);
+        device.#post(init);
       });
     } catch (error) {
       device.#starting = undefined;
@@ -210,9 +212,10 @@ export class CpuDevice implements Device {
 
   /**
    * Copies `images` to the start of this device's shared input buffer (growing it, and telling the
-   * worker, when they do not fit) and returns their length. Deno's `postMessage` walks a typed array
-   * element by element, shared or not, at about 12 ms per MB: AlexNet's 20 MB shard took 0.25–0.5 s
-   * to reach the worker, cifar10_quick's 0.4 MB 5–10 ms. The copy here takes a few ms at most. The
+   * worker, when they do not fit) and returns their length. A batch's images are in ordinary memory,
+   * which `postMessage` copies element by element, at about 12 ms per MB: AlexNet's 20 MB shard took
+   * 0.25–0.5 s to reach the worker, cifar10_quick's 0.4 MB 5–10 ms. The copy here takes a few ms at
+   * most, and the shared buffer itself travels once, as a buffer (see `packViews`). The
    * worker copies the images into a tensor first thing, and the next step writes the buffer only
    * after this one has finished, so one buffer serves every step.
    */
@@ -220,10 +223,15 @@ export class CpuDevice implements Device {
     if (this.#input.length < images.length) {
       this.#input = new Float32Array(new SharedArrayBuffer(4 * images.length)) as unknown as Float32Array;
       const message: InputMessage = { type: "input", images: this.#input };
-      this.#worker.postMessage(message);
+      this.#post(message);
     }
     this.#input.set(images);
     return images.length;
+  }
+
+  /** Posts `message` to the worker, its shared typed arrays as buffers (see `packViews`). */
+  #post(message: WorkerMessage): void {
+    this.#worker.postMessage(packViews(message));
   }
 
   /** Sends `message` and settles with the worker's `done` for `iteration`, watching `groups`. */
@@ -258,10 +266,10 @@ export class CpuDevice implements Device {
         Math.max(1, Math.floor(cores / Math.max(1, CpuDevice.#live.size)));
       if (threads !== this.#threadsSent) {
         const share: ThreadsMessage = { type: "threads", threads };
-        this.#worker.postMessage(share);
+        this.#post(share);
         this.#threadsSent = threads;
       }
-      this.#worker.postMessage(message);
+      this.#post(message);
       for (const group of groups) this.#watch(group, iteration);
     });
   }

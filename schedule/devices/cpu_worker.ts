@@ -31,11 +31,11 @@ import type {
   HeadPhaseMessage,
   HeadSetupMessage,
   InitMessage,
-  InputMessage,
   StepMessage,
-  ThreadsMessage,
+  WorkerMessage,
   WorkerReply,
 } from "./protocol.ts";
+import { packViews, unpackViews } from "./protocol.ts";
 import { HeadShard } from "./sharded_head.ts";
 import { hostSlices, type SliceStore } from "./head_slices.ts";
 import { lowerThreadPriority, threadNice } from "./thread_priority.ts";
@@ -80,7 +80,7 @@ let input: Float32Array = new Float32Array(0);
 const now = () => performance.timeOrigin + performance.now();
 
 function reply(message: WorkerReply): void {
-  port.postMessage(message);
+  port.postMessage(packViews(message));
 }
 
 async function init(message: InitMessage): Promise<void> {
@@ -228,9 +228,8 @@ async function step(message: StepMessage): Promise<void> {
 
 port.on(
   "message",
-  async (
-    message: InitMessage | InputMessage | StepMessage | ThreadsMessage | HeadSetupMessage | HeadPhaseMessage,
-  ) => {
+  async (packed: unknown) => {
+    const message = unpackViews<WorkerMessage>(packed);
     try {
       if (message.type === "init") await init(message);
       else if (message.type === "input") input = message.images;

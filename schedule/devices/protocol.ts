@@ -1,8 +1,8 @@
 /**
  * Messages between the runtime (main thread) and a CPU device's Worker (a `node:worker_threads`
- * Worker; messages are its `postMessage` payloads, `SharedArrayBuffer`s shared). Parameters and gradients
- * never travel in messages: they live in `SharedArrayBuffer`s both sides map, laid out by
- * `layout.ts`. Messages say what to do and report results; the latency-critical "this group's
+ * Worker; messages are its `postMessage` payloads, typed arrays over shared memory packed as their
+ * `SharedArrayBuffer`s by {@link packViews}). Parameters and gradients never travel in messages: they
+ * live in `SharedArrayBuffer`s both sides map, laid out by `parameter_layout.ts`. Messages say what to do and report results; the latency-critical "this group's
  * gradients are final" travels through a shared signal word with `Atomics.store`/`notify`, which
  * the runtime awaits with `Atomics.waitAsync`, so no message queue sits in the overlap path.
  *
@@ -58,9 +58,9 @@ export type StepMessage = { type: "step"; imageCount: number } & Omit<ComputeCom
 
 /**
  * Main → worker: from now on the images of each step are at the start of `images` (a view over a
- * `SharedArrayBuffer`). Sent once, and again only when a larger shard needs a larger buffer:
- * Deno's `postMessage` walks a typed array element by element even when it is shared (about 12 ms
- * per MB), so images must not travel in the step messages themselves.
+ * `SharedArrayBuffer`). Sent once, and again only when a larger shard needs a larger buffer: a
+ * batch's images in ordinary memory would be copied element by element with every step message
+ * (about 12 ms per MB), so they travel in this buffer instead.
  *
  * @example
  * ```ts
@@ -142,6 +142,15 @@ export interface ComputeSpan {
   end: number;
 }
 
+/** Main → worker: every message the runtime sends. */
+export type WorkerMessage =
+  | InitMessage
+  | InputMessage
+  | StepMessage
+  | ThreadsMessage
+  | HeadSetupMessage
+  | HeadPhaseMessage;
+
 /** Worker → main. */
 export type WorkerReply =
   | {
@@ -167,3 +176,88 @@ export type WorkerReply =
     spans: ComputeSpan[];
   }
   | { type: "error"; device: number; iteration?: number; message: string; stack?: string };
+
+/** The typed arrays a message may carry over shared memory, by constructor name. */
+const SHARED_VIEW_KINDS = {
+  Float32Array,
+  Float64Array,
+  Int32Array,
+  Uint32Array,
+  Int16Array,
+  Uint16Array,
+  Int8Array,
+  Uint8Array,
+} as const;
+
+/** The key that marks a packed view; no message field is named so. */
+const SHARED_VIEW = "__tandemSharedView";
+
+/** A typed array over a `SharedArrayBuffer` as it travels: the buffer, where the view starts, its length. */
+interface PackedView {
+  [SHARED_VIEW]: keyof typeof SHARED_VIEW_KINDS;
+  buffer: SharedArrayBuffer;
+  byteOffset: number;
+  length: number;
+}
+
+function isPlainObject(value: object): boolean {
+  const prototype = Object.getPrototypeOf(value);
+  return prototype === Object.prototype || prototype === null;
+}
+
+/**
+ * `message` with every typed array over a `SharedArrayBuffer` replaced by its buffer, offset and
+ * length ({@link unpackViews} on the other side makes the view again, over the same memory).
+ *
+ * Why: Deno's `node:worker_threads` `postMessage` walks a typed array element by element even when
+ * it is shared — a 64 MB view took 2.5–2.9 s to reach the worker — while a `SharedArrayBuffer`
+ * itself arrives in a millisecond whatever its size. Sent as views, bvlc_alexnet's parameters and
+ * gradients (2 × 244 MB) held each device's start for 20–47 s. Typed arrays in ordinary memory are
+ * left as they are (they are copied, as they must be); only plain objects and arrays are walked.
+ *
+ * @example
+ * ```ts
+ * import { packViews, unpackViews } from "./protocol.ts";
+ * const parameters = new Float32Array(new SharedArrayBuffer(4096), 1024, 16);
+ * const copy = unpackViews<{ parameters: Float32Array }>(packViews({ parameters }));
+ * copy.parameters[0] = 1; // parameters[0] is 1 too: the same memory
+ * ```
+ */
+export function packViews(message: unknown): unknown {
+  if (typeof message !== "object" || message === null) return message;
+  if (ArrayBuffer.isView(message)) {
+    const kind = message.constructor.name as keyof typeof SHARED_VIEW_KINDS;
+    if (!(message.buffer instanceof SharedArrayBuffer) || SHARED_VIEW_KINDS[kind] !== message.constructor) {
+      return message;
+    }
+    const view = message as unknown as Float32Array;
+    const packed: PackedView = {
+      [SHARED_VIEW]: kind,
+      buffer: view.buffer as SharedArrayBuffer,
+      byteOffset: view.byteOffset,
+      length: view.length,
+    };
+    return packed;
+  }
+  if (Array.isArray(message)) return message.map(packViews);
+  if (!isPlainObject(message)) return message;
+  return Object.fromEntries(Object.entries(message).map(([key, value]) => [key, packViews(value)]));
+}
+
+/** The message {@link packViews} packed, its shared typed arrays made again over the same memory. */
+export function unpackViews<T>(message: unknown): T {
+  if (typeof message !== "object" || message === null || ArrayBuffer.isView(message)) return message as T;
+  if (Array.isArray(message)) return message.map((item) => unpackViews(item)) as T;
+  if (!isPlainObject(message)) return message as T;
+  const packed = message as PackedView;
+  const kind = packed[SHARED_VIEW];
+  if (kind !== undefined) {
+    const View = SHARED_VIEW_KINDS[kind] as unknown as new (
+      buffer: SharedArrayBuffer,
+      byteOffset: number,
+      length: number,
+    ) => ArrayBufferView;
+    return new View(packed.buffer, packed.byteOffset, packed.length) as T;
+  }
+  return Object.fromEntries(Object.entries(message).map(([key, value]) => [key, unpackViews(value)])) as T;
+}
