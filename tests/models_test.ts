@@ -6,6 +6,7 @@
 
 import assert from "node:assert/strict";
 import { noGrad, randn, type Tensor, tidy, ValueError } from "../mod.ts";
+import { withoutFillers } from "../engine/nn/mod.ts";
 import { alexnet, alexnetLike, builtinModels, caffenet, cifarQuick, lenet } from "../engine/models/mod.ts";
 import type { Module } from "../engine/nn/module.ts";
 import type { Network } from "../engine/nn/network.ts";
@@ -283,6 +284,26 @@ Deno.test("models: the same seed gives bit-identical parameters, another seed di
     assert.ok(anyDifferent, `${a.name}: seed 6 differs from seed 5`);
     for (const net of [a, b, c]) net.dispose();
   }
+});
+
+// Catches: `skippingFillers` always false (the replica's weights are drawn: not all zero), and the
+// scope not closed by `finally` (the model built after a throwing build is left at zero).
+Deno.test("models: withoutFillers leaves parameters at zero, and closes when its build throws", async () => {
+  const replica = withoutFillers(() => alexnetLike({ seed: 5 }));
+  for (const p of replica.namedParameters()) {
+    assert.ok((await values(p.tensor)).every((x) => x === 0), `${p.name} was filled`);
+  }
+  replica.dispose();
+  assert.throws(() =>
+    withoutFillers(() => {
+      throw new ValueError("test", "a build that fails");
+    }), ValueError);
+  const after = alexnetLike({ seed: 5 }), reference = alexnetLike({ seed: 5 });
+  const [w] = after.namedParameters(), [r] = reference.namedParameters();
+  assert.ok((await values(w.tensor)).some((x) => x !== 0), "a model built after the scope is still at zero");
+  assert.deepEqual(await values(w.tensor), await values(r.tensor));
+  after.dispose();
+  reference.dispose();
 });
 
 Deno.test("models: builtinModels registry describes each model", () => {

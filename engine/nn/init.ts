@@ -33,6 +33,37 @@ function fanOf(shape: readonly number[], norm: VarianceNorm = "fanIn"): number {
   return norm === "fanIn" ? fanIn : norm === "fanOut" ? fanOut : (fanIn + fanOut) / 2;
 }
 
+/** Open {@link withoutFillers} scopes. */
+let fillersSkipped = 0;
+
+/**
+ * Runs `build` with `Module.initialize` leaving parameters at zero (buffers still take their
+ * values), and returns what it returns: for replicas whose parameters are overwritten as soon as
+ * they are built — a data-parallel device gets device 0's — where drawing the values is wasted
+ * (bvlc_alexnet's 61 M normal values take 4–5 s), as PyTorch's `skip_init`. The scope is
+ * synchronous: an async `build` skips only what it initialises before its first `await`.
+ *
+ * @example
+ * ```ts
+ * import { withoutFillers } from "./init.ts";
+ * import { alexnetLike } from "../models/alexnet_like.ts";
+ * const replica = withoutFillers(() => alexnetLike()); // every parameter 0 until assigned
+ * ```
+ */
+export function withoutFillers<T>(build: () => T): T {
+  fillersSkipped++;
+  try {
+    return build();
+  } finally {
+    fillersSkipped--;
+  }
+}
+
+/** Whether parameters are being built inside {@link withoutFillers} (and so keep their zeros). */
+export function skippingFillers(): boolean {
+  return fillersSkipped > 0;
+}
+
 /**
  * The values a filler gives a parameter of `shape` under `key`.
  *

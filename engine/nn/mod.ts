@@ -47,7 +47,7 @@ export {
 } from "./layers.ts";
 export { type LossOptions, Network } from "./network.ts";
 export { Graph, type GraphLoss, type GraphNode, type GraphSpec } from "./graph.ts";
-export { type Filler, fillerValues, type VarianceNorm } from "./init.ts";
+export { type Filler, fillerValues, type VarianceNorm, withoutFillers } from "./init.ts";
 export {
   formatSummary,
   type GroupTotals,

@@ -10,7 +10,7 @@ import { full, tensor, zeros } from "../creation.ts";
 import { TandemError } from "../errors.ts";
 import { untrackFromScopes } from "../context.ts";
 import type { Tensor } from "../tensor.ts";
-import { type Filler, fillerValues, streamOf } from "./init.ts";
+import { type Filler, fillerValues, skippingFillers, streamOf } from "./init.ts";
 import type { BufferEntry, ParameterEntry } from "./parameter.ts";
 
 /** What a forward pass needs beyond its input: where the batch sits in training, for dropout. */
@@ -228,7 +228,8 @@ export abstract class Module {
 
   /**
    * Fills every parameter with its filler, keyed by `seed` and the parameter's dotted name, so
-   * the same seed gives the same model on every device and backend.
+   * the same seed gives the same model on every device and backend (inside `withoutFillers`,
+   * parameters keep their zeros and only buffers are set).
    */
   initialize(seed: number): this {
     const prefix = this.path ? `${this.path}.` : "";
@@ -237,7 +238,8 @@ export abstract class Module {
   }
 
   #initialize(prefix: string, seed: number): void {
-    for (const [name, p] of this.#parameters) {
+    const fill = !skippingFillers();
+    for (const [name, p] of fill ? this.#parameters : []) {
       const values = fillerValues(p.filler, p.tensor.shape, { seed, stream: streamOf(prefix + name) });
       const source = tensor(values, { shape: p.tensor.shape });
       p.tensor.assign(source);

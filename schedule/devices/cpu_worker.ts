@@ -85,7 +85,9 @@ function reply(message: WorkerReply): void {
 
 async function init(message: InitMessage): Promise<void> {
   device = message.device;
-  model = await buildModel(message.model);
+  // Its parameters are read from the shared buffer before every step (`loadParameters`), which
+  // the runtime fills with device 0's: drawing the replica's own would only be thrown away.
+  model = await buildModel(message.model, { fillParameters: false });
   const parameters = message.parameters;
   sharedParameters = parameters;
   gradients = message.gradients;

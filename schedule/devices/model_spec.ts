@@ -14,6 +14,7 @@ import {
   type Module,
   type Network,
   TandemError,
+  withoutFillers,
 } from "../../engine/mod.ts";
 import type { LayerBytes } from "../plan/buckets.ts";
 
@@ -39,7 +40,8 @@ export type ModelSpec =
   };
 
 /**
- * Builds the network a spec describes.
+ * Builds the network a spec describes. With `fillParameters: false` its parameters stay zero (see
+ * `withoutFillers`): for a replica that is given device 0's parameters before it computes.
  *
  * @example
  * ```ts
@@ -47,8 +49,11 @@ export type ModelSpec =
  * const net = await buildModel({ kind: "builtin", name: "cifar-quick", options: { seed: 1 } });
  * ```
  */
-export async function buildModel(spec: ModelSpec): Promise<Network> {
-  const network = await buildUngrouped(spec);
+export async function buildModel(
+  spec: ModelSpec,
+  options: { fillParameters?: boolean } = {},
+): Promise<Network> {
+  const network = await buildUngrouped(spec, options.fillParameters ?? true);
   if (spec.groups) {
     const layers = new Map(leafLayers(network).map((layer) => [layer.path, layer]));
     for (const [name, group] of Object.entries(spec.groups)) {
@@ -88,7 +93,8 @@ function leafLayers(module: Module): Module[] {
   return children.length === 0 ? [module] : children.flatMap(([, child]) => leafLayers(child));
 }
 
-async function buildUngrouped(spec: ModelSpec): Promise<Network> {
+async function buildUngrouped(spec: ModelSpec, fill: boolean): Promise<Network> {
+  const build = <T>(create: () => T): T => fill ? create() : withoutFillers(create);
   switch (spec.kind) {
     case "builtin": {
       const entry = builtinModels[spec.name];
@@ -99,17 +105,17 @@ async function buildUngrouped(spec: ModelSpec): Promise<Network> {
           }`,
         );
       }
-      return entry.create(spec.options);
+      return build(() => entry.create(spec.options));
     }
     case "caffe":
-      return importCaffeNet(spec.text, { ...spec.options, phase: "TRAIN" }).network;
+      return build(() => importCaffeNet(spec.text, { ...spec.options, phase: "TRAIN" }).network);
     case "module": {
       const module = await import(spec.url);
       const factory = module[spec.exportName];
       if (typeof factory !== "function") {
         throw new TandemError(`model spec: ${spec.url} has no exported function "${spec.exportName}"`);
       }
-      return await factory(...(spec.args ?? []));
+      return await build(() => factory(...(spec.args ?? [])));
     }
     default:
       throw new TandemError(`model spec: unknown kind "${(spec as { kind: string }).kind}"`);
