@@ -162,14 +162,22 @@ interface RankResult {
 
 const decoder = new TextDecoder();
 
+/**
+ * Ctrl-C or SIGTERM stops the launch in flight (mpirun passes the signal to its ranks), removes the
+ * hosts and ends the run without a report: Deno's default on a signal would leave the namespaces.
+ */
+const interrupt = new AbortController();
+for (const signal of ["SIGINT", "SIGTERM"] as const) Deno.addSignalListener(signal, () => interrupt.abort());
+
 /** Runs `argv` as one rank per host of `cluster`; rank 0's last stdout line as JSON. */
 async function across<T>(cluster: Cluster, argv: string[], what: string): Promise<T> {
   const output = await commandAcross(cluster, argv, {
     stdin: "null",
     stdout: "piped",
     stderr: "piped",
-    signal: AbortSignal.timeout(3_600_000),
+    signal: AbortSignal.any([interrupt.signal, AbortSignal.timeout(3_600_000)]),
   }).output();
+  if (interrupt.signal.aborted) throw new Error(`${what}: interrupted`);
   const stdout = decoder.decode(output.stdout).trim();
   if (!output.success) throw new Error(`${what} failed:\n${decoder.decode(output.stderr).slice(-3000)}`);
   return JSON.parse(stdout.split("\n").at(-1)!) as T;
@@ -555,6 +563,10 @@ for (const rate of LINKS) {
     }
   } finally {
     await removeCluster(cluster);
+    if (interrupt.signal.aborted) {
+      console.error("bench:cluster: interrupted; the hosts are removed and no report was written");
+      Deno.exit(130);
+    }
   }
 }
 
