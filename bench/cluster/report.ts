@@ -13,10 +13,11 @@
  * alone and, for every schedule but sequential, once more with its steps taking turns with sequential
  * ones (the hidden fraction and the overlap goal), which nearly doubles the time a run takes.
  *
- * Run as root: `npx deno task bench:cluster [--quick] [--links L,M] [--alexnet-batch N,M]` (the full run
- * took 75 min on a 2-core machine at commit 589d891; leave the machine otherwise idle). `--quick` runs the AlexNet-like rows and the probes only, and writes
- * them to `bench/CLUSTER_QUICK.md`, leaving the full report as it was; `--links` or `--alexnet-batch`
- * narrowing the run write `bench/CLUSTER_PARTIAL.md`.
+ * Run as root: `npx deno task bench:cluster [--quick] [--links L,M] [--alexnet-batch N,M]` (the full
+ * run took 75 min on a 2-core machine at commit 589d891; leave the machine otherwise idle). `--quick`
+ * runs the AlexNet-like rows and the probes only, and writes them to `bench/CLUSTER_QUICK.md`, leaving
+ * the full report as it was; `--links` or `--alexnet-batch` narrowing the run write
+ * `bench/CLUSTER_PARTIAL.md`.
  *
  * @module
  */

@@ -238,8 +238,9 @@ export abstract class Module {
   }
 
   #initialize(prefix: string, seed: number): void {
-    const fill = !skippingFillers();
-    for (const [name, p] of fill ? this.#parameters : []) {
+    // Inside `withoutFillers` they keep their zeros: whoever built them overwrites them next.
+    const filled = skippingFillers() ? [] : this.#parameters;
+    for (const [name, p] of filled) {
       const values = fillerValues(p.filler, p.tensor.shape, { seed, stream: streamOf(prefix + name) });
       const source = tensor(values, { shape: p.tensor.shape });
       p.tensor.assign(source);

@@ -2,9 +2,10 @@
  * Messages between the runtime (main thread) and a CPU device's Worker (a `node:worker_threads`
  * Worker; messages are its `postMessage` payloads, typed arrays over shared memory packed as their
  * `SharedArrayBuffer`s by {@link packViews}). Parameters and gradients never travel in messages: they
- * live in `SharedArrayBuffer`s both sides map, laid out by `parameter_layout.ts`. Messages say what to do and report results; the latency-critical "this group's
- * gradients are final" travels through a shared signal word with `Atomics.store`/`notify`, which
- * the runtime awaits with `Atomics.waitAsync`, so no message queue sits in the overlap path.
+ * live in `SharedArrayBuffer`s both sides map, laid out by `parameter_layout.ts`. Messages say what
+ * to do and report results; the latency-critical "this group's gradients are final" travels
+ * through a shared signal word with `Atomics.store`/`notify`, which the runtime awaits with
+ * `Atomics.waitAsync`, so no message queue sits in the overlap path.
  *
  * @module
  */
