@@ -5,7 +5,7 @@
  * default and cifar10_quick, without link emulation and over emulated links, the hidden
  * communication, the simulator's predictions for the same runs, and 2-device vs 1-device scaling.
  *
- * Run: `npx deno task bench:schedule` (about ten minutes; leave the machine otherwise idle, since
+ * Run: `npx deno task bench:schedule` (under a minute; leave the machine otherwise idle, since
  * the two devices and the communication thread already share its two cores).
  *
  * `(T_seq − T_ovl) / T_fc_comm` compares two separately measured medians, so it is only meaningful
