@@ -25,7 +25,6 @@ import {
   sequentialPlan,
   SGD,
 } from "../mod.ts";
-import { averageInDeviceOrder } from "../schedule/runtime/host_parameters.ts";
 import { calibrateProfile, measureProfile, type Profile, simulate } from "../schedule/simulator/mod.ts";
 import { groupTimes } from "../schedule/simulator/profile.ts";
 import { type Link, parseLink, spanKind, type TraceSpan } from "../schedule/runtime/mod.ts";
@@ -35,6 +34,7 @@ import { writeFileAtomic } from "../engine/io/mod.ts";
 import { type RunsReportInput, writeRunsReport } from "../cli/report.ts";
 import { cpuKernelsLabel } from "./backend_label.ts";
 import { measureStamp, stampBlock, stampSummary } from "./stamp.ts";
+import { measureExchangeRates } from "./exchange_rates.ts";
 import { buildModel } from "../schedule/devices/model_spec.ts";
 
 const GLOBAL_BATCH = 64;
@@ -87,6 +87,11 @@ interface Run {
   hiddenMs: number;
   /** Median per-device compute time of each compute action (`forward`, `backward fc`, …), seconds. */
   compute: Record<string, number>;
+  /**
+   * The best step's slowest device (most compute in all): its time in each compute action, seconds.
+   * A step waits for its slowest device, so the simulator's alike devices are given this one's.
+   */
+  slowestCompute: Record<string, number>;
   /** Every device's spans of the best timed step, for the lanes figure. */
   spans: TraceSpan[];
 }
@@ -104,6 +109,17 @@ async function run(
   let step = -1;
   const stepSpans: TraceSpan[] = [];
   let best = { seconds: Infinity, spans: [] as TraceSpan[] };
+  const slowestDevice = (spans: readonly TraceSpan[]): Record<string, number> => {
+    const byDevice = new Map<number, Record<string, number>>();
+    for (const s of spans) {
+      if (s.lane !== "compute") continue;
+      const times = byDevice.get(s.device) ?? {};
+      times[s.name] = (times[s.name] ?? 0) + (s.end - s.start) / 1000;
+      byDevice.set(s.device, times);
+    }
+    const total = (times: Record<string, number>) => Object.values(times).reduce((a, b) => a + b, 0);
+    return [...byDevice.values()].reduce((a, b) => (total(b) > total(a) ? b : a));
+  };
   const trainer = await DataParallelTrainer.create({
     model: spec,
     devices,
@@ -150,21 +166,9 @@ async function run(
     commMs: median(comm),
     hiddenMs: median(hidden),
     compute,
+    slowestCompute: slowestDevice(best.spans),
     spans: best.spans,
   };
-}
-
-/** Bytes per second of the device-order gradient average on this thread, and the SGD update cost. */
-function calibrate(bytes: number): { memoryBandwidth: number; updateSecondsPerByte: number } {
-  const n = bytes / 4;
-  const a = new Float32Array(n).fill(1), b = new Float32Array(n).fill(2), out = new Float32Array(n);
-  const times: number[] = [];
-  for (let i = 0; i < 5; i++) {
-    const t0 = performance.now();
-    averageInDeviceOrder([a, b], out);
-    times.push((performance.now() - t0) / 1000);
-  }
-  return { memoryBandwidth: (2 * bytes) / median(times), updateSecondsPerByte: 0 };
 }
 
 const lines: string[] = [];
@@ -191,6 +195,15 @@ say(
     `to every transfer; without one, devices share memory.`,
 );
 
+// The runtime averages and updates on this thread's backend: the simulator's CPU rates, measured on it.
+const rates = measureExchangeRates(getBackend() as CpuBackend);
+say();
+say(
+  `Gradient exchange on this thread, as the simulator prices it: device-order sum ${
+    (rates.sumBytesPerSecond / 1e9).toFixed(1)
+  } GB/s per input, SGD update ${(1 / rates.updateSecondsPerByte / 1e9).toFixed(2)} GB/s of parameters.`,
+);
+
 for (const { label, spec } of models) {
   const reference = await buildModel(spec);
   const input = [...reference.inputShape], classes = reference.classes;
@@ -199,22 +212,6 @@ for (const { label, spec } of models) {
   const totals = groupTimes(profile);
   const fcBytes = totals.find((t) => t.group === "fc")!.parameterBytes;
   const convBackward = totals.find((t) => t.group === "conv")!.backwardSeconds;
-  const costs = calibrate(fcBytes);
-  // The update cost per byte: one SGD step over the model on this thread.
-  {
-    const optimizer = new SGD(reference.namedParameters(), { lr: 0.001, momentum: 0.9, weightDecay: 5e-4 });
-    for (const p of reference.namedParameters()) p.tensor.grad = randn(p.tensor.shape, { seed: 1 });
-    const times: number[] = [];
-    for (let i = 0; i < 3; i++) {
-      const t0 = performance.now();
-      optimizer.step();
-      times.push((performance.now() - t0) / 1000);
-    }
-    const allBytes = reference.parameterCount() * 4;
-    costs.updateSecondsPerByte = median(times) / allBytes;
-    optimizer.zeroGrad();
-    optimizer.dispose();
-  }
   reference.dispose();
 
   say();
@@ -224,9 +221,7 @@ for (const { label, spec } of models) {
     `Profile at ${GLOBAL_BATCH / 2} samples per device: FC ${(fcBytes / 1e6).toFixed(2)} MB of gradients, ` +
       `conv backward ${(convBackward * 1000).toFixed(0)} ms, FC backward ${
         (totals.find((t) => t.group === "fc")!.backwardSeconds * 1000).toFixed(0)
-      } ms. Gradient averaging measured at ${(costs.memoryBandwidth / 1e9).toFixed(1)} GB/s, SGD update at ${
-        (1 / costs.updateSecondsPerByte / 1e9).toFixed(2)
-      } GB/s.`,
+      } ms.`,
   );
   const runs = [];
   for (const link of links) {
@@ -236,20 +231,22 @@ for (const { label, spec } of models) {
       ovl: await run(spec, overlapPlan(groups), 2, link, input, classes),
     });
   }
-  // Per-layer times on an idle core are optimistic next to two devices sharing the machine: scale
-  // them to the compute the devices measured in the shared-memory sequential run.
+  // Per-layer times on an idle core are optimistic next to two devices sharing the machine: each
+  // row's simulation scales them to the compute its own best step's slowest device took.
+  const calibrated = (compute: Record<string, number>) =>
+    calibrateProfile(profile, {
+      forwardSeconds: compute["forward"],
+      backwardSeconds: Object.fromEntries(groups.map((g) => [g, compute[`backward ${g}`]])),
+    });
   const measured = runs[0].seq.compute;
-  const calibrated = calibrateProfile(profile, {
-    forwardSeconds: measured["forward"],
-    backwardSeconds: Object.fromEntries(groups.map((g) => [g, measured[`backward ${g}`]])),
-  });
   say();
   say(
     `Compute measured on the devices (per device, median): forward ${
       (measured["forward"] * 1000).toFixed(0)
     } ms, ` +
       groups.map((g) => `backward ${g} ${(measured[`backward ${g}`] * 1000).toFixed(0)} ms`).join(", ") +
-      "; the simulator uses the per-layer profile scaled to these totals.",
+      "; the simulator scales the per-layer profile to the compute of each row's best step on its slowest " +
+      "device (a step waits for the slowest).",
   );
   say();
   say(
@@ -261,17 +258,18 @@ for (const { label, spec } of models) {
       heading: `${label}, link ${link?.label ?? "none (shared memory)"}`,
       runs: [{ label: "sequential", spans: seq.spans }, { label: "overlap", spans: ovl.spans }],
     });
-    const simLink = link ?? { bandwidthBytesPerSecond: costs.memoryBandwidth, latencySeconds: 0 };
+    // Without a link a device's gradients travel as one pass over memory.
+    const simLink = link ?? { bandwidthBytesPerSecond: rates.sumBytesPerSecond, latencySeconds: 0 };
     const simOptions = {
       link: simLink,
       devices: 2,
       mode: "master" as const,
       topology: "star" as const,
-      memoryBandwidthBytesPerSecond: costs.memoryBandwidth,
-      updateSecondsPerByte: costs.updateSecondsPerByte,
+      memoryBandwidthBytesPerSecond: rates.sumBytesPerSecond,
+      updateSecondsPerByte: rates.updateSecondsPerByte,
     };
-    const simSeq = simulate(sequentialPlan(groups), calibrated, simOptions).stepSeconds;
-    const simOvl = simulate(overlapPlan(groups), calibrated, simOptions).stepSeconds;
+    const simSeq = simulate(sequentialPlan(groups), calibrated(seq.slowestCompute), simOptions).stepSeconds;
+    const simOvl = simulate(overlapPlan(groups), calibrated(ovl.slowestCompute), simOptions).stepSeconds;
     const hiddenByTime = (seq.seconds - ovl.seconds) * 1000 / seq.fcCommMs;
     const error = (measured: number, predicted: number) =>
       `${((predicted - measured) / measured * 100).toFixed(1)}%`;

@@ -50,6 +50,7 @@ import {
 import { pytorchAvailable, pytorchCommand, type PytorchResult } from "../peers/pytorch.ts";
 import { type RankConfig, specOf } from "./rank.ts";
 import { measureStamp, stampBlock } from "../stamp.ts";
+import { measureExchangeRates } from "../exchange_rates.ts";
 
 const { values: flags } = parseArgs({
   args: Deno.args,
@@ -242,31 +243,15 @@ async function profileOf(net: string, perRank: number): Promise<Profile> {
   return profiles.get(key)!;
 }
 
-/**
- * The CPU side of the exchange as the simulator prices it, measured here on one kernel thread (a
- * rank's share): seconds per byte of the SGD update on parameters in kernel memory, and the rate of
- * the device-order sum (bytes of one input summed per second).
- */
-function cpuExchangeRates(): { updateSecondsPerByte: number; sumBytesPerSecond: number } {
+// The CPU side of the exchange, measured on one kernel thread: a rank's share of the cores.
+const cpuRates = (() => {
   const backend = new CpuBackend({ name: "cluster-rates", threads: 1 });
-  const n = 4 << 20, bytes = 4 * n;
-  const keep = [0, 1, 2, 3].map(() => backend.allocateShared(n));
-  const [p, g, h, out] = keep.map((a) => backend.wrap(a));
-  const median = (run: () => void) => {
-    const times: number[] = [];
-    for (let i = 0; i < 7; i++) {
-      const t0 = performance.now();
-      run();
-      times.push((performance.now() - t0) / 1000);
-    }
-    return times.sort((a, b) => a - b)[3];
-  };
-  const update = median(() => backend.sgdUpdate(p, g, h, { rate: 0.01, momentum: 0.9, decay: 5e-4 }));
-  const sum = median(() => backend.averageInOrder([g, h], out));
-  backend.dispose();
-  return { updateSecondsPerByte: update / bytes, sumBytesPerSecond: bytes / sum };
-}
-const cpuRates = cpuExchangeRates();
+  try {
+    return measureExchangeRates(backend);
+  } finally {
+    backend.dispose();
+  }
+})();
 
 /**
  * The simulator's step for run `r`'s plan on `profile` scaled to the compute of `r`'s slowest rank

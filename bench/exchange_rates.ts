@@ -1,0 +1,50 @@
+/**
+ * The CPU side of a gradient exchange as the simulator prices it (`CostOptions`), measured on one
+ * backend: `bench:schedule` and `bench:cluster` both set the simulator beside measured steps and
+ * take these two rates from here, so that both price the same work the same way.
+ *
+ * @module
+ */
+
+import type { CpuBackend } from "../mod.ts";
+
+/** What {@link measureExchangeRates} found. */
+export interface ExchangeRates {
+  /** Seconds per parameter byte of one SGD step with momentum and weight decay (`sgdUpdate`). */
+  updateSecondsPerByte: number;
+  /**
+   * Bytes of one input summed per second by the device-order average of two inputs
+   * (`averageInOrder`): the simulator's `memoryBandwidthBytesPerSecond`, which prices a sum of N
+   * inputs of b bytes at (N − 1)·b over it.
+   */
+  sumBytesPerSecond: number;
+}
+
+/**
+ * The median of 7 timed calls of `backend`'s fused SGD update and of its device-order average, on
+ * 16 MiB buffers in kernel memory (where a device's gradients and the exchange's buffers live).
+ *
+ * @example
+ * ```ts
+ * import { getBackend, type CpuBackend } from "../mod.ts";
+ * import { measureExchangeRates } from "./exchange_rates.ts";
+ * const { sumBytesPerSecond } = measureExchangeRates(getBackend() as CpuBackend);
+ * console.log(`${(sumBytesPerSecond / 1e9).toFixed(1)} GB/s per input`);
+ * ```
+ */
+export function measureExchangeRates(backend: CpuBackend): ExchangeRates {
+  const n = 4 << 20, bytes = 4 * n;
+  const [p, g, h, out] = [0, 1, 2, 3].map(() => backend.wrap(backend.allocateShared(n)));
+  const median = (run: () => void) => {
+    const times: number[] = [];
+    for (let i = 0; i < 7; i++) {
+      const t0 = performance.now();
+      run();
+      times.push((performance.now() - t0) / 1000);
+    }
+    return times.sort((a, b) => a - b)[3];
+  };
+  const update = median(() => backend.sgdUpdate(p, g, h, { rate: 0.01, momentum: 0.9, decay: 5e-4 }));
+  const sum = median(() => backend.averageInOrder([g, h], out));
+  return { updateSecondsPerByte: update / bytes, sumBytesPerSecond: bytes / sum };
+}
