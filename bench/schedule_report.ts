@@ -28,6 +28,7 @@ import {
 import { calibrateProfile, measureProfile, type Profile, simulate } from "../schedule/simulator/mod.ts";
 import { groupTimes } from "../schedule/simulator/profile.ts";
 import { type Link, parseLink, spanKind, type TraceSpan } from "../schedule/runtime/mod.ts";
+import { waitUntil } from "../schedule/runtime/link.ts";
 import type { ModelSpec } from "../schedule/devices/mod.ts";
 import { uniformValues } from "../engine/mod.ts";
 import { writeFileAtomic } from "../engine/io/mod.ts";
@@ -202,6 +203,25 @@ say(
   `Gradient exchange on this thread, as the simulator prices it: device-order sum ${
     (rates.sumBytesPerSecond / 1e9).toFixed(1)
   } GB/s per input, SGD update ${(1 / rates.updateSecondsPerByte / 1e9).toFixed(2)} GB/s of parameters.`,
+);
+// An emulated transfer ends on a timer, which fires late by the runtime's timer granularity: every
+// transfer on an emulated link lasts that much longer than the link would take, which the
+// simulator does not price. Measured here so that the report says by how much.
+const overshootMs = await (async () => {
+  const late: number[] = [];
+  for (let i = 0; i < 21; i++) {
+    const deadline = performance.now() + 0.5;
+    await waitUntil(deadline);
+    late.push(performance.now() - deadline);
+  }
+  return median(late);
+})();
+say(
+  `An emulated transfer ends on a timer (\`setTimeout\`), which here fired ${
+    overshootMs.toFixed(2)
+  } ms late (median of 21 waits of 0.5 ms): each transfer on an emulated link takes that much longer ` +
+    `than the link's latency plus bytes over bandwidth, and the simulator does not price it (a \`sequential\` ` +
+    `step makes four transfers one after another, one per group and direction).`,
 );
 
 for (const { label, spec } of models) {
