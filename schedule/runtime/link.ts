@@ -189,12 +189,84 @@ export async function emulateRingAllreduce(
   await waitUntil(start + seconds * 1000);
 }
 
-/** Waits until `performance.now()` reaches `deadline`, without spinning a core. */
-export async function waitUntil(deadline: number): Promise<void> {
-  // setTimeout rounds to whole milliseconds; the loop absorbs early wake-ups.
+/**
+ * How much later than its deadline a wait's fallback timer fires where the clock thread runs: enough
+ * for the thread's reply to come first (it came 0.2–0.35 ms late here), so the timer only ends waits
+ * the thread does not (it failed, or its reply queued behind a busy event loop).
+ */
+const FALLBACK_LATE_MS = 2.5;
+
+/** The clock thread (`clock_thread.ts`) and the waits it has yet to end; undefined where none runs. */
+type Clock = { post(id: number, at: number): void; waiting: Map<number, () => void> } | undefined;
+let clock: Promise<Clock> | undefined;
+let nextWait = 0;
+
+function startClock(): Promise<Clock> {
+  clock ??= (async () => {
+    try {
+      // Through a variable, as `CpuDevice` loads it: a browser bundle has no `node:worker_threads`.
+      const specifier = "node:worker_threads";
+      const { Worker } = await import(specifier) as typeof import("node:worker_threads");
+      const worker = new Worker(new URL("./clock_thread.ts", import.meta.url));
+      // Never what keeps a process alive: a pending wait's fallback timer does that.
+      worker.unref();
+      const waiting = new Map<number, () => void>();
+      worker.on("message", (id: number) => waiting.get(id)?.());
+      worker.on("error", () => {
+        clock = Promise.resolve(undefined);
+      });
+      return { post: (id: number, at: number) => worker.postMessage({ id, at }), waiting };
+    } catch {
+      return undefined;
+    }
+  })();
+  return clock;
+}
+
+/**
+ * Waits until `performance.now()` reaches `deadline`, without spinning a core, and says what ended
+ * the wait: `"clock"`, the clock thread (`clock_thread.ts`, sleeping in the kernel's timer), or
+ * `"timer"`, a `setTimeout` (where no clock thread runs, or as a fallback), or `"none"`, the deadline
+ * having passed before there was anything to wait for. The runtime's timers fire
+ * about 2 ms late (Deno 2.9.6 here: `setTimeout(r, 0)` and `setTimeout(r, 1)` both took 2.1–2.2 ms),
+ * which every emulated transfer used to add to its link's time; the clock thread ended the same waits
+ * 0.2–0.35 ms late.
+ *
+ * @example
+ * ```ts
+ * import { waitUntil } from "./link.ts";
+ * await waitUntil(performance.now() + 0.5); // half a millisecond, not two
+ * ```
+ */
+export async function waitUntil(deadline: number): Promise<"clock" | "timer" | "none"> {
+  if (performance.now() >= deadline) return "none";
+  const thread = await startClock();
+  let endedBy: "clock" | "timer" | "none" = "none";
+  if (performance.now() < deadline) {
+    await new Promise<void>((resolve) => {
+      const id = nextWait++;
+      const end = (by: "clock" | "timer") => {
+        clearTimeout(fallback);
+        thread?.waiting.delete(id);
+        endedBy = by;
+        resolve();
+      };
+      const fallback = setTimeout(
+        () => end("timer"),
+        Math.max(0, deadline - performance.now()) + (thread ? FALLBACK_LATE_MS : 0),
+      );
+      if (thread) {
+        thread.waiting.set(id, () => end("clock"));
+        thread.post(id, performance.timeOrigin + deadline);
+      }
+    });
+  }
+  // A timer may fire early (it rounds to whole milliseconds): wait out the rest.
   while (performance.now() < deadline) {
+    endedBy = "timer";
     await new Promise((resolve) => setTimeout(resolve, Math.max(0, deadline - performance.now())));
   }
+  return endedBy;
 }
 
 /** The smallest chunk {@link pipelineChunkBytes} picks (unless the maximum is smaller). */
