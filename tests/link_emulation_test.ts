@@ -36,23 +36,22 @@ Deno.test("an emulated wait ends on the clock thread, never early", async () => 
   assert.ok(byClock >= 6, `only ${byClock} of 9 waits ended by the clock thread: ${endedBy.join(", ")}`);
 });
 
-// Mutation seen failing: the clock thread serving the second of two concurrent waits a full wait
-// later (its deadline taken from the message's arrival) ends it 2 ms after its deadline, not before.
+// Mutation seen failing: the clock thread taking each deadline from when it reads the request
+// (sleeping the wait's length from then) serves the second of two concurrent 5 ms waits 5 ms late,
+// so the fallback timer ends it and the third: 1 of 3 by the clock. No wall-clock bound is asserted:
+// what ended each wait says whether the clock kept each deadline.
 Deno.test("concurrent emulated waits each end at their own deadline", async () => {
   await clockReady();
   const start = performance.now();
-  const deadlines = [start + 2, start + 2, start + 3];
-  const ends = await Promise.all(deadlines.map(async (deadline) => {
-    await waitUntil(deadline);
-    return performance.now();
+  const deadlines = [start + 5, start + 5, start + 6];
+  const results = await Promise.all(deadlines.map(async (deadline) => {
+    const by = await waitUntil(deadline);
+    return { by, end: performance.now() };
   }));
-  ends.forEach((end, i) => assert.ok(end >= deadlines[i], `wait ${i} ended early`));
-  // Served in turn, they end together rather than one after another: the last one well before a
-  // second 2 ms wait could have followed the first.
-  assert.ok(
-    ends[1] < start + 3.9,
-    `the second wait ended ${(ends[1] - start).toFixed(3)} ms after the start`,
-  );
+  results.forEach(({ end }, i) => assert.ok(end >= deadlines[i], `wait ${i} ended early`));
+  // As above, the fallback may win one where the machine is busy.
+  const byClock = results.filter(({ by }) => by === "clock").length;
+  assert.ok(byClock >= 2, `only ${byClock} of 3 concurrent waits ended by the clock thread`);
 });
 
 Deno.test("a deadline already past returns at once", async () => {
