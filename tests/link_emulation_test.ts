@@ -37,13 +37,13 @@ Deno.test("an emulated wait ends on the clock thread, never early", async () => 
 });
 
 // Mutation seen failing: the clock thread taking each deadline from when it reads the request
-// (sleeping the wait's length from then) serves the second of two concurrent 5 ms waits 5 ms late,
-// so the fallback timer ends it and the third: 1 of 3 by the clock. No wall-clock bound is asserted:
+// (sleeping the wait's length from then) serves the second of two concurrent 30 ms waits 30 ms late,
+// past the fallback's 20, so the fallback timer ends it and the third: 1 of 3 by the clock. No wall-clock bound is asserted:
 // what ended each wait says whether the clock kept each deadline.
 Deno.test("concurrent emulated waits each end at their own deadline", async () => {
   await clockReady();
   const start = performance.now();
-  const deadlines = [start + 5, start + 5, start + 6];
+  const deadlines = [start + 30, start + 30, start + 40];
   const results = await Promise.all(deadlines.map(async (deadline) => {
     const by = await waitUntil(deadline);
     return { by, end: performance.now() };

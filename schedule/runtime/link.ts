@@ -190,11 +190,12 @@ export async function emulateRingAllreduce(
 }
 
 /**
- * How much later than its deadline a wait's fallback timer fires where the clock thread runs: enough
- * for the thread's reply to come first (it came 0.2–0.35 ms late here), so the timer only ends waits
- * the thread does not (it failed, or its reply queued behind a busy event loop).
+ * How much later than its deadline a wait's fallback timer fires where the clock thread runs: far
+ * more than the thread's reply takes (0.13–0.34 ms here), so that on a busy machine a reply a few
+ * milliseconds late still comes first; the timer only ends waits the thread does not (it failed,
+ * or it is still starting: under `deno test` its module is type-checked first, a second or two).
  */
-const FALLBACK_LATE_MS = 2.5;
+const FALLBACK_LATE_MS = 20;
 
 /** The clock thread (`clock_thread.ts`) and the waits it has yet to end; undefined where none runs. */
 type Clock = { post(id: number, at: number): void; waiting: Map<number, () => void> } | undefined;
