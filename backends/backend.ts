@@ -205,6 +205,13 @@ export interface Backend {
    * so the owner holds the array for as long as any view is used.
    */
   allocateShared?(length: number): Float32Array;
+  /**
+   * Optional: frees an array from {@link allocateShared} now rather than once it is garbage. Its
+   * memory lies outside the JavaScript heap, so running short of it prompts no collection: an owner
+   * that is done with the array frees it here. The array and every view of it must not be used
+   * afterwards; an array from elsewhere is left alone.
+   */
+  freeShared?(array: Float32Array): void;
   /** Returns the memory; the handle must not be used afterwards. */
   release(storage: Storage): void;
   /**

@@ -258,6 +258,11 @@ export class CpuBackend implements Backend {
     return this.wasm?.allocateArray(length, "float32") ?? new Float32Array(new SharedArrayBuffer(4 * length));
   }
 
+  /** Frees an array from {@link CpuBackend.allocateShared} now; see {@link Backend.freeShared}. */
+  freeShared(array: Float32Array): void {
+    this.wasm?.freeArray(array);
+  }
+
   /** Elements `[offset, offset + length)` of `storage`'s array, shared; see {@link Backend.view}. */
   view(storage: Storage, offset: number, length: number): Storage {
     const data = (storage as CpuStorage).data;

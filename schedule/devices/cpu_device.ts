@@ -18,7 +18,7 @@ import {
   DeviceError,
   type ShardedReplica,
 } from "./device.ts";
-import { type ParameterLayout, sharedFloats } from "./parameter_layout.ts";
+import { freeSharedFloats, type ParameterLayout, sharedFloats } from "./parameter_layout.ts";
 import type { ModelSpec } from "./model_spec.ts";
 import { COMPUTE_NICE } from "./thread_priority.ts";
 import type {
@@ -381,5 +381,11 @@ export class CpuDevice implements Device {
       pending.reject(this.#failure);
     }
     await this.#worker.terminate();
+  }
+
+  /** See {@link Device.free}: hands `parameters` and `gradients` back to the kernel memory. */
+  free(): void {
+    freeSharedFloats(this.parameters);
+    freeSharedFloats(this.gradients);
   }
 }

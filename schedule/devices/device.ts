@@ -222,4 +222,9 @@ export interface Device {
   ): Promise<ComputeResult>;
   /** Stops the device. */
   close(): Promise<void>;
+  /**
+   * Optional: frees the host memory the device shares with the runtime (`parameters`, `gradients`),
+   * once closed and nothing reads it any more; neither may be used afterwards.
+   */
+  free?(): void;
 }

@@ -6,13 +6,17 @@
  * @module
  */
 
+import type { Backend } from "../../backends/backend.ts";
 import { getBackend, type ParameterEntry } from "../../engine/mod.ts";
+
+/** The backend whose memory each {@link sharedFloats} array is, to free it there. */
+const allocatedBy = new WeakMap<Float32Array, Backend>();
 
 /**
  * A zero-filled flat float32 buffer on a `SharedArrayBuffer`, for parameters, gradients and their
  * averages that Workers share: from the current backend's `allocateShared` where it has one (the
  * CPU backend places it in its kernel memory, so the optimizer and the average run on it in place),
- * else a plain `SharedArrayBuffer`.
+ * else a plain `SharedArrayBuffer`. Its owner hands it back with {@link freeSharedFloats} when done.
  *
  * @example
  * ```ts
@@ -22,7 +26,23 @@ import { getBackend, type ParameterEntry } from "../../engine/mod.ts";
  * ```
  */
 export function sharedFloats(length: number): Float32Array {
-  return getBackend().allocateShared?.(length) ?? new Float32Array(new SharedArrayBuffer(4 * length));
+  const backend = getBackend();
+  const array = backend.allocateShared?.(length);
+  if (!array) return new Float32Array(new SharedArrayBuffer(4 * length));
+  allocatedBy.set(array, backend);
+  return array;
+}
+
+/**
+ * Frees an array from {@link sharedFloats} now, in the backend that allocated it (kernel memory is
+ * outside the JavaScript heap: waiting for the garbage collector left a second trainer in the same
+ * process without room, its updates on the slow path). Neither the array nor any view of it may be
+ * used afterwards. Once per array; later calls, and arrays from elsewhere, do nothing.
+ */
+export function freeSharedFloats(array: Float32Array): void {
+  const backend = allocatedBy.get(array);
+  allocatedBy.delete(array);
+  backend?.freeShared?.(array);
 }
 
 /** One parameter's place in the flat buffers. */

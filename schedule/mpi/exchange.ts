@@ -51,7 +51,12 @@ import {
 import { loadInitialBuffers } from "../devices/buffer_layout.ts";
 import { CpuDevice } from "../devices/cpu_device.ts";
 import { type ComputeResult, type Device, DeviceError } from "../devices/device.ts";
-import { groupRange, type ParameterLayout, sharedFloats } from "../devices/parameter_layout.ts";
+import {
+  freeSharedFloats,
+  groupRange,
+  type ParameterLayout,
+  sharedFloats,
+} from "../devices/parameter_layout.ts";
 import { actionLabel } from "../plan/plan.ts";
 import type { Plan, ReductionMode } from "../plan/plan.ts";
 import type {
@@ -590,6 +595,12 @@ export class MpiExchange implements Exchange {
   async close(): Promise<void> {
     this.sockets?.close();
     await this.#device.close();
+  }
+
+  free(): void {
+    for (const optimizer of this.optimizers) optimizer.dispose();
+    this.#device.free?.();
+    for (const array of [this.#averaged, this.#gathered]) if (array) freeSharedFloats(array);
   }
 }
 

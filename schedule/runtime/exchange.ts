@@ -148,6 +148,12 @@ export interface Exchange {
   scatterResiduals(residuals: readonly Float32Array[] | undefined): Promise<void>;
   /** Stops the devices. */
   close(): Promise<void>;
+  /**
+   * After {@link close}, once no step runs: frees the host optimizers' state and the memory shared
+   * with the devices now (kernel memory is outside the JavaScript heap, so the garbage collector
+   * would not hurry; a second trainer would find no room). Nothing of the exchange is used afterwards.
+   */
+  free(): void;
 }
 
 /** Awaits every promise, then throws the first failure, so nothing is still running on error. */

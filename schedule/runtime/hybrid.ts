@@ -182,6 +182,14 @@ export class HybridHead {
   }
 
   /**
+   * After the devices closed: frees the slice optimizers' state (resident slices' went with their
+   * devices' backends).
+   */
+  free(): void {
+    if (!this.#resident) { for (const optimizer of this.optimizers) optimizer.dispose(); }
+  }
+
+  /**
    * Runs one iteration's phases on every local device; returns each one's result (its shard's loss
    * and hits, as a data-parallel device reports them, and its spans). Each sharded group's
    * readiness is resolved once the head's backward is done everywhere, each body group's as its

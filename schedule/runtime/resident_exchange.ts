@@ -207,4 +207,8 @@ export class ResidentExchange extends InProcessExchange implements Exchange {
     await this.#pendingBroadcast?.catch(() => {});
     await Promise.all(this.local.map((d) => d.close()));
   }
+
+  free(): void {
+    // Closing freed each device's backend, and with it every tensor the optimizers kept there.
+  }
 }

@@ -16,7 +16,12 @@
 
 import type { Optimizer, ParameterEntry } from "../../engine/mod.ts";
 import type { Device } from "../devices/device.ts";
-import { groupRange, type ParameterLayout, sharedFloats } from "../devices/parameter_layout.ts";
+import {
+  freeSharedFloats,
+  groupRange,
+  type ParameterLayout,
+  sharedFloats,
+} from "../devices/parameter_layout.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import { divergentFrom, type Exchange, type ExchangeContext, InProcessExchange } from "./exchange.ts";
 import { averageInDeviceOrder, hostParameterEntries } from "./host_parameters.ts";
@@ -167,6 +172,12 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
 
   async close(): Promise<void> {
     await Promise.all(this.local.map((d) => d.close()));
+  }
+
+  free(): void {
+    for (const optimizer of this.optimizers) optimizer.dispose();
+    for (const device of this.local) device.free?.();
+    for (const array of [...this.#averaged, ...this.#received]) freeSharedFloats(array);
   }
 }
 

@@ -73,6 +73,8 @@ export class DataParallelTrainer {
   #iteration = 0;
   #failed: Error | undefined;
   #closed = false;
+  /** What runs on the exchange now (a step, a broadcast): `close` lets it settle before freeing. */
+  readonly #running = new Set<Promise<unknown>>();
 
   private constructor(
     exchange: Exchange,
@@ -160,6 +162,7 @@ export class DataParallelTrainer {
    * has — asking elsewhere throws).
    */
   get optimizer(): Optimizer {
+    this.#checkOpen("optimizer");
     const optimizer = this.#exchange.optimizers[0];
     if (!optimizer) {
       throw new TandemError(
@@ -176,6 +179,7 @@ export class DataParallelTrainer {
    * own tensors, which `saveCheckpoint` reads and `loadCheckpoint` writes as any tensor.
    */
   get parameterEntries(): readonly ParameterEntry[] {
+    this.#checkOpen("parameterEntries");
     return this.#exchange.parameterEntries;
   }
 
@@ -191,6 +195,7 @@ export class DataParallelTrainer {
    * {@link DataParallelTrainer.broadcastParameters}. Each device keeps its own statistics otherwise.
    */
   get bufferEntries(): readonly BufferEntry[] {
+    this.#checkOpen("bufferEntries");
     if (this.#buffers.total === 0) return [];
     this.#bufferEntries ??= hostBufferEntries(this.#buffers, this.#exchange.local[0].buffers!);
     return this.#bufferEntries;
@@ -201,6 +206,7 @@ export class DataParallelTrainer {
    * this rank's own, which on rank 0 are the master's).
    */
   masterBuffers(): Float32Array {
+    this.#checkOpen("masterBuffers");
     return this.#buffers.total ? this.#exchange.local[0].buffers!.slice() : new Float32Array(0);
   }
 
@@ -230,7 +236,11 @@ export class DataParallelTrainer {
    * }
    * ```
    */
-  async broadcastParameters(): Promise<void> {
+  broadcastParameters(): Promise<void> {
+    return this.#run("broadcastParameters", () => this.#broadcastParameters());
+  }
+
+  async #broadcastParameters(): Promise<void> {
     this.#iteration = await this.#exchange.broadcastParameters(this.iteration);
     // Device 0's buffers (a loaded checkpoint's statistics) become every replica's.
     if (this.#buffers.total > 0) {
@@ -246,7 +256,11 @@ export class DataParallelTrainer {
    * {@link DataParallelTrainer.masterParameters} and {@link DataParallelTrainer.divergentReplicas}
    * read them. Only resident devices (WebGPU) need it; elsewhere it does nothing. Not during a step.
    */
-  async syncParameters(): Promise<void> {
+  syncParameters(): Promise<void> {
+    return this.#run("syncParameters", () => this.#syncParameters());
+  }
+
+  async #syncParameters(): Promise<void> {
     await this.#exchange.syncParameters();
     // Hybrid: the master's copy of the head is whole only once every device's slice is in it.
     const master = this.rank === 0;
@@ -262,6 +276,7 @@ export class DataParallelTrainer {
    * only their own slice of the head current), call {@link DataParallelTrainer.syncParameters} first.
    */
   masterParameters(): Float32Array {
+    this.#checkOpen("masterParameters");
     return this.#exchange.masterParameters();
   }
 
@@ -275,19 +290,21 @@ export class DataParallelTrainer {
    * (`residuals.ts`; elsewhere and without, `undefined`). Collective under MPI.
    */
   residuals(): Promise<Float32Array[] | undefined> {
-    return this.#exchange.gatherResiduals();
+    return this.#run("residuals", () => this.#exchange.gatherResiduals());
   }
 
   /** Error feedback: device d continues from the master's `residuals[d]` (none: zeros). Collective (MPI). */
   loadResiduals(residuals: readonly Float32Array[] | undefined): Promise<void> {
-    return this.#exchange.scatterResiduals(residuals);
+    return this.#run("loadResiduals", () => this.#exchange.scatterResiduals(residuals));
   }
 
   /** Devices (ranks) whose parameters differ from the master's in any bit. Collective under MPI. */
   divergentReplicas(): Promise<number[]> {
     // Hybrid: each device keeps only its own slice of the head current; the bodies must agree.
-    if (this.#hybrid) return this.#hybrid.divergentBodies();
-    return this.#exchange.divergentReplicas();
+    return this.#run(
+      "divergentReplicas",
+      () => this.#hybrid ? this.#hybrid.divergentBodies() : this.#exchange.divergentReplicas(),
+    );
   }
 
   /**
@@ -304,8 +321,11 @@ export class DataParallelTrainer {
    * step rejects naming the failing device, with the master's parameters and optimizer state as
    * before the step (in one process; under MPI the job cannot go on).
    */
-  async step(batch: HostBatch): Promise<DataParallelStepResult> {
-    if (this.#closed) throw new TandemError("DataParallelTrainer: closed");
+  step(batch: HostBatch): Promise<DataParallelStepResult> {
+    return this.#run("step", () => this.#step(batch));
+  }
+
+  async #step(batch: HostBatch): Promise<DataParallelStepResult> {
     if (this.#failed) {
       const what = this.#failed instanceof DivergenceError
         ? "training diverged earlier"
@@ -395,11 +415,38 @@ export class DataParallelTrainer {
     return cause;
   }
 
-  /** Stops the devices (MPI stays up: call `transport.finalize()` when the process is done). */
+  /**
+   * Stops the devices (MPI stays up: call `transport.finalize()` when the process is done), lets a
+   * step still running settle (it rejects, undone), and frees the memory the trainer held: the
+   * replicas' parameters and gradients and the optimizers' state. Its parameter entries, optimizer
+   * and buffers must not be used afterwards; the trainer's methods that would reach them throw.
+   */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     await this.#exchange.close();
+    // A failing step still undoes its updates in the master's memory; free it only after.
+    await Promise.allSettled(this.#running);
+    this.#hybrid?.free();
+    this.#exchange.free();
+  }
+
+  /** Runs `work` as `op` on an open trainer, known to `close` until it settles. */
+  #run<T>(op: string, work: () => Promise<T>): Promise<T> {
+    try {
+      this.#checkOpen(op);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const running = work();
+    this.#running.add(running);
+    const forget = () => this.#running.delete(running);
+    running.then(forget, forget);
+    return running;
+  }
+
+  #checkOpen(op: string): void {
+    if (this.#closed) throw new TandemError(`DataParallelTrainer.${op}: the trainer is closed`);
   }
 }
 

@@ -259,6 +259,11 @@ export class WasmKernels {
     return this.#heap.usedBytes;
   }
 
+  /** Bytes of kernel memory that arrays hold now (without the free blocks between them). */
+  get residentBytes(): number {
+    return this.#heap.usedBytes - this.#heap.freeBytes;
+  }
+
   /**
    * A zero-filled array inside the kernel memory, which the kernels then use without copying;
    * `undefined` where the memory is not shared (it could move when it grows) or is full.
