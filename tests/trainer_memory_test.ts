@@ -3,10 +3,13 @@
  * parameters and gradients, the master's averages and the optimizer's state in its WebAssembly
  * memory, which lies outside the JavaScript heap: left to the garbage collector, a second trainer in
  * the same process (AlexNet-like, 1.6 GB of 2 GiB) found no room, and every update of its master
- * took the TypeScript path, 4× slower.
+ * took the TypeScript path, 4× slower. A trainer also keeps its host work (buffers, averages,
+ * optimizer) on the backend current when it was created, so that two trainers can each have a
+ * backend's memory of their own.
  */
 import assert from "node:assert/strict";
-import { getBackend } from "../mod.ts";
+import { CpuBackend, getBackend, registerBackend, setBackend } from "../mod.ts";
+import type { Backend } from "../backends/backend.ts";
 import type { WasmKernels } from "../backends/cpu/wasm/kernels.ts";
 import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
@@ -90,4 +93,33 @@ Deno.test("closing during a step: the step rejects naming the close, and only th
   await assert.rejects(running, /^DeviceError: device \d: closed( during iteration 1)?$/);
   await closing;
   assert.ok(residentBytes() <= before, "freed once the step settled");
+});
+
+// Mutation seen failing: `SharedMemoryExchange` averaging on `getBackend()` at each reduce (the
+// backend made current after create takes every average; its memory holds none of the buffers).
+Deno.test("a trainer keeps its host work on the backend current at create when another becomes current", async () => {
+  const main = getBackend();
+  const other = new CpuBackend({ name: "cpu-other-host" });
+  registerBackend(other);
+  const calls = { main: 0, other: 0 };
+  const count = (backend: Backend, key: keyof typeof calls) => {
+    const average = backend.averageInOrder!.bind(backend);
+    backend.averageInOrder = (inputs, out) => {
+      calls[key]++;
+      average(inputs, out);
+    };
+  };
+  count(main, "main");
+  count(other, "other");
+  const trainer = await tinyTrainer(overlapPlan(groups));
+  try {
+    setBackend(other.name);
+    await trainer.step(batch(0));
+  } finally {
+    setBackend(main.name);
+    delete (main as { averageInOrder?: unknown }).averageInOrder; // the prototype's again
+    await trainer.close();
+    other.dispose?.();
+  }
+  assert.deepEqual(calls, { main: groups.length, other: 0 });
 });

@@ -14,7 +14,7 @@ const allocatedBy = new WeakMap<Float32Array, Backend>();
 
 /**
  * A zero-filled flat float32 buffer on a `SharedArrayBuffer`, for parameters, gradients and their
- * averages that Workers share: from the current backend's `allocateShared` where it has one (the
+ * averages that Workers share: from `backend`'s (default: the current one's) `allocateShared` where it has one (the
  * CPU backend places it in its kernel memory, so the optimizer and the average run on it in place),
  * else a plain `SharedArrayBuffer`. Its owner hands it back with {@link freeSharedFloats} when done.
  *
@@ -25,8 +25,7 @@ const allocatedBy = new WeakMap<Float32Array, Backend>();
  * const gradients = sharedFloats(1024); // Float32Array over shared memory, all zeros
  * ```
  */
-export function sharedFloats(length: number): Float32Array {
-  const backend = getBackend();
+export function sharedFloats(length: number, backend: Backend = getBackend()): Float32Array {
   const array = backend.allocateShared?.(length);
   if (!array) return new Float32Array(new SharedArrayBuffer(4 * length));
   allocatedBy.set(array, backend);

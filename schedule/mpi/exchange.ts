@@ -41,8 +41,10 @@
  * @module
  */
 
+import type { Backend } from "../../backends/backend.ts";
 import {
   disposeOptimizerState,
+  getBackend,
   type Optimizer,
   packOptimizerState,
   type ParameterEntry,
@@ -109,6 +111,8 @@ export class MpiExchange implements Exchange {
   readonly #device: Device;
   readonly #layout: ParameterLayout;
   readonly #mode: ReductionMode;
+  /** Where the host work runs: the backend current at construction (see `SharedMemoryExchange`). */
+  readonly #host: Backend = getBackend();
   /** The averaged gradients the optimizer reads, on ranks that update. */
   readonly #averaged: Float32Array | undefined;
   /** Every rank's gradients of one group, in rank order, on ranks that average. */
@@ -164,15 +168,15 @@ export class MpiExchange implements Exchange {
     this.#mode = mode;
     this.#timeoutMs = timeoutMs;
     this.#clockZero = clockZero;
-    this.#averaged = optimizer ? sharedFloats(layout.total) : undefined;
+    this.#averaged = optimizer ? sharedFloats(layout.total, this.#host) : undefined;
     const largestGroup = Math.max(...layout.groups.map((g) => g.size));
-    this.#gathered = optimizer ? sharedFloats(transport.size * largestGroup) : undefined;
+    this.#gathered = optimizer ? sharedFloats(transport.size * largestGroup, this.#host) : undefined;
     this.wire = wire;
     // In shared memory, which never moves while MPI reads and writes it.
     const halves = (n: number) => new Uint16Array(new SharedArrayBuffer(2 * n));
     this.#sendWire = wire ? halves(largestGroup) : undefined;
     this.#gatheredWire = wire && optimizer ? halves(transport.size * largestGroup) : undefined;
-    const entries = hostParameterEntries(layout, device.parameters, this.#averaged);
+    const entries = hostParameterEntries(layout, device.parameters, this.#averaged, this.#host);
     this.parameterEntries = entries;
     this.optimizers = optimizer ? [optimizer(entries)] : [];
   }
@@ -399,7 +403,7 @@ export class MpiExchange implements Exchange {
         if (wire) wire.decode(encodedTarget(m)!, all);
         const inputs = Array.from({ length: n }, (_, r) => all.subarray(r * m.size, (r + 1) * m.size));
         if (this.#root && !wire) inputs[0] = gradients(m);
-        averageInDeviceOrder(inputs, this.#averaged!.subarray(m.offset, m.offset + m.size));
+        averageInDeviceOrder(inputs, this.#averaged!.subarray(m.offset, m.offset + m.size), this.#host);
       }
       spans.reduce[1] = performance.now();
       const last = chunk[chunk.length - 1];
@@ -496,14 +500,16 @@ export class MpiExchange implements Exchange {
     }
     // allreduce: every optimizer must continue from rank 0's state (momentum, counts, iteration).
     const [optimizer] = this.optimizers;
-    const packed = this.rank === 0 ? await packOptimizerState(optimizer.state(), sharedFloats) : undefined;
+    const packed = this.rank === 0
+      ? await packOptimizerState(optimizer.state(), (n) => sharedFloats(n, this.#host))
+      : undefined;
     const header = await transport.broadcastJson(
       packed?.header ?? null,
       0,
       wait,
       "broadcast optimizer state",
     );
-    const values = packed?.values ?? sharedFloats(header!.total);
+    const values = packed?.values ?? sharedFloats(header!.total, this.#host);
     await transport.broadcast(values, 0, "broadcast optimizer state").wait(wait);
     if (this.rank !== 0) {
       const state = unpackOptimizerState(header!, values, optimizer.parameters);
@@ -529,9 +535,9 @@ export class MpiExchange implements Exchange {
     const wire = this.wire;
     if (!wire?.errorFeedback) return undefined;
     const total = this.#layout.total, size = this.transport.size;
-    const own = sharedFloats(total);
+    const own = sharedFloats(total, this.#host);
     own.set(wire.residual(this.rank));
-    const all = this.rank === 0 ? sharedFloats(size * total) : undefined;
+    const all = this.rank === 0 ? sharedFloats(size * total, this.#host) : undefined;
     await this.transport.gather(own, all, 0, "gather residuals").wait({
       deadline: performance.now() + this.#timeoutMs,
     });
@@ -554,7 +560,7 @@ export class MpiExchange implements Exchange {
       "broadcast residuals",
     );
     if (!given) return wire.loadResidual(this.rank, undefined);
-    const all = sharedFloats(size * total);
+    const all = sharedFloats(size * total, this.#host);
     if (this.rank === 0) residuals!.forEach((r, d) => all.set(r, d * total));
     await this.transport.broadcast(all, 0, "broadcast residuals").wait(wait);
     wire.loadResidual(this.rank, all.subarray(this.rank * total, (this.rank + 1) * total));

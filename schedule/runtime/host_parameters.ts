@@ -8,11 +8,12 @@
 
 import { getBackend, type ParameterEntry, TandemError, type Tensor } from "../../engine/mod.ts";
 import { fromStorage } from "../../engine/creation.ts";
+import type { Backend } from "../../backends/backend.ts";
 import type { ParameterLayout } from "../devices/parameter_layout.ts";
 
 /**
  * Named parameter entries over flat host buffers laid out by `layout`: each parameter a zero-copy
- * tensor of the current backend over `parameters`, and, when `gradients` is given, its `.grad` a
+ * tensor of `backend` (default: the current one) over `parameters`, and, when `gradients` is given, its `.grad` a
  * zero-copy tensor over `gradients`. An optimizer built on them updates the buffers in place (the
  * devices' shared memory, or an MPI rank's receive buffer).
  *
@@ -30,8 +31,8 @@ export function hostParameterEntries(
   layout: ParameterLayout,
   parameters: Float32Array,
   gradients?: Float32Array,
+  backend: Backend = getBackend(),
 ): ParameterEntry[] {
-  const backend = getBackend();
   if (!backend.wrap) {
     throw new TandemError(`data-parallel update: backend "${backend.name}" cannot wrap host memory`);
   }
@@ -52,7 +53,7 @@ export function hostParameterEntries(
 
 /**
  * `out = (g0 + g1 + … + g(N−1)) · fround(1/N)`, every partial sum rounded to float32 in device order,
- * whatever order the gradients arrived in. One pass over memory; the same bits as summing whole
+ * whatever order the gradients arrived in, on `backend` (default: the current one). One pass over memory; the same bits as summing whole
  * buffers one after another, because each element's additions happen in the same order.
  *
  * @example
@@ -63,10 +64,13 @@ export function hostParameterEntries(
  * console.log(out); // Float32Array [2, 3]
  * ```
  */
-export function averageInDeviceOrder(gradients: readonly Float32Array[], out: Float32Array): void {
+export function averageInDeviceOrder(
+  gradients: readonly Float32Array[],
+  out: Float32Array,
+  backend: Backend = getBackend(),
+): void {
   // The CPU backend averages with its WebAssembly kernel, in place where the buffers are in its
   // memory (see `sharedFloats`); the loop below is for backends without the capability.
-  const backend = getBackend();
   if (backend.averageInOrder && backend.wrap) {
     backend.averageInOrder(gradients.map((g) => backend.wrap!(g)), backend.wrap(out));
     return;

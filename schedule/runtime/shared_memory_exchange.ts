@@ -14,7 +14,8 @@
  * @module
  */
 
-import type { Optimizer, ParameterEntry } from "../../engine/mod.ts";
+import { getBackend, type Optimizer, type ParameterEntry } from "../../engine/mod.ts";
+import type { Backend } from "../../backends/backend.ts";
 import type { Device } from "../devices/device.ts";
 import {
   freeSharedFloats,
@@ -34,6 +35,11 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
   /** Copies between host buffers and the average here cannot fail. */
   readonly transfersCanFail = false;
   readonly optimizers: readonly Optimizer[];
+  /**
+   * Where the host work runs (buffers, average, optimizer): the backend current at construction,
+   * whatever the caller makes current later (it may evaluate on another backend between steps).
+   */
+  readonly #host: Backend = getBackend();
   /** The averaged gradients each optimizer reads (its parameters' `.grad`). */
   readonly #averaged: Float32Array[];
   /**
@@ -60,12 +66,14 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
     // A failed step is undone here, residuals included.
     this.wire = GradientWire.create(wire, layout.total, devices.map((d) => d.index), true);
     // In kernel memory, as the devices' parameters are: the optimizer updates in place.
-    this.#averaged = this.updating.map(() => sharedFloats(layout.total));
+    this.#averaged = this.updating.map(() => sharedFloats(layout.total, this.#host));
     this.optimizers = this.updating.map((device, i) =>
-      optimizer(hostParameterEntries(layout, device.parameters, this.#averaged[i]))
+      optimizer(hostParameterEntries(layout, device.parameters, this.#averaged[i], this.#host))
     );
     const compressed = this.wire !== undefined;
-    this.#received = devices.map((d) => sharedFloats(d.index === 0 && !compressed ? 0 : layout.total));
+    this.#received = devices.map((d) =>
+      sharedFloats(d.index === 0 && !compressed ? 0 : layout.total, this.#host)
+    );
   }
 
   beforeStep(): Promise<void> {
@@ -92,13 +100,14 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
       averageInDeviceOrder(
         [slice(devices[0].gradients), ...devices.slice(1).map((d) => slice(this.#received[d.index]))],
         slice(this.#averaged[0]),
+        this.#host,
       );
       return;
     }
     // Averaged once here for every device; an emulated link makes it last as a ring all-reduce would.
     const start = performance.now();
     const average = slice(this.#averaged[0]);
-    averageInDeviceOrder(devices.map((d) => slice(d.gradients)), average);
+    averageInDeviceOrder(devices.map((d) => slice(d.gradients)), average, this.#host);
     for (const averaged of this.#averaged.slice(1)) slice(averaged).set(average);
     await emulateRingAllreduce(start, average.byteLength, devices.length, this.link);
     recordRing(context, devices, group, start, average.byteLength);
@@ -124,12 +133,12 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
       });
       round(devices[0]); // while the peers' gradients are on the (emulated) link
       await Promise.all(sends);
-      averageInDeviceOrder(devices.map(rounded), average);
+      averageInDeviceOrder(devices.map(rounded), average, this.#host);
       return;
     }
     const start = performance.now();
     for (const device of devices) round(device);
-    averageInDeviceOrder(devices.map(rounded), average);
+    averageInDeviceOrder(devices.map(rounded), average, this.#host);
     for (const averaged of this.#averaged.slice(1)) slice(averaged).set(average);
     await emulateRingAllreduce(start, bytes, devices.length, this.link);
     recordRing(context, devices, group, start, bytes);
