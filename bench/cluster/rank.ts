@@ -32,9 +32,13 @@
 import {
   autoSchedule,
   builtinPlan,
+  CpuBackend,
   DataParallelTrainer,
+  getBackend,
   type Plan,
   randn,
+  registerBackend,
+  setBackend,
   SGD,
   TraceRecorder,
 } from "../../mod.ts";
@@ -269,9 +273,18 @@ if (import.meta.main) {
     if (config.pairedWith) {
       // Over the model's own groups (FC, conv), as the `sequential` row runs: its T_fc_comm is the FC
       // exchange whatever groups (an automatic split, DDP's buckets) this row regroups the layers into.
-      runs.push(
-        await start(builtinPlan(config.pairedWith as "sequential", groups), "fp32", specOf(config.net)),
-      );
+      // On a CPU backend of its own: a rank's bvlc_alexnet trainer holds 1.2-1.5 GB of kernel memory,
+      // two do not fit one backend's 2 GiB, and the second's updates would take the TypeScript path.
+      const own = getBackend().name;
+      registerBackend(new CpuBackend({ name: "cpu-paired" }));
+      setBackend("cpu-paired");
+      try {
+        runs.push(
+          await start(builtinPlan(config.pairedWith as "sequential", groups), "fp32", specOf(config.net)),
+        );
+      } finally {
+        setBackend(own);
+      }
     }
     // One synthetic batch, made before the first step and fed to every step, as the PyTorch peer
     // does: made per step on the main thread (3-11 ms for the AlexNet-like net's 50,176 values) it
