@@ -749,3 +749,26 @@ Deno.test("wasm kernels: arrays allocated in kernel memory are used in place and
   assert.ok(again.every((v) => v === 0), "a reused block is zero-filled");
   kernels.dispose();
 });
+
+// Mutation seen failing: `allocateArray` returning undefined without `#sayFull` (the fallback is
+// silent again).
+Deno.test("wasm kernels: an array that finds no room in kernel memory is said once, on stderr", () => {
+  const kernels = WasmKernels.create({ threads: 1 })!;
+  const said: string[] = [];
+  const warn = console.warn;
+  console.warn = (...args: unknown[]) => said.push(args.join(" "));
+  try {
+    // 3 GiB of floats: past the 2 GiB the kernels address, refused before any memory grows.
+    assert.equal(kernels.allocateArray(3 * 2 ** 28, "float32"), undefined);
+    assert.equal(kernels.allocateArray(3 * 2 ** 28, "float32"), undefined);
+    assert.ok(kernels.allocateArray(1024, "float32"), "small arrays still fit");
+  } finally {
+    console.warn = warn;
+    kernels.dispose();
+  }
+  assert.equal(said.length, 1, said.join("\n"));
+  assert.match(
+    said[0],
+    /^tandem: the CPU backend's kernel memory has no room for 3072 MB \(0 of 2048 MB held\)/,
+  );
+});

@@ -168,6 +168,8 @@ export class WasmKernels {
     this.#heap.free(block.address, block.bytes)
   );
   #temporaries: Staged[] = [];
+  /** Whether the kernel memory was found full once (said once: see `#sayFull`). */
+  #saidFull = false;
   #threads: number;
   #pool: KernelThreadPool | undefined;
   #floats: Float32Array<ArrayBufferLike> = new Float32Array(0);
@@ -285,7 +287,10 @@ export class WasmKernels {
     if (!this.features.sharedMemory || length === 0) return undefined;
     const bytes = 4 * length;
     const address = this.#heap.allocate(bytes + OVERREAD);
-    if (address === undefined) return undefined;
+    if (address === undefined) {
+      this.#sayFull(bytes);
+      return undefined;
+    }
     const buffer = this.#memory.buffer;
     this.#buffers.add(buffer);
     const array = dtype === "int32"
@@ -297,6 +302,22 @@ export class WasmKernels {
     this.#resident.set(array, block);
     this.#collected.register(array, block, array);
     return array;
+  }
+
+  /**
+   * Says once per instance, on stderr, that an array found no room: from then on arrays land
+   * outside the kernel memory, and kernels on them copy in and out or run in TypeScript. A silent
+   * 4× slower update hid a second trainer's full memory for sessions.
+   */
+  #sayFull(bytes: number): void {
+    if (this.#saidFull) return;
+    this.#saidFull = true;
+    const mb = (n: number) => (n / 2 ** 20).toFixed(0);
+    console.warn(
+      `tandem: the CPU backend's kernel memory has no room for ${mb(bytes)} MB (${mb(this.residentBytes)} ` +
+        `of ${mb(MAX_MEMORY_PAGES * PAGE)} MB held): arrays go to ordinary memory, where kernels copy them ` +
+        `or run in TypeScript, slower; dispose tensors and close trainers no longer used`,
+    );
   }
 
   /**
