@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { CpuBackend, getBackend, registerBackend, setBackend } from "../mod.ts";
 import type { Backend } from "../backends/backend.ts";
 import type { WasmKernels } from "../backends/cpu/wasm/kernels.ts";
-import { overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
+import { hybridPlan, overlapPlan, sequentialPlan } from "../schedule/plan/builtins.ts";
 import type { Plan, ReductionMode } from "../schedule/plan/plan.ts";
 import { DataParallelTrainer } from "../schedule/runtime/trainer.ts";
 import {
@@ -122,4 +122,18 @@ Deno.test("a trainer keeps its host work on the backend current at create when a
     other.dispose?.();
   }
   assert.deepEqual(calls, { main: groups.length, other: 0 });
+});
+
+// Mutation seen failing: `HybridHead.free` doing nothing (the head slices' momentum stays).
+Deno.test("DataParallelTrainer.close frees a hybrid plan's head slices' optimizer state too", async () => {
+  const before = residentBytes();
+  const trainer = await tinyTrainer(hybridPlan(groups));
+  const parameterBytes = 4 * trainer.layout.total;
+  await trainer.step(batch(0));
+  await trainer.step(batch(1));
+  const held = residentBytes() - before;
+  assert.ok(held >= 4 * parameterBytes, `a trainer holds ${held / parameterBytes}× its parameters' bytes`);
+  await trainer.close();
+  const left = residentBytes() - before;
+  assert.ok(left <= 0, `closed, ${left / parameterBytes}× its parameters' bytes stay`);
 });
