@@ -201,8 +201,8 @@ export interface Backend {
    * Optional: zero-filled host memory on a `SharedArrayBuffer` (so Workers can share it) that this
    * backend's kernels read and write in place when it, or a `subarray` of it, is {@link wrap}ped:
    * where a runtime keeps the parameters and gradients that devices share and a host optimizer
-   * updates. Its memory is freed once the returned array is garbage: views of it do not keep it,
-   * so the owner holds the array for as long as any view is used.
+   * updates. Its memory is freed by {@link freeShared}, or once the returned array is garbage:
+   * views of it do not keep it, so the owner holds the array for as long as any view is used.
    */
   allocateShared?(length: number): Float32Array;
   /**
