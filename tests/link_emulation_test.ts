@@ -38,8 +38,8 @@ Deno.test("an emulated wait ends on the clock thread, never early", async () => 
 
 // Mutation seen failing: the clock thread taking each deadline from when it reads the request
 // (sleeping the wait's length from then) serves the second of two concurrent 30 ms waits 30 ms late,
-// past the fallback's 20, so the fallback timer ends it and the third: 1 of 3 by the clock. No wall-clock bound is asserted:
-// what ended each wait says whether the clock kept each deadline.
+// past the fallback's 20, so the fallback timer ends it and the third: 1 of 3 by the clock. No
+// wall-clock bound is asserted: what ended each wait says whether the clock kept each deadline.
 Deno.test("concurrent emulated waits each end at their own deadline", async () => {
   await clockReady();
   const start = performance.now();

@@ -252,8 +252,8 @@ export class CpuBackend implements Backend {
   /**
    * Zero-filled host memory on a `SharedArrayBuffer`, inside the kernels' memory where it fits, so
    * that storages wrapping it (or parts of it) are kernel operands without a copy; see
-   * {@link Backend.allocateShared}. Freed by {@link CpuBackend.freeShared}, or once the returned array is
-   * garbage (views do not keep it).
+   * {@link Backend.allocateShared}. Freed by {@link CpuBackend.freeShared}, or once the returned
+   * array is garbage (views do not keep it).
    */
   allocateShared(length: number): Float32Array {
     return this.wasm?.allocateArray(length, "float32") ?? new Float32Array(new SharedArrayBuffer(4 * length));

@@ -14,9 +14,10 @@ const allocatedBy = new WeakMap<Float32Array, Backend>();
 
 /**
  * A zero-filled flat float32 buffer on a `SharedArrayBuffer`, for parameters, gradients and their
- * averages that Workers share: from `backend`'s (default: the current one's) `allocateShared` where it has one (the
- * CPU backend places it in its kernel memory, so the optimizer and the average run on it in place),
- * else a plain `SharedArrayBuffer`. Its owner hands it back with {@link freeSharedFloats} when done.
+ * averages that Workers share: from `backend`'s (default: the current one's) `allocateShared` where
+ * it has one (the CPU backend places it in its kernel memory, so the optimizer and the average run
+ * on it in place), else a plain `SharedArrayBuffer`. Its owner hands it back with
+ * {@link freeSharedFloats} when done.
  *
  * @example
  * ```ts

@@ -53,20 +53,16 @@ import {
 import { loadInitialBuffers } from "../devices/buffer_layout.ts";
 import { CpuDevice } from "../devices/cpu_device.ts";
 import { type ComputeResult, type Device, DeviceError } from "../devices/device.ts";
-import {
-  freeSharedFloats,
-  groupRange,
-  type ParameterLayout,
-  sharedFloats,
-} from "../devices/parameter_layout.ts";
+import { groupRange, type ParameterLayout, sharedFloats } from "../devices/parameter_layout.ts";
 import { actionLabel } from "../plan/plan.ts";
 import type { Plan, ReductionMode } from "../plan/plan.ts";
-import type {
-  CombinedResult,
-  Exchange,
-  ExchangeContext,
-  PipelineSpans,
-  ReplicaReference,
+import {
+  type CombinedResult,
+  type Exchange,
+  type ExchangeContext,
+  freeHostExchange,
+  type PipelineSpans,
+  type ReplicaReference,
 } from "../runtime/exchange.ts";
 import { averageInDeviceOrder, hostParameterEntries } from "../runtime/host_parameters.ts";
 import type { DataParallelOptions } from "../runtime/options.ts";
@@ -604,9 +600,7 @@ export class MpiExchange implements Exchange {
   }
 
   free(): void {
-    for (const optimizer of this.optimizers) optimizer.dispose();
-    this.#device.free?.();
-    for (const array of [this.#averaged, this.#gathered]) if (array) freeSharedFloats(array);
+    freeHostExchange(this.optimizers, [this.#device], [this.#averaged, this.#gathered]);
   }
 }
 

@@ -20,7 +20,7 @@
 
 import type { Optimizer, ParameterEntry } from "../../engine/mod.ts";
 import type { ComputeResult, Device } from "../devices/device.ts";
-import type { ParameterLayout } from "../devices/parameter_layout.ts";
+import { freeSharedFloats, type ParameterLayout } from "../devices/parameter_layout.ts";
 import type { BufferLayout } from "../devices/buffer_layout.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import type { Link } from "./link.ts";
@@ -154,6 +154,20 @@ export interface Exchange {
    * would not hurry; a second trainer would find no room). Nothing of the exchange is used afterwards.
    */
   free(): void;
+}
+
+/**
+ * What {@link Exchange.free} does where the exchange updates on the host: disposes `optimizers`,
+ * frees each device's shared buffers and the exchange's own `arrays` (from `sharedFloats`).
+ */
+export function freeHostExchange(
+  optimizers: readonly Optimizer[],
+  devices: readonly Device[],
+  arrays: readonly (Float32Array | undefined)[],
+): void {
+  for (const optimizer of optimizers) optimizer.dispose();
+  for (const device of devices) device.free?.();
+  for (const array of arrays) if (array) freeSharedFloats(array);
 }
 
 /** Awaits every promise, then throws the first failure, so nothing is still running on error. */

@@ -13,9 +13,9 @@ import type { ParameterLayout } from "../devices/parameter_layout.ts";
 
 /**
  * Named parameter entries over flat host buffers laid out by `layout`: each parameter a zero-copy
- * tensor of `backend` (default: the current one) over `parameters`, and, when `gradients` is given, its `.grad` a
- * zero-copy tensor over `gradients`. An optimizer built on them updates the buffers in place (the
- * devices' shared memory, or an MPI rank's receive buffer).
+ * tensor of `backend` (default: the current one) over `parameters`, and, when `gradients` is given,
+ * its `.grad` a zero-copy tensor over `gradients`. An optimizer built on them updates the buffers in
+ * place (the devices' shared memory, or an MPI rank's receive buffer).
  *
  * @example
  * ```ts
@@ -53,8 +53,9 @@ export function hostParameterEntries(
 
 /**
  * `out = (g0 + g1 + … + g(N−1)) · fround(1/N)`, every partial sum rounded to float32 in device order,
- * whatever order the gradients arrived in, on `backend` (default: the current one). One pass over memory; the same bits as summing whole
- * buffers one after another, because each element's additions happen in the same order.
+ * whatever order the gradients arrived in, on `backend` (default: the current one). One pass over
+ * memory; the same bits as summing whole buffers one after another, because each element's
+ * additions happen in the same order.
  *
  * @example
  * ```ts

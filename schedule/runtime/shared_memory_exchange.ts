@@ -17,14 +17,15 @@
 import { getBackend, type Optimizer, type ParameterEntry } from "../../engine/mod.ts";
 import type { Backend } from "../../backends/backend.ts";
 import type { Device } from "../devices/device.ts";
-import {
-  freeSharedFloats,
-  groupRange,
-  type ParameterLayout,
-  sharedFloats,
-} from "../devices/parameter_layout.ts";
+import { groupRange, type ParameterLayout, sharedFloats } from "../devices/parameter_layout.ts";
 import type { ReductionMode } from "../plan/plan.ts";
-import { divergentFrom, type Exchange, type ExchangeContext, InProcessExchange } from "./exchange.ts";
+import {
+  divergentFrom,
+  type Exchange,
+  type ExchangeContext,
+  freeHostExchange,
+  InProcessExchange,
+} from "./exchange.ts";
 import { averageInDeviceOrder, hostParameterEntries } from "./host_parameters.ts";
 import { emulateRingAllreduce, type Link, timedMove, transfer } from "./link.ts";
 import { GradientWire, type WireOptions } from "./wire.ts";
@@ -184,9 +185,7 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
   }
 
   free(): void {
-    for (const optimizer of this.optimizers) optimizer.dispose();
-    for (const device of this.local) device.free?.();
-    for (const array of [...this.#averaged, ...this.#received]) freeSharedFloats(array);
+    freeHostExchange(this.optimizers, this.local, [...this.#averaged, ...this.#received]);
   }
 }
 
