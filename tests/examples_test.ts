@@ -49,7 +49,7 @@ Deno.test("examples: the shipped Caffe prototxts import (through the train comma
       network.dispose();
     }
   }
-  // bvlc_alexnet's import is checked layer by layer in tests/caffe_test.ts; here it parses.
+  // bvlc_alexnet's import is checked layer by layer in tests/io/caffe_test.ts; here it parses.
   const alexnet = parsePrototxt(
     Deno.readTextFileSync(`${ROOT}/examples/caffe/bvlc_alexnet_train_val.prototxt`),
   );
