@@ -23,7 +23,7 @@ import {
   sequentialPlan,
   SGD,
 } from "../mod.ts";
-import { averageInDeviceOrder } from "../schedule/runtime/host_parameters.ts";
+import { averageInDeviceOrder } from "../schedule/runtime/exchange/host_parameters.ts";
 import { buildModel, layoutOf, type ModelSpec } from "../schedule/devices/mod.ts";
 import { type DataParallelStepResult, type LaneEvent, spanKind } from "../schedule/runtime/mod.ts";
 import { detectMpiLaunch, MpiTransport } from "../schedule/mpi/mod.ts";

@@ -26,7 +26,7 @@ import {
   sequentialPlan,
   SGD,
 } from "../mod.ts";
-import { hostParameterEntries } from "../schedule/runtime/host_parameters.ts";
+import { hostParameterEntries } from "../schedule/runtime/exchange/host_parameters.ts";
 import { layoutOf } from "../schedule/devices/mod.ts";
 import type { StepFigures } from "../schedule/runtime/mod.ts";
 import { uniformValues } from "../engine/mod.ts";

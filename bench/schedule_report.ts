@@ -28,7 +28,7 @@ import {
 import { calibrateProfile, measureProfile, type Profile, simulate } from "../schedule/simulator/mod.ts";
 import { groupTimes } from "../schedule/simulator/profile.ts";
 import { type Link, parseLink, spanKind, type TraceSpan } from "../schedule/runtime/mod.ts";
-import { waitUntil } from "../schedule/runtime/link.ts";
+import { waitUntil } from "../schedule/runtime/exchange/link.ts";
 import type { ModelSpec } from "../schedule/devices/mod.ts";
 import { uniformValues } from "../engine/mod.ts";
 import { writeFileAtomic } from "../engine/io/mod.ts";

@@ -63,12 +63,12 @@ import {
   freeHostExchange,
   type PipelineSpans,
   type ReplicaReference,
-} from "../runtime/exchange.ts";
-import { averageInDeviceOrder, hostParameterEntries } from "../runtime/host_parameters.ts";
+} from "../runtime/exchange/exchange.ts";
+import { averageInDeviceOrder, hostParameterEntries } from "../runtime/exchange/host_parameters.ts";
 import type { DataParallelOptions } from "../runtime/options.ts";
 import type { TraceRecorder, TraceSpan } from "../runtime/trace.ts";
-import { GradientWire } from "../runtime/wire.ts";
-import { pipelineChunkBytes } from "../runtime/link.ts";
+import { GradientWire } from "../runtime/exchange/wire.ts";
+import { pipelineChunkBytes } from "../runtime/exchange/link.ts";
 import { type BulkCollectives, type BulkRequest, bytesOf, SocketMesh } from "./sockets.ts";
 import { detectMpiLaunch } from "./launch.ts";
 import { eagerMessageBytes, MpiTransport, TransportError, type WaitOptions } from "./transport.ts";

@@ -25,7 +25,7 @@ import { type Optimizer, TandemError } from "../../engine/mod.ts";
 import type { ComputeResult } from "../devices/device.ts";
 import { dependenciesOf, type Plan } from "../plan/plan.ts";
 import { type Deferred, deferred } from "./deferred.ts";
-import type { Exchange, ExchangeContext } from "./exchange.ts";
+import type { Exchange, ExchangeContext } from "./exchange/exchange.ts";
 import { type LaneSpan, stepFigures } from "./figures.ts";
 import { checkUpdatedGroup, DivergenceError } from "./finite.ts";
 import type { HybridHead } from "./hybrid.ts";

@@ -47,9 +47,9 @@ import {
   unitRange,
 } from "../devices/sharded_head.ts";
 import type { Deferred } from "./deferred.ts";
-import { hostParameterEntries } from "./host_parameters.ts";
-import { divergentFrom } from "./exchange.ts";
-import { type Link, timedMove } from "./link.ts";
+import { hostParameterEntries } from "./exchange/host_parameters.ts";
+import { divergentFrom } from "./exchange/exchange.ts";
+import { type Link, timedMove } from "./exchange/link.ts";
 
 /**
  * Records a communication span of `device` (milliseconds of `performance.now()`) and the bytes the

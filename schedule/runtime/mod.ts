@@ -50,7 +50,7 @@ export {
   wireBytesPerElement,
   type WireFormat,
   type WireOptions,
-} from "./wire.ts";
-export { residualsOf, residualTensors, resumeResiduals } from "./residuals.ts";
-export { type Link, parseLink, STANDARD_LINKS } from "./link.ts";
+} from "./exchange/wire.ts";
+export { residualsOf, residualTensors, resumeResiduals } from "./exchange/residuals.ts";
+export { type Link, parseLink, STANDARD_LINKS } from "./exchange/link.ts";
 export { type DeviceCapacity, deviceCapacity, type MachineSize, machineSize } from "./start.ts";

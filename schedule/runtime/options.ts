@@ -16,9 +16,9 @@ import type { MpiTransport, MpiTransportOptions } from "../mpi/transport.ts";
 import type { DataPlane } from "../mpi/sockets.ts";
 import type { Plan, ReductionMode } from "../plan/plan.ts";
 import type { LaneSpan, StepFigures } from "./figures.ts";
-import type { Link } from "./link.ts";
+import type { Link } from "./exchange/link.ts";
 import type { TraceRecorder } from "./trace.ts";
-import { checkWireOptions, type WireFormat } from "./wire.ts";
+import { checkWireOptions, type WireFormat } from "./exchange/wire.ts";
 
 /** One recorded span of work on a lane, in `performance.now()` milliseconds. */
 export interface LaneEvent extends LaneSpan {

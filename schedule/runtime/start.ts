@@ -16,9 +16,9 @@ import { buildModel } from "../devices/model_spec.ts";
 import { type HeadLayout, headLayout } from "../devices/sharded_head.ts";
 import { ScheduleError } from "../plan/errors.ts";
 import type { Plan } from "../plan/plan.ts";
-import type { Exchange, ReplicaReference } from "./exchange.ts";
-import { ResidentExchange } from "./resident_exchange.ts";
-import { SharedMemoryExchange } from "./shared_memory_exchange.ts";
+import type { Exchange, ReplicaReference } from "./exchange/exchange.ts";
+import { ResidentExchange } from "./exchange/resident_exchange.ts";
+import { SharedMemoryExchange } from "./exchange/shared_memory_exchange.ts";
 import type { DataParallelOptions } from "./options.ts";
 
 /**

@@ -33,7 +33,7 @@ import type { ParameterLayout } from "../devices/parameter_layout.ts";
 import { MpiActivations } from "../mpi/activations.ts";
 import { MpiExchange } from "../mpi/exchange.ts";
 import type { Plan } from "../plan/plan.ts";
-import type { Exchange } from "./exchange.ts";
+import type { Exchange } from "./exchange/exchange.ts";
 import { runIteration } from "./executor.ts";
 import { HybridHead, SharedActivations } from "./hybrid.ts";
 import {
@@ -43,7 +43,7 @@ import {
   type HostBatch,
   splitBatch,
 } from "./options.ts";
-import { ResidentExchange } from "./resident_exchange.ts";
+import { ResidentExchange } from "./exchange/resident_exchange.ts";
 import { referenceOf, startInProcess } from "./start.ts";
 import { DivergenceError, isNonFiniteLoss } from "./finite.ts";
 

@@ -38,7 +38,7 @@ import type { Plan } from "../plan/plan.ts";
 import { bucketGroups } from "../plan/buckets.ts";
 import { checkProfile, groupTimes, type LayerProfile, type Profile, regroupProfile } from "./profile.ts";
 import { commActionSeconds, type CostOptions, type HybridTraffic, type Link, simulate } from "./simulator.ts";
-import { STANDARD_LINKS } from "../runtime/link.ts";
+import { STANDARD_LINKS } from "../runtime/exchange/link.ts";
 
 /**
  * The AlexNet-like test's thresholds.

@@ -71,4 +71,4 @@ export {
   type NetworkSplit,
 } from "./auto.ts";
 export { type MeasureOptions, measureProfile } from "./measure.ts";
-export { STANDARD_LINKS } from "../runtime/link.ts";
+export { STANDARD_LINKS } from "../runtime/exchange/link.ts";

@@ -8,7 +8,7 @@
 import { overlapPlan, sequentialPlan } from "../plan/builtins.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import { groupTimes, type Profile } from "./profile.ts";
-import { type Link, STANDARD_LINKS } from "../runtime/link.ts";
+import { type Link, STANDARD_LINKS } from "../runtime/exchange/link.ts";
 import { simulate, type Topology } from "./simulator.ts";
 
 /**

@@ -60,7 +60,7 @@ import {
 import { checkProfile, groupTimes, type Profile } from "./profile.ts";
 import { validatePlan } from "../plan/validate.ts";
 
-import { type Link, pipelineChunkBytes } from "../runtime/link.ts";
+import { type Link, pipelineChunkBytes } from "../runtime/exchange/link.ts";
 export type { Link };
 
 /**

@@ -24,7 +24,7 @@ import {
   tidy,
   valueAndGrad,
 } from "../../mod.ts";
-import { averageInDeviceOrder } from "../../schedule/runtime/host_parameters.ts";
+import { averageInDeviceOrder } from "../../schedule/runtime/exchange/host_parameters.ts";
 import { rng } from "../reference/gradcheck.ts";
 
 const gpu: WebGpuBackend | null = await moduleWebGpu();

@@ -8,7 +8,7 @@ import { tinyAlexNet } from "../fixtures/networks.ts";
 import { CpuDevice } from "../../schedule/devices/cpu_device.ts";
 import { threadNice } from "../../schedule/devices/thread_priority.ts";
 import type { Device } from "../../schedule/devices/device.ts";
-import { parseLink } from "../../schedule/runtime/link.ts";
+import { parseLink } from "../../schedule/runtime/exchange/link.ts";
 import type { Plan } from "../../schedule/plan/plan.ts";
 import type { ReductionMode } from "../../schedule/plan/plan.ts";
 import { DataParallelTrainer } from "../../schedule/runtime/trainer.ts";

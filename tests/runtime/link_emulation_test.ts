@@ -4,7 +4,7 @@
  */
 
 import assert from "node:assert/strict";
-import { waitUntil } from "../../schedule/runtime/link.ts";
+import { waitUntil } from "../../schedule/runtime/exchange/link.ts";
 
 // Mutation seen failing: `startClock` returning undefined (no clock thread): no wait ends by the
 // clock, and `clockReady` fails in both tests.

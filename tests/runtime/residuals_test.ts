@@ -1,5 +1,5 @@
 /**
- * Error-feedback residuals in checkpoints (`schedule/runtime/residuals.ts`): a run with
+ * Error-feedback residuals in checkpoints (`schedule/runtime/exchange/residuals.ts`): a run with
  * `--wire fp16 --error-feedback` split by a checkpoint gives the straight run's bits — in process,
  * through the train command, and under MPI — and a failed step leaves the residuals as they were.
  */
@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { DataParallelTrainer, overlapPlan, type Plan } from "../../mod.ts";
 import { loadSafetensors } from "../../engine/io/mod.ts";
 import type { ReductionMode } from "../../schedule/mod.ts";
-import { RESIDUAL_PREFIX } from "../../schedule/runtime/residuals.ts";
+import { RESIDUAL_PREFIX } from "../../schedule/runtime/exchange/residuals.ts";
 import { residualsOf, residualTensors, resumeResiduals } from "../../schedule/runtime/mod.ts";
 import { hybridPlan } from "../../schedule/plan/builtins.ts";
 import {

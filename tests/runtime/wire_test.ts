@@ -1,5 +1,5 @@
 /**
- * Compressed gradients on the wire (`schedule/runtime/wire.ts`, `wire: "fp16" | "bf16"`): the codec
+ * Compressed gradients on the wire (`schedule/runtime/exchange/wire.ts`, `wire: "fp16" | "bf16"`): the codec
  * against an exact float64 reference, error feedback, and 2-device runs that must stay bit-identical
  * across schedules and reduction modes under one format while differing from fp32, with half the
  * bytes on the emulated link. Each test names the mutation of the code that made it fail.
@@ -21,14 +21,14 @@ import {
   decodeGradients,
   fp16Bits,
   quantizeGradients,
-} from "../../schedule/runtime/wire.ts";
+} from "../../schedule/runtime/exchange/wire.ts";
 import type { Device, ParameterLayout } from "../../schedule/devices/mod.ts";
 import { parseLink, parseWire, type WireFormat } from "../../schedule/runtime/mod.ts";
 import type { ReductionMode } from "../../schedule/mod.ts";
 import { sharedFloats } from "../../schedule/devices/parameter_layout.ts";
-import type { ExchangeContext } from "../../schedule/runtime/exchange.ts";
-import { ResidentExchange } from "../../schedule/runtime/resident_exchange.ts";
-import { SharedMemoryExchange } from "../../schedule/runtime/shared_memory_exchange.ts";
+import type { ExchangeContext } from "../../schedule/runtime/exchange/exchange.ts";
+import { ResidentExchange } from "../../schedule/runtime/exchange/resident_exchange.ts";
+import { SharedMemoryExchange } from "../../schedule/runtime/exchange/shared_memory_exchange.ts";
 import {
   bits,
   tinyBatch,

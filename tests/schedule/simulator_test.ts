@@ -23,7 +23,7 @@ import {
   commActionSeconds,
   pipelineSeconds,
 } from "../../schedule/simulator/simulator.ts";
-import { pipelineChunkBytes } from "../../schedule/runtime/link.ts";
+import { pipelineChunkBytes } from "../../schedule/runtime/exchange/link.ts";
 import { groupTimes } from "../../schedule/simulator/profile.ts";
 import { tinyAlexNet } from "../fixtures/networks.ts";
 import {

@@ -9,7 +9,7 @@
  * @module
  */
 
-import { ValueError } from "../../engine/mod.ts";
+import { ValueError } from "../../../engine/mod.ts";
 
 /**
  * A point-to-point link: what the simulator prices, the runtime emulates and `--link` names.

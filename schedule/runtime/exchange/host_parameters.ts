@@ -6,10 +6,10 @@
  * @module
  */
 
-import { getBackend, type ParameterEntry, TandemError, type Tensor } from "../../engine/mod.ts";
-import { fromStorage } from "../../engine/creation.ts";
-import type { Backend } from "../../backends/backend.ts";
-import type { ParameterLayout } from "../devices/parameter_layout.ts";
+import { getBackend, type ParameterEntry, TandemError, type Tensor } from "../../../engine/mod.ts";
+import { fromStorage } from "../../../engine/creation.ts";
+import type { Backend } from "../../../backends/backend.ts";
+import type { ParameterLayout } from "../../devices/parameter_layout.ts";
 
 /**
  * Named parameter entries over flat host buffers laid out by `layout`: each parameter a zero-copy
@@ -19,8 +19,8 @@ import type { ParameterLayout } from "../devices/parameter_layout.ts";
  *
  * @example
  * ```ts
- * import { SGD } from "../../mod.ts";
- * import { layoutOf } from "../devices/parameter_layout.ts";
+ * import { SGD } from "../../../mod.ts";
+ * import { layoutOf } from "../../devices/parameter_layout.ts";
  * import { hostParameterEntries } from "./host_parameters.ts";
  * // const layout = layoutOf(model.namedParameters());
  * // const parameters = new Float32Array(layout.total), gradients = new Float32Array(layout.total);

@@ -34,7 +34,7 @@
  * @module
  */
 
-import { ValueError } from "../../engine/errors.ts";
+import { ValueError } from "../../../engine/errors.ts";
 
 /** How gradients travel between devices: `fp32` (exact, the default), `fp16` or `bf16` (16 bits). */
 export type WireFormat = "fp32" | "fp16" | "bf16";

@@ -16,8 +16,8 @@
  * @module
  */
 
-import { ValueError } from "../../engine/errors.ts";
-import type { DataParallelTrainer } from "./trainer.ts";
+import { ValueError } from "../../../engine/errors.ts";
+import type { DataParallelTrainer } from "../trainer.ts";
 
 /** Name prefix of the residual tensors: `wire.residual.0`, `wire.residual.1`, … */
 export const RESIDUAL_PREFIX = "wire.residual.";
@@ -78,9 +78,9 @@ export function residualsOf(tensors: Readonly<Record<string, Float32Array>>): Fl
  *
  * @example
  * ```ts
- * import { loadCheckpoint } from "../../mod.ts";
+ * import { loadCheckpoint } from "../../../mod.ts";
  * import { resumeResiduals } from "./residuals.ts";
- * import type { DataParallelTrainer } from "./trainer.ts";
+ * import type { DataParallelTrainer } from "../trainer.ts";
  * async function resume(trainer: DataParallelTrainer, path: string) {
  *   const loaded = await loadCheckpoint(path, { parameters: trainer.parameterEntries, optimizer: trainer.optimizer });
  *   await trainer.broadcastParameters();

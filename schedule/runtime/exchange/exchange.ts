@@ -8,7 +8,7 @@
  *   an emulated link).
  * - `ResidentExchange` — devices that keep their replica in their own memory (WebGPU): averaging
  *   and the optimizer run on the devices, group copies travel through staging buffers.
- * - `MpiExchange` (`../mpi/exchange.ts`) — one device per MPI rank: non-blocking collectives.
+ * - `MpiExchange` (`../../mpi/exchange.ts`) — one device per MPI rank: non-blocking collectives.
  *
  * Every exchange averages in device order, `(g0 + … + gN−1) · fround(1/N)`, so every transport and
  * schedule gives the same bits. With a 16-bit wire format (`wire.ts`, opt-in, lossy) every device's
@@ -18,13 +18,13 @@
  * @module
  */
 
-import type { Optimizer, ParameterEntry } from "../../engine/mod.ts";
-import type { ComputeResult, Device } from "../devices/device.ts";
-import { freeSharedFloats, type ParameterLayout } from "../devices/parameter_layout.ts";
-import type { BufferLayout } from "../devices/buffer_layout.ts";
-import type { ReductionMode } from "../plan/plan.ts";
+import type { Optimizer, ParameterEntry } from "../../../engine/mod.ts";
+import type { ComputeResult, Device } from "../../devices/device.ts";
+import { freeSharedFloats, type ParameterLayout } from "../../devices/parameter_layout.ts";
+import type { BufferLayout } from "../../devices/buffer_layout.ts";
+import type { ReductionMode } from "../../plan/plan.ts";
 import type { Link } from "./link.ts";
-import type { TraceRecorder } from "./trace.ts";
+import type { TraceRecorder } from "../trace.ts";
 import type { GradientWire } from "./wire.ts";
 
 /** What every replica starts from: the model's layout and device 0's initial parameters. */

@@ -14,11 +14,11 @@
  * @module
  */
 
-import { getBackend, type Optimizer, type ParameterEntry } from "../../engine/mod.ts";
-import type { Backend } from "../../backends/backend.ts";
-import type { Device } from "../devices/device.ts";
-import { groupRange, type ParameterLayout, sharedFloats } from "../devices/parameter_layout.ts";
-import type { ReductionMode } from "../plan/plan.ts";
+import { getBackend, type Optimizer, type ParameterEntry } from "../../../engine/mod.ts";
+import type { Backend } from "../../../backends/backend.ts";
+import type { Device } from "../../devices/device.ts";
+import { groupRange, type ParameterLayout, sharedFloats } from "../../devices/parameter_layout.ts";
+import type { ReductionMode } from "../../plan/plan.ts";
 import {
   divergentFrom,
   type Exchange,

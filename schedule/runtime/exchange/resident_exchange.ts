@@ -22,10 +22,10 @@ import {
   type ParameterEntry,
   TandemError,
   unpackOptimizerState,
-} from "../../engine/mod.ts";
-import type { Device, ResidentReplica } from "../devices/device.ts";
-import { groupRange, type ParameterLayout } from "../devices/parameter_layout.ts";
-import type { ReductionMode } from "../plan/plan.ts";
+} from "../../../engine/mod.ts";
+import type { Device, ResidentReplica } from "../../devices/device.ts";
+import { groupRange, type ParameterLayout } from "../../devices/parameter_layout.ts";
+import type { ReductionMode } from "../../plan/plan.ts";
 import {
   divergentFrom,
   type Exchange,
