@@ -31,7 +31,7 @@ import type { ParameterEntry } from "../engine/nn/mod.ts";
 import type { ReductionMode } from "../schedule/mod.ts";
 import { uniformValues } from "../engine/mod.ts";
 import { writeFileAtomic } from "../engine/io/mod.ts";
-import { cpuKernelsLabel } from "./backend_label.ts";
+import { cpuKernelsLabel } from "./kernels/backend_label.ts";
 import { type BenchStamp, measureStamp, readStamp, stampBlock, type StampRequest } from "./stamp.ts";
 import { localMpirunArguments } from "../cli/cluster.ts";
 
@@ -39,7 +39,7 @@ const RANKS = 2;
 const STAMP: StampRequest = {
   file: "bench/MPI.md",
   command: "npx deno task bench:mpi",
-  sources: ["bench/mpi_report.ts", "bench/backend_label.ts"],
+  sources: ["bench/mpi_report.ts", "bench/kernels/backend_label.ts"],
 };
 /** The stamp travels from the launching process to the ranks in this variable (see below). */
 const STAMP_VARIABLE = "TANDEM_BENCH_STAMP";

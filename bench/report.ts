@@ -22,7 +22,7 @@
  * installs python3-torch and libopenblas0-pthread with apt-get where missing; without them those rows
  * say why.
  *
- * Then it profiles those two steps on one device (`bench/op_profile.ts`): time, calls and GFLOP/s per
+ * Then it profiles those two steps on one device (`bench/kernels/op_profile.ts`): time, calls and GFLOP/s per
  * category of backend call (GEMM, convolution, pooling, LRN, elementwise, softmax, optimizer, copies,
  * allocation), the rest of the step outside the kernels, and the step's time over what its GEMM and
  * convolution FLOPs would take at the measured 1024³ GEMM rate.
@@ -52,7 +52,7 @@ import {
   stepBreakdown,
   type StepBreakdownRow,
   withBackend,
-} from "./op_profile.ts";
+} from "./kernels/op_profile.ts";
 import { BATCH, PEER_NETS, peerBatch, type PeerNet, pytorchSection } from "./peers/steps.ts";
 import { checkConvRewrite, cifarQuickStep, tf, TFJS_VERSION, useBackend } from "./peers/tfjs.ts";
 import {
@@ -63,7 +63,7 @@ import {
   peakFor,
   percentOfPeak,
   squareShape,
-} from "./gemm_shapes.ts";
+} from "./kernels/gemm_shapes.ts";
 import {
   type CallTimes,
   cifarQuickStepSeconds,
@@ -73,7 +73,7 @@ import {
   tandemGemmSeconds,
   tfGemmSeconds,
   TIMED_CALLS,
-} from "./kernel_timing.ts";
+} from "./kernels/kernel_timing.ts";
 
 /** Pairs of calls behind the paired scaling column ({@link pairedSpeedup}). */
 const PAIRED_CALLS = 9;
@@ -148,9 +148,9 @@ const stamp = await measureStamp({
   command: "npx deno task bench:report",
   sources: [
     "bench/report.ts",
-    "bench/op_profile.ts",
-    "bench/kernel_timing.ts",
-    "bench/gemm_shapes.ts",
+    "bench/kernels/op_profile.ts",
+    "bench/kernels/kernel_timing.ts",
+    "bench/kernels/gemm_shapes.ts",
     "bench/peers",
   ],
 });
@@ -517,7 +517,7 @@ async function profileSection(threads: number): Promise<string> {
   }
   const notes = [
     `Each backend call of \`trainStep\` on one device, batch 64, the default backend (${threads} threads), ` +
-    "timed with `performance.now()` around the call by a wrapper (`bench/op_profile.ts`, a Proxy over the " +
+    "timed with `performance.now()` around the call by a wrapper (`bench/kernels/op_profile.ts`, a Proxy over the " +
     "backend). The CPU backend's kernels are synchronous — its kernel threads are woken through shared " +
     "memory and `Atomics` inside the call and have finished when it returns — so a call's time is the " +
     `kernel's. Two copies of each net, built from the same seeds, one on the backend itself and one on ` +

@@ -31,7 +31,7 @@ import { layoutOf } from "../schedule/devices/mod.ts";
 import type { StepFigures } from "../schedule/runtime/mod.ts";
 import { uniformValues } from "../engine/mod.ts";
 import { writeFileAtomic } from "../engine/io/mod.ts";
-import { cpuKernelsLabel } from "./backend_label.ts";
+import { cpuKernelsLabel } from "./kernels/backend_label.ts";
 import { measureStamp, stampBlock } from "./stamp.ts";
 import { buildModel } from "../schedule/devices/model_spec.ts";
 
@@ -59,7 +59,7 @@ const ms = (t: { best: number; median: number }) => `${t.best.toFixed(1)} / ${t.
 const stamp = await measureStamp({
   file: "bench/ROLLBACK.md",
   command: "npx deno task bench:rollback",
-  sources: ["bench/rollback_report.ts", "bench/backend_label.ts"],
+  sources: ["bench/rollback_report.ts", "bench/kernels/backend_label.ts"],
 });
 
 // (1) and (2) on an SGD optimizer over AlexNet-sized host buffers, as the CPU runtime's master has.

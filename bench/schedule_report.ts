@@ -33,7 +33,7 @@ import type { ModelSpec } from "../schedule/devices/mod.ts";
 import { uniformValues } from "../engine/mod.ts";
 import { writeFileAtomic } from "../engine/io/mod.ts";
 import { type RunsReportInput, writeRunsReport } from "../cli/report.ts";
-import { cpuKernelsLabel } from "./backend_label.ts";
+import { cpuKernelsLabel } from "./kernels/backend_label.ts";
 import { measureStamp, stampBlock, stampSummary } from "./stamp.ts";
 import { measureExchangeRates } from "./exchange_rates.ts";
 import { buildModel } from "../schedule/devices/model_spec.ts";
@@ -182,7 +182,7 @@ const say = (line = "") => {
 const stamp = await measureStamp({
   file: "bench/SCHEDULE.md",
   command: "npx deno task bench:schedule",
-  sources: ["bench/schedule_report.ts", "bench/backend_label.ts", "cli/report.ts"],
+  sources: ["bench/schedule_report.ts", "bench/kernels/backend_label.ts", "cli/report.ts"],
 });
 say("# Data-parallel schedules on this machine");
 say();

@@ -1,5 +1,5 @@
 /**
- * The per-op profiler of `bench/op_profile.ts`: calls reach the wrapped backend through the
+ * The per-op profiler of `bench/kernels/op_profile.ts`: calls reach the wrapped backend through the
  * profiler, land in the right categories, and GEMM and convolution flops are counted exactly. No
  * assertion depends on how long anything took.
  *
@@ -21,7 +21,7 @@ import {
   OpProfiler,
   stepBreakdown,
   withBackend,
-} from "../../bench/op_profile.ts";
+} from "../../bench/kernels/op_profile.ts";
 
 /** A one-thread CPU backend (WebAssembly kernels where supported) wrapped in a fresh profiler. */
 function profiled(name: string): { inner: CpuBackend; profiler: OpProfiler } {

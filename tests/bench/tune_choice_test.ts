@@ -1,5 +1,5 @@
 /**
- * The GEMM tuner's decision (`bench/tune_choice.ts`): a candidate replaces the untuned blocks only
+ * The GEMM tuner's decision (`bench/kernels/tune_choice.ts`): a candidate replaces the untuned blocks only
  * when it clears the margin (3%, or twice the noise the untuned blocks show against themselves)
  * both in the search and when measured again.
  *
@@ -9,7 +9,7 @@
  */
 
 import assert from "node:assert/strict";
-import { chooseBlocks, MARGIN, measured, noiseMargin } from "../../bench/tune_choice.ts";
+import { chooseBlocks, MARGIN, measured, noiseMargin } from "../../bench/kernels/tune_choice.ts";
 
 const untuned = { mc: 192, nc: 4096 }, other = { mc: 288, nc: 2048 };
 

@@ -21,7 +21,7 @@
  *
  * @example
  * ```ts
- * import { CpuBackend, randn, tidy, ops } from "../mod.ts";
+ * import { CpuBackend, randn, tidy, ops } from "../../mod.ts";
  * import { OpProfiler, withBackend } from "./op_profile.ts";
  * const profiler = new OpProfiler(new CpuBackend({ threads: 1 }), { name: "cpu-profiled" });
  * await withBackend(profiler.backend, () => {
@@ -33,8 +33,8 @@
  * @module
  */
 
-import type { Backend, Conv2dGeometry, MatmulSpec } from "../backends/backend.ts";
-import { getBackend, registerBackend, setBackend } from "../engine/context.ts";
+import type { Backend, Conv2dGeometry, MatmulSpec } from "../../backends/backend.ts";
+import { getBackend, registerBackend, setBackend } from "../../engine/context.ts";
 
 /** The groups a backend call is counted under. */
 export type OpCategory =
@@ -224,7 +224,7 @@ export interface OpProfilerOptions {
  *
  * @example
  * ```ts
- * import { CpuBackend } from "../mod.ts";
+ * import { CpuBackend } from "../../mod.ts";
  * import { OpProfiler } from "./op_profile.ts";
  * const profiler = new OpProfiler(new CpuBackend({ threads: 1 }));
  * const s = profiler.backend.upload(new Float32Array([1, 2, 3]));
@@ -308,7 +308,7 @@ export class OpProfiler {
  *
  * @example
  * ```ts
- * import { CpuBackend, randn } from "../mod.ts";
+ * import { CpuBackend, randn } from "../../mod.ts";
  * import { OpProfiler, withBackend } from "./op_profile.ts";
  * const profiler = new OpProfiler(new CpuBackend({ threads: 1 }));
  * const x = await withBackend(profiler.backend, () => randn([4], { seed: 1 }));
@@ -351,7 +351,7 @@ export interface StepBreakdownRow {
  *
  * @example
  * ```ts
- * import { CpuBackend } from "../mod.ts";
+ * import { CpuBackend } from "../../mod.ts";
  * import { OpProfiler, stepBreakdown } from "./op_profile.ts";
  * const profiler = new OpProfiler(new CpuBackend({ threads: 1 }));
  * const rows = stepBreakdown(profiler.snapshot(), 1, 10); // [{ category: "outside", msPerStep: 10, … }]

@@ -13,8 +13,8 @@
  * @module
  */
 
-import { CpuBackend } from "../backends/cpu/backend.ts";
-import { gemm, type GemmArgs } from "../backends/cpu/gemm.ts";
+import { CpuBackend } from "../../backends/cpu/backend.ts";
+import { gemm, type GemmArgs } from "../../backends/cpu/gemm.ts";
 import {
   FC_SHAPES,
   gemmFlops,

@@ -4,16 +4,16 @@
  * WebAssembly SIMD kernels on one thread and on every core (operands in kernel memory, as the
  * backend allocates them) and with the pure-TypeScript kernels.
  *
- * Run with `deno bench -A bench/conv_bench.ts`. Besides Deno's timing table, a GFLOP/s summary
+ * Run with `deno bench -A bench/kernels/conv_bench.ts`. Besides Deno's timing table, a GFLOP/s summary
  * (2·N·OH·OW·outC·(inC/groups)·kH·kW per pass, best iteration) is printed when the run ends.
  *
  * @module
  */
 
-import { CpuBackend } from "../backends/cpu/backend.ts";
-import { conv2dBackwardFilter, conv2dBackwardInput, conv2dForward } from "../backends/cpu/conv.ts";
-import { type Conv2dGeometry, conv2dGeometry } from "../backends/geometry.ts";
-import type { Storage } from "../backends/backend.ts";
+import { CpuBackend } from "../../backends/cpu/backend.ts";
+import { conv2dBackwardFilter, conv2dBackwardInput, conv2dForward } from "../../backends/cpu/conv.ts";
+import { type Conv2dGeometry, conv2dGeometry } from "../../backends/geometry.ts";
+import type { Storage } from "../../backends/backend.ts";
 
 const cores = Math.max(2, navigator.hardwareConcurrency);
 const wasmBackends = [new CpuBackend({ threads: 1 }), new CpuBackend({ threads: cores })];

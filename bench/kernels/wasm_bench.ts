@@ -5,9 +5,9 @@
  * thread and on every core, and the cifar10_quick batch-64 training step.
  *
  * Both modes first measure and print the machine's 128-bit WebAssembly peak
- * (`backends/cpu/wasm/peak.ts`). `deno bench -A bench/wasm_bench.ts` times each case, then (when
+ * (`backends/cpu/wasm/peak.ts`). `deno bench -A bench/kernels/wasm_bench.ts` times each case, then (when
  * the process unloads) prints each GEMM case's GFLOP/s, best and median of its calls, as a
- * percentage of the peak for its thread count. `deno run -A bench/wasm_bench.ts` prints a GFLOP/s
+ * percentage of the peak for its thread count. `deno run -A bench/kernels/wasm_bench.ts` prints a GFLOP/s
  * table (best and median of 5 calls after a warm-up, and as % of peak) with what the runtime
  * supports (relaxed SIMD or plain SIMD128). `--quick` skips tfjs-wasm's slow transposed products
  * and the training steps.
@@ -15,9 +15,9 @@
  * @module
  */
 
-import { CpuBackend } from "../backends/cpu/backend.ts";
-import { describeWasmFeatures } from "../backends/cpu/wasm/features.ts";
-import { registerBackend } from "../mod.ts";
+import { CpuBackend } from "../../backends/cpu/backend.ts";
+import { describeWasmFeatures } from "../../backends/cpu/wasm/features.ts";
+import { registerBackend } from "../../mod.ts";
 import {
   FC_SHAPES,
   gemmFlops,
@@ -36,7 +36,7 @@ import {
   tfGemmSeconds,
   TIMED_CALLS,
 } from "./kernel_timing.ts";
-import { cifarQuickStep, tf, useBackend } from "./peers/tfjs.ts";
+import { cifarQuickStep, tf, useBackend } from "../peers/tfjs.ts";
 
 const cores = Math.max(2, navigator.hardwareConcurrency);
 const { peak, line: peakLine } = await benchPeak();

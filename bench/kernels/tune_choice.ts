@@ -7,7 +7,7 @@
  * @module
  */
 
-import type { GemmBlocks } from "../backends/cpu/wasm/gemm.ts";
+import type { GemmBlocks } from "../../backends/cpu/wasm/gemm.ts";
 
 /** The least margin, as a log ratio (3%): a smaller gain is not worth a tuning file. */
 export const MARGIN = 0.03;

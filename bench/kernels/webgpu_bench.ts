@@ -7,9 +7,9 @@
  * @module
  */
 
-import { createWebGpuBackend } from "../backends/webgpu/backend.ts";
-import { cifarQuick, ops, randn, registerBackend, setBackend, SGD, tensor, trainStep } from "../mod.ts";
-import { uniformValues } from "../engine/mod.ts";
+import { createWebGpuBackend } from "../../backends/webgpu/backend.ts";
+import { cifarQuick, ops, randn, registerBackend, setBackend, SGD, tensor, trainStep } from "../../mod.ts";
+import { uniformValues } from "../../engine/mod.ts";
 
 const gpu = await createWebGpuBackend();
 if (gpu) registerBackend(gpu);

@@ -20,18 +20,18 @@
  */
 
 import { parseArgs } from "node:util";
-import { CpuBackend } from "../backends/cpu/backend.ts";
+import { CpuBackend } from "../../backends/cpu/backend.ts";
 import {
   describeMachineBlocks,
   machineGemmBlocks,
   resolveMachineBlocks,
   tuningFile,
   writeTunedBlocks,
-} from "../backends/cpu/wasm/blocking.ts";
-import { GEMM_BLOCK_LIMITS, type GemmBlocks } from "../backends/cpu/wasm/gemm.ts";
-import { writeFileAtomic } from "../engine/io/mod.ts";
+} from "../../backends/cpu/wasm/blocking.ts";
+import { GEMM_BLOCK_LIMITS, type GemmBlocks } from "../../backends/cpu/wasm/gemm.ts";
+import { writeFileAtomic } from "../../engine/io/mod.ts";
 import { benchPeak, filled } from "./kernel_timing.ts";
-import { measureStamp, stampBlock } from "./stamp.ts";
+import { measureStamp, stampBlock } from "../stamp.ts";
 import { chooseBlocks, MARGIN, type Measured, measured, noiseMargin } from "./tune_choice.ts";
 import {
   FC_SHAPES,
@@ -89,7 +89,7 @@ const stamp = values.report
   ? await measureStamp({
     file: "bench/TUNE.md",
     command: "npx deno task tune --report",
-    sources: ["bench/tune.ts"],
+    sources: ["bench/kernels/tune.ts"],
   })
   : undefined;
 const { peak, line: peakLine } = await benchPeak();
@@ -224,5 +224,5 @@ if (values["dry-run"]) {
 if (stamp) {
   const [title, ...rest] = lines;
   const text = [title, "", stampBlock(stamp), ...rest].join("\n") + "\n";
-  await writeFileAtomic(new URL("./TUNE.md", import.meta.url).pathname, [new TextEncoder().encode(text)]);
+  await writeFileAtomic(new URL("../TUNE.md", import.meta.url).pathname, [new TextEncoder().encode(text)]);
 }

@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { CpuBackend } from "../backends/cpu/backend.ts";
+import type { CpuBackend } from "../../backends/cpu/backend.ts";
 
 /**
  * E.g. "CPU backend with WebAssembly SIMD kernels (relaxed-SIMD FMA)" or "CPU backend with
@@ -13,7 +13,7 @@ import type { CpuBackend } from "../backends/cpu/backend.ts";
  *
  * @example
  * ```ts
- * import { CpuBackend } from "../backends/cpu/backend.ts";
+ * import { CpuBackend } from "../../backends/cpu/backend.ts";
  * import { cpuKernelsLabel } from "./backend_label.ts";
  * console.log(cpuKernelsLabel(new CpuBackend({ kernels: "ts" }))); // "CPU backend with pure-TypeScript kernels"
  * ```

@@ -7,8 +7,8 @@
  * @module
  */
 
-import type { MatmulSpec } from "../backends/backend.ts";
-import type { WasmPeak } from "../backends/cpu/wasm/peak.ts";
+import type { MatmulSpec } from "../../backends/backend.ts";
+import type { WasmPeak } from "../../backends/cpu/wasm/peak.ts";
 
 /** One product C (m×n) = op(A)·op(B) with inner dimension k. */
 export interface GemmShape {

@@ -1,5 +1,5 @@
 /**
- * Timing helpers shared by `bench/wasm_bench.ts`, `bench/gemm_bench.ts` and `bench/report.ts`: GEMM
+ * Timing helpers shared by `bench/kernels/wasm_bench.ts`, `bench/kernels/gemm_bench.ts` and `bench/report.ts`: GEMM
  * on a Tandem CPU backend (operands uploaded once, as a model's tensors are), GEMM on the current
  * TensorFlow.js backend, and the cifar10_quick batch-64 training step on a registered Tandem
  * backend. The GEMM helpers return the best and the median of {@link TIMED_CALLS} warm calls.
@@ -7,12 +7,12 @@
  * @module
  */
 
-import type { CpuBackend } from "../backends/cpu/backend.ts";
-import { describeWasmPeak, measureWasmPeak, type WasmPeak } from "../backends/cpu/wasm/peak.ts";
-import { cifarQuick, randn, setBackend, SGD, tensor, trainStep } from "../mod.ts";
-import { uniformValues } from "../engine/mod.ts";
+import type { CpuBackend } from "../../backends/cpu/backend.ts";
+import { describeWasmPeak, measureWasmPeak, type WasmPeak } from "../../backends/cpu/wasm/peak.ts";
+import { cifarQuick, randn, setBackend, SGD, tensor, trainStep } from "../../mod.ts";
+import { uniformValues } from "../../engine/mod.ts";
 import { gemmGflops, type GemmShape, gemmSpec, peakFor } from "./gemm_shapes.ts";
-import { tf, timeTf } from "./peers/tfjs.ts";
+import { tf, timeTf } from "../peers/tfjs.ts";
 
 /**
  * Seeded uniform [-1, 1) data, so runs are comparable.
@@ -70,7 +70,7 @@ export function callTimes(seconds: number[], warmup: number): CallTimes {
  *
  * @example
  * ```ts
- * import { CpuBackend } from "../backends/cpu/backend.ts";
+ * import { CpuBackend } from "../../backends/cpu/backend.ts";
  * import { squareShape } from "./gemm_shapes.ts";
  * import { tandemGemmSeconds } from "./kernel_timing.ts";
  * const { best, median } = tandemGemmSeconds(new CpuBackend({ threads: 1 }), squareShape(128));
@@ -136,7 +136,7 @@ export interface PairedSpeedup {
  *
  * @example
  * ```ts
- * import { CpuBackend } from "../backends/cpu/backend.ts";
+ * import { CpuBackend } from "../../backends/cpu/backend.ts";
  * import { squareShape } from "./gemm_shapes.ts";
  * import { pairedSpeedup } from "./kernel_timing.ts";
  * const two = new CpuBackend({ threads: 2 }), one = new CpuBackend({ threads: 1 });
@@ -192,7 +192,7 @@ export interface GemmDrift {
  *
  * @example
  * ```ts
- * import { CpuBackend } from "../backends/cpu/backend.ts";
+ * import { CpuBackend } from "../../backends/cpu/backend.ts";
  * import { squareShape } from "./gemm_shapes.ts";
  * import { gemmDrift } from "./kernel_timing.ts";
  * const { windows } = gemmDrift(new CpuBackend({ threads: 1 }), squareShape(128), 0.2, 0.05);
