@@ -75,8 +75,13 @@ import {
   TIMED_CALLS,
 } from "./kernels/kernel_timing.ts";
 
-/** Pairs of calls behind the paired scaling column ({@link pairedSpeedup}). */
-const PAIRED_CALLS = 9;
+/**
+ * Pairs of calls behind the paired scaling column ({@link pairedSpeedup}): 21, so that a product's pairs
+ * span several of the machine's stretches (seconds long, see the drift lines); 9 spanned 1–3 s, and the
+ * FC input gradient's median then fell on whichever stretch those seconds were (1.81× and 1.87× in two runs,
+ * 1.91× in a third process of the same code).
+ */
+const PAIRED_CALLS = 21;
 
 const started = performance.now();
 const skipSlow = Deno.args.includes("--skip-slow");
@@ -169,20 +174,25 @@ try {
 }
 console.log(`Peak: ${peakLine}`);
 
-// How far this machine drifts: one product, the same operands, for 10 s in 0.5 s windows.
-console.log("Drift: one 512³ product on 1 thread for 10 s …");
-const drift = gemmDrift(tandemOne, squareShape(512), 10, 0.5);
-const driftLine = (() => {
+// How far this machine drifts: one product, the same operands, for 10 s in 0.5 s windows, on 1 thread and
+// then on both: the cores a VM is lent need not be free at once (on the 2-core EPYC, 2026-12-04, a 512³
+// product ran at 57 to 104 GFLOP/s on 2 threads in windows of 0.5 s, in stretches of seconds, where 1 thread
+// mostly held 48 to 53), so a ratio of 2 threads to 1 is only as steady as the second range.
+const driftOf = (backend: CpuBackend, threads: number, peakRate: number | undefined): string => {
+  console.log(`Drift: one 512³ product on ${threads} thread${threads > 1 ? "s" : ""} for 10 s …`);
+  const drift = gemmDrift(backend, squareShape(512), 10, 0.5);
   const sorted = [...drift.windows].sort((a, b) => a - b);
-  const p = peak?.perCore;
   const g = (x: number) => x.toFixed(1);
-  const pct = (x: number) => (p ? ` (${percentOfPeak(x, p)})` : "");
-  return `a 512³ product on 1 thread, back to back for 10 s on the same operands, ran at ${g(sorted[0])}${
-    pct(sorted[0])
-  } to ${g(sorted.at(-1)!)}${pct(sorted.at(-1)!)} GFLOP/s in its ${drift.windows.length} ` +
-    `windows of ${drift.windowSeconds} s (median ${g(sorted[Math.floor(sorted.length / 2)])}): the spread ` +
-    "is the machine's, not the code's, and every comparison below is only as fine as it";
-})();
+  const pct = (x: number) => (peakRate ? ` (${percentOfPeak(x, peakRate)})` : "");
+  return `on ${threads} thread${threads > 1 ? "s" : ""} ${g(sorted[0])}${pct(sorted[0])} to ${
+    g(sorted.at(-1)!)
+  }${pct(sorted.at(-1)!)} GFLOP/s (median ${g(sorted[Math.floor(sorted.length / 2)])})`;
+};
+const driftLines = [driftOf(tandemOne, 1, peak?.perCore)];
+if (tandemThreads > 1) driftLines.push(driftOf(tandemDefault, tandemThreads, peak?.allCores));
+const driftLine = `a 512³ product, back to back for 10 s on the same operands, ran in windows of 0.5 s ` +
+  `${driftLines.join("; ")}: the spread is the machine's, not the code's, and every comparison below is ` +
+  "only as fine as it";
 console.log(`Drift: ${driftLine}`);
 console.log(`GEMM blocks: ${describeMachineBlocks(machineGemmBlocks())}`);
 
