@@ -69,17 +69,18 @@ import {
   cifarQuickStepSeconds,
   gemmDrift,
   type PairedSpeedup,
-  pairedSpeedup,
+  pairedSpeedups,
   tandemGemmSeconds,
   tfGemmSeconds,
   TIMED_CALLS,
 } from "./kernels/kernel_timing.ts";
 
 /**
- * Pairs of calls behind the paired scaling column ({@link pairedSpeedup}): 21, so that a product's pairs
- * span several of the machine's stretches (seconds long, see the drift lines); 9 spanned 1–3 s, and the
- * FC input gradient's median then fell on whichever stretch those seconds were (1.81× and 1.87× in two runs,
- * 1.91× in a third process of the same code).
+ * Rounds behind the paired scaling column ({@link pairedSpeedups}: one pair of calls of every product
+ * per round): 21, about 20 s in all here, so that each product's pairs span many of the machine's
+ * stretches (seconds long, see the drift lines). 9 pairs of one product back to back spanned from a
+ * fraction of a second to 3 s, and its median fell on whichever stretch that was (the FC input gradient
+ * 1.81× and 1.87× in two runs, 1.91× in another process of the same code).
  */
 const PAIRED_CALLS = 21;
 
@@ -212,7 +213,7 @@ interface GemmRow {
   wasm: CallTimes;
   cpu: CallTimes | null;
   cpuNote: string;
-  /** All threads over one thread, from calls taken in turn (`pairedSpeedup`). */
+  /** All threads over one thread, from calls taken in turn (`pairedSpeedups`). */
   scaling: PairedSpeedup;
 }
 
@@ -222,8 +223,9 @@ const tandemSeconds = SHAPES.map((s) => ({
   one: tandemGemmSeconds(tandemOne, s),
   simd128: tandemGemmSeconds(tandemSimd128, s),
   ts: tandemGemmSeconds(tandemTs, s),
-  scaling: pairedSpeedup(tandemDefault, tandemOne, s, PAIRED_CALLS),
 }));
+console.log(`GEMM: ${tandemThreads} threads over 1, ${PAIRED_CALLS} rounds of pairs …`);
+const scalings = pairedSpeedups(tandemDefault, tandemOne, SHAPES, PAIRED_CALLS);
 console.log("GEMM: tfjs-wasm (XNNPACK, SIMD, 1 thread) …");
 await useBackend("wasm");
 const wasmSimd = tf.env().getBool("WASM_HAS_SIMD_SUPPORT");
@@ -244,7 +246,7 @@ SHAPES.forEach((s, i) => {
     cpuNote = small ? "best / median of 3 after a warm-up" : "one call, no warm-up";
     if (square) cpuRate = gemmGflops(s, cpu.best);
   }
-  gemmRows.push({ shape: s, ...tandemSeconds[i], cpu, cpuNote, wasm: wasmSeconds[i] });
+  gemmRows.push({ shape: s, ...tandemSeconds[i], scaling: scalings[i], cpu, cpuNote, wasm: wasmSeconds[i] });
 });
 
 const fmtG = (x: number) => (x >= 10 ? x.toFixed(1) : x.toFixed(2));
@@ -649,7 +651,8 @@ const markdown = [
   `${TFJS_CPU_GEMM_LIMIT_S} s skipped (its note column). The ratio columns divide medians, except the paired one: the median, and the range, ` +
   `of ${PAIRED_CALLS} pairs of calls, one on ${tandemThreads} threads and one on 1 thread back to back (which ` +
   "goes first alternating; each timed call right after an untimed one of its own, so both are warm as in " +
-  "the other columns), so that the machine's drift between stretches falls on both. The FC rows are " +
+  "the other columns), so that the machine's drift between stretches falls on both; the products take " +
+  `turns, one pair each per round, so each product's pairs spread over the ${PAIRED_CALLS} rounds. The FC rows are ` +
   `the three products of a 9216→4096 fully connected layer at batch 64.${overPeakNote}`,
   "",
   gemmTable,

@@ -88,21 +88,27 @@ export function tandemGemmSeconds(backend: CpuBackend, shape: GemmShape, calls =
   });
 }
 
+/** A product of seeded operands held in a backend's memory, warm, until released. */
+interface WarmGemm {
+  product: () => void;
+  /** Calls it took to warm up. */
+  warmup: number;
+  release: () => void;
+}
+
 /**
- * Uploads seeded operands of `shape` to `backend`, runs the product until warm (at least one call
- * and 0.2 s, see {@link tandemGemmSeconds}), hands `time` the product and the warm-up count, and
- * releases the operands.
+ * Uploads seeded operands of `shape` to `backend` and runs the product until warm (at least one call
+ * and 0.2 s, see {@link tandemGemmSeconds}).
  */
-function withWarmGemm<T>(
-  backend: CpuBackend,
-  shape: GemmShape,
-  time: (product: () => void, warmup: number) => T,
-): T {
+function warmGemm(backend: CpuBackend, shape: GemmShape): WarmGemm {
   const { m, n, k } = shape;
   const a = backend.upload(filled(m * k, 1)), b = backend.upload(filled(k * n, 2));
   const out = backend.allocate(m * n, "float32");
   const spec = gemmSpec(shape);
   const product = () => backend.matmul(a, b, out, spec);
+  const release = () => {
+    for (const s of [a, b, out]) backend.release(s);
+  };
   try {
     const warmUntil = performance.now() + 200;
     let warmup = 0;
@@ -110,9 +116,24 @@ function withWarmGemm<T>(
       product();
       warmup++;
     } while (performance.now() < warmUntil);
-    return time(product, warmup);
+    return { product, warmup, release };
+  } catch (error) {
+    release();
+    throw error;
+  }
+}
+
+/** Hands `time` a warm product of `shape` on `backend` ({@link warmGemm}) and releases its operands. */
+function withWarmGemm<T>(
+  backend: CpuBackend,
+  shape: GemmShape,
+  time: (product: () => void, warmup: number) => T,
+): T {
+  const gemm = warmGemm(backend, shape);
+  try {
+    return time(gemm.product, gemm.warmup);
   } finally {
-    for (const s of [a, b, out]) backend.release(s);
+    gemm.release();
   }
 }
 
@@ -128,53 +149,71 @@ export interface PairedSpeedup {
 }
 
 /**
- * Speedup of `fast` over `base` on `shape` from `pairs` pairs of calls, one on each backend back to
- * back (which goes first alternating), after both are warm, each timed call right after an untimed
- * one on its own backend (its threads awake, its operands in cache): the machine's drift over
- * seconds (this virtual machine's rate moves by 10–20% between stretches) falls on both calls of a
- * pair, where the medians of two separate runs of calls each carry their own stretch into the ratio.
+ * Speedup of `fast` over `base` on each of `shapes` from `rounds` pairs of calls per shape, one on each
+ * backend back to back (which goes first alternating), after all are warm, each timed call right after
+ * an untimed one on its own backend (its threads awake, its operands in cache). A round takes one pair
+ * of every shape in turn, so each shape's pairs are spread over the whole measurement rather than
+ * bunched into the second or so its own calls take: this virtual machine's rate on 2 threads moves
+ * between stretches seconds long (84–104 GFLOP/s on a 512³ product in one run's 0.5 s windows, 57–104 in
+ * another), and the pairs of a small product taken back to back all fell in one of them (a 512³ median of
+ * 1.12× from 21 consecutive pairs, 0.87–1.85×, in a run whose medians of separate calls gave 2.0×). The
+ * drift falls on both calls of a pair, where two separate runs of calls each carry their own stretch
+ * into the ratio.
  *
  * @example
  * ```ts
  * import { CpuBackend } from "../../backends/cpu/backend.ts";
  * import { squareShape } from "./gemm_shapes.ts";
- * import { pairedSpeedup } from "./kernel_timing.ts";
+ * import { pairedSpeedups } from "./kernel_timing.ts";
  * const two = new CpuBackend({ threads: 2 }), one = new CpuBackend({ threads: 1 });
- * const { median } = pairedSpeedup(two, one, squareShape(128));
+ * const [{ median }] = pairedSpeedups(two, one, [squareShape(128)]);
  * ```
  */
-export function pairedSpeedup(
+export function pairedSpeedups(
   fast: CpuBackend,
   base: CpuBackend,
-  shape: GemmShape,
-  pairs = 9,
-): PairedSpeedup {
-  return withWarmGemm(fast, shape, (fastProduct) =>
-    withWarmGemm(base, shape, (baseProduct) => {
-      // Each timed call follows an untimed one on the same backend, as in a run of calls: without
-      // it the 2-thread call found its pool thread asleep after the other backend's call (a futex
-      // wake-up inside the timed span) and 256³ scaled 1.60× where back-to-back calls gave 1.80×.
-      const time = (product: () => void) => {
-        product();
-        const t0 = performance.now();
-        product();
-        return performance.now() - t0;
-      };
-      const ratios: number[] = [];
-      for (let p = 0; p < pairs; p++) {
+  shapes: readonly GemmShape[],
+  rounds = 9,
+): PairedSpeedup[] {
+  const held: WarmGemm[] = [];
+  try {
+    const products = shapes.map((shape) => {
+      const f = warmGemm(fast, shape);
+      held.push(f);
+      const b = warmGemm(base, shape);
+      held.push(b);
+      return { fast: f.product, base: b.product };
+    });
+    // Each timed call follows an untimed one on the same backend, as in a run of calls: without
+    // it the 2-thread call found its pool thread asleep after the other backend's call (a futex
+    // wake-up inside the timed span) and 256³ scaled 1.60× where back-to-back calls gave 1.80×.
+    const time = (product: () => void) => {
+      product();
+      const t0 = performance.now();
+      product();
+      return performance.now() - t0;
+    };
+    const ratios: number[][] = shapes.map(() => []);
+    for (let r = 0; r < rounds; r++) {
+      products.forEach(({ fast, base }, i) => {
         let f: number, b: number;
-        if (p % 2 === 0) {
-          f = time(fastProduct);
-          b = time(baseProduct);
+        if (r % 2 === 0) {
+          f = time(fast);
+          b = time(base);
         } else {
-          b = time(baseProduct);
-          f = time(fastProduct);
+          b = time(base);
+          f = time(fast);
         }
-        ratios.push(b / f);
-      }
-      ratios.sort((x, y) => x - y);
-      return { median: ratios[Math.floor(pairs / 2)], low: ratios[0], high: ratios[pairs - 1], pairs };
-    }));
+        ratios[i].push(b / f);
+      });
+    }
+    return ratios.map((list) => {
+      list.sort((x, y) => x - y);
+      return { median: list[Math.floor(rounds / 2)], low: list[0], high: list[rounds - 1], pairs: rounds };
+    });
+  } finally {
+    for (const gemm of held) gemm.release();
+  }
 }
 
 /** A GEMM's rate in consecutive windows of one process: how much this machine drifts. */
