@@ -1,6 +1,6 @@
 /**
- * Timing helpers shared by `bench/kernels/wasm_bench.ts`, `bench/kernels/gemm_bench.ts` and `bench/report.ts`: GEMM
- * on a Tandem CPU backend (operands uploaded once, as a model's tensors are), GEMM on the current
+ * Timing helpers shared by `bench/kernels/wasm_bench.ts`, `bench/kernels/gemm_bench.ts` and
+ * `bench/report.ts`: GEMM on a Tandem CPU backend (operands uploaded once, as a model's tensors are), GEMM on the current
  * TensorFlow.js backend, and the cifar10_quick batch-64 training step on a registered Tandem
  * backend. The GEMM helpers return the best and the median of {@link TIMED_CALLS} warm calls.
  *

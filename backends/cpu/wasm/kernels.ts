@@ -83,8 +83,8 @@ const STAGED_PIECE = 1 << 18;
  * to the module, so a backend created later, or a pool thread, starts with kernels another has
  * already warmed. Compiling per backend instead left a new multi-threaded backend running its
  * first products in the baseline tier while the optimising compiler competed with the kernel
- * threads for the cores (GEMM 512³ on 2 threads: 1.0–1.4× one thread in bench/kernels/wasm_bench.ts, whose
- * 2-thread backend starts cold after the 1-thread one has warmed).
+ * threads for the cores (GEMM 512³ on 2 threads: 1.0–1.4× one thread in
+ * bench/kernels/wasm_bench.ts, whose 2-thread backend starts cold after the 1-thread one has warmed).
  */
 const compiled = new Map<string, WebAssembly.Module>();
 
