@@ -73,14 +73,21 @@ const MODES = ["master", "allreduce"] as const;
  * as given (a comma list, default 16 and 64: the small batch is where the link, not the 2 cores, sets
  * the pace), 5 timed steps (3 gave medians that moved by a third between runs: over 10 Gbit/s the
  * same row's FC broadcast took 0.2 s in one step and 0.7–0.85 s in the next).
+ *
+ * Launches: each AlexNet-like row (and its PyTorch row) runs 3 times and reports its median launch.
+ * Its timed steps last half a second, inside one of this shared machine's stretches (its 2-thread rate
+ * moved between 60 and 104 GFLOP/s in stretches of seconds), so one launch lands wherever it lands: 6
+ * launches of the same `hybrid` row over 1 Gbit/s took 37.7–51.8 ms, 6 in allreduce mode 36.6–52.0 ms.
+ * AlexNet's rows run for a minute or more each, long enough to span the stretches once.
  */
 const NETS = [
-  { net: "alexnet-like", batch: 64, steps: 10, warmup: 3 },
+  { net: "alexnet-like", batch: 64, steps: 10, warmup: 3, launches: 3 },
   ...(flags.quick ? [] : (flags["alexnet-batch"] ?? "16,64").split(",").map((batch) => ({
     net: "alexnet",
     batch: Number(batch),
     steps: 5,
     warmup: 1,
+    launches: 1,
   }))),
 ];
 const PROBES = [4, 16, 64];
@@ -192,6 +199,30 @@ function tandem(cluster: Cluster, config: RankConfig): Promise<RankResult> {
     [Deno.execPath(), "run", "-A", script, JSON.stringify({ deviceThreads: DEVICE_THREADS, ...config })],
     `${config.net} ${config.schedule}`,
   );
+}
+
+/**
+ * Runs `launch` `launches` times, one after another, and gives the launch whose `stepMs` is the median
+ * (the lower one of an even count), with the lowest and highest `stepMs` of them all.
+ */
+async function medianLaunch<T>(
+  launches: number,
+  launch: () => Promise<T>,
+  stepMs: (result: T) => number,
+): Promise<{ result: T; low: number; high: number }> {
+  const results: T[] = [];
+  for (let i = 0; i < launches; i++) results.push(await launch());
+  results.sort((a, b) => stepMs(a) - stepMs(b));
+  return {
+    result: results[Math.floor((launches - 1) / 2)],
+    low: stepMs(results[0]),
+    high: stepMs(results.at(-1)!),
+  };
+}
+
+/** A step figure: the median launch's, with the range of the launches' in parentheses when there were several. */
+function stepCell(stepMs: number, launches: { low: number; high: number }, count: number): string {
+  return count > 1 ? `${ms(stepMs)} (${figure(launches.low)}–${figure(launches.high)})` : ms(stepMs);
 }
 
 /** What `bench/cluster/transfers.ts` prints on rank 0. */
@@ -308,7 +339,9 @@ function directionBytes(r: RankResult): number {
   return r.mode === "master" ? Math.max(gradients, r.fcBytes) : gradients;
 }
 
-const ms = (v: number) => `${v.toFixed(v < 10 ? 1 : 0)} ms`;
+/** Milliseconds to the figures the tables show: one decimal under 10. */
+const figure = (v: number) => v.toFixed(v < 10 ? 1 : 0);
+const ms = (v: number) => `${figure(v)} ms`;
 const lines: string[] = [];
 const say = (line = "") => {
   console.log(line);
@@ -337,7 +370,9 @@ say(
 );
 say();
 say(
-  "Columns: **step** median step; **FC comm** rank 0's FC reduce and broadcast (transfers, not the update; " +
+  "Columns: **step** median step (where a net's rows ran in several launches, see its heading, the median " +
+    "launch's, every other column from that launch too, and in parentheses the fastest and slowest launch's); " +
+    "**FC comm** rank 0's FC reduce and broadcast (transfers, not the update; " +
     "for `bucketed`, PyTorch DDP's default buckets, those of its first bucket, nearest the output), " +
     "or for `hybrid` its activation all-gathers and reduce-scatters (marked act.); **wire** the bytes rank 0's " +
     "transfers carried per step (trace); " +
@@ -454,9 +489,13 @@ for (const rate of LINKS) {
           .join(", ")
       }.`,
     );
-    for (const { net, batch, steps, warmup } of NETS) {
+    for (const { net, batch, steps, warmup, launches } of NETS) {
       say();
-      say(`### ${net}, global batch ${batch} (${batch / 2} per host)`);
+      say(
+        `### ${net}, global batch ${batch} (${batch / 2} per host)${
+          launches > 1 ? `, each row the median of ${launches} launches` : ""
+        }`,
+      );
       say();
       say("| schedule | mode | step | images/s | FC comm | wire | hidden | trace | rate | sim. (error) |");
       say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
@@ -476,7 +515,8 @@ for (const rate of LINKS) {
             wire,
           };
           // The row's own launch gives every column but hidden: its steps run alone, as the peer's do.
-          const r = await tandem(cluster, config);
+          const own = await medianLaunch(launches, () => tandem(cluster, config), (x) => x.stepMs);
+          const r = own.result;
           // What it hid comes from a second launch in which its steps take turns with sequential ones.
           const p = schedule === "sequential"
             ? undefined
@@ -503,9 +543,11 @@ for (const rate of LINKS) {
           const fcComm = r.schedule === "hybrid" ? `${ms(r.activationMs)} act.` : ms(r.fcCommMs);
           const rate = r.schedule === "hybrid" ? "—" : `${(100 * achieved / bytesPerSecond).toFixed(0)}%`;
           say(
-            `| ${name} | ${mode} | ${ms(r.stepMs)} | ${r.imagesPerSecond.toFixed(0)} | ${fcComm} | ${
-              (r.wireBytes / 1e6).toFixed(1)
-            } MB | ${hidden} | ${(r.hiddenFraction * 100).toFixed(0)}% | ${rate} | ${sim} |`,
+            `| ${name} | ${mode} | ${stepCell(r.stepMs, own, launches)} | ${
+              r.imagesPerSecond.toFixed(0)
+            } | ${fcComm} | ${(r.wireBytes / 1e6).toFixed(1)} MB | ${hidden} | ${
+              (r.hiddenFraction * 100).toFixed(0)
+            }% | ${rate} | ${sim} |`,
           );
         }
         if (overlapping.length) goals.push(overlapGoal(mode, overlapping, ms));
@@ -514,27 +556,29 @@ for (const rate of LINKS) {
       if (pytorchWhy) {
         say(`| PyTorch DDP | — | ${pytorchWhy} | | | | | | | |`);
       } else {
-        const result = await across<PytorchResult>(
-          cluster,
-          [
-            "-x",
-            "OMPI_COMM_WORLD_RANK",
-            ...pytorchCommand({
-              net: net as "alexnet-like" | "alexnet",
-              batch,
-              steps,
-              warmup,
-              threads: 1,
-              master: `${cluster.addresses[0]}:29517`,
-              timeoutSeconds: 3000,
-            }),
-          ],
-          `PyTorch ${net}`,
-        );
+        const ddp = await medianLaunch(launches, () =>
+          across<PytorchResult>(
+            cluster,
+            [
+              "-x",
+              "OMPI_COMM_WORLD_RANK",
+              ...pytorchCommand({
+                net: net as "alexnet-like" | "alexnet",
+                batch,
+                steps,
+                warmup,
+                threads: 1,
+                master: `${cluster.addresses[0]}:29517`,
+                timeoutSeconds: 3000,
+              }),
+            ],
+            `PyTorch ${net}`,
+          ), (x) => x.medianMs);
+        const result = ddp.result;
         say(
-          `| PyTorch ${result.version} DDP (gloo, default buckets) | allreduce | ${ms(result.medianMs)} | ${
-            result.imagesPerSecond.toFixed(0)
-          } | | | | | | |`,
+          `| PyTorch ${result.version} DDP (gloo, default buckets) | allreduce | ${
+            stepCell(result.medianMs, ddp, launches)
+          } | ${result.imagesPerSecond.toFixed(0)} | | | | | | |`,
         );
         // Which BLAS the peer ran on matters: Debian's reference BLAS runs its FC layers 2.3× slower.
         say();
