@@ -22,7 +22,9 @@
  *   the master gathers, or every device all-gathers), the CPU (the chunk's sum and update) and the
  *   outbound link (master: the chunk's parameters to N−1 peers) — so the fused action takes
  *   `latency + in + cpu + out + (chunks − 1) · max(in, cpu, out)` and the update and broadcast
- *   actions take no time of their own.
+ *   actions take no time of their own. A `reduce g` that its update does not follow (`sequential`
+ *   reduces every group first) is the same pipeline without the update and the way back, as the
+ *   runtime runs it: each chunk is summed while the next arrives.
  * - With one device nothing is transferred: reduce and broadcast take zero time.
  * - Hybrid plans (`Plan.sharded`; see {@link hybridTraffic}): the unsharded (body) groups are priced
  *   as above. A sharded layer's compute stays its per-device time (the full batch's FLOPs / N). Its
@@ -313,18 +315,24 @@ function checkCostOptions(options: CostOptions, where: string): Required<CostOpt
 }
 
 /**
- * Seconds of a group's pipelined `reduce; update (; broadcast)` of `bytes` parameter bytes (see the
- * module notes); `options.pipelineChunkBytes` must be set.
+ * Seconds of a group's pipelined `reduce` of `bytes` parameter bytes, with its `update` and (master
+ * mode) its `broadcast` where `stages` says they follow it (see the module notes);
+ * `options.pipelineChunkBytes` must be set.
  *
  * @example
  * ```ts
  * import { pipelineSeconds } from "./simulator.ts";
  * const link = { bandwidthBytesPerSecond: 125e6, latencySeconds: 5e-5 }; // 1 Gbit/s
  * // AlexNet's FC gradients, 2 hosts, master mode, 1 MiB chunks: about one transfer, not two.
- * pipelineSeconds(234_524_576, true, { link, devices: 2, mode: "master", pipelineChunkBytes: 1 << 20 });
+ * const options = { link, devices: 2, mode: "master", pipelineChunkBytes: 1 << 20 } as const;
+ * pipelineSeconds(234_524_576, { update: true, broadcast: true }, options);
  * ```
  */
-export function pipelineSeconds(bytes: number, withBroadcast: boolean, options: CostOptions): number {
+export function pipelineSeconds(
+  bytes: number,
+  stages: { readonly update: boolean; readonly broadcast: boolean },
+  options: CostOptions,
+): number {
   const o = checkCostOptions(options, "pipelineSeconds");
   const n = o.devices;
   if (!(o.pipelineChunkBytes > 0)) throw new ValueError("pipelineSeconds", "pipelineChunkBytes is not set");
@@ -334,8 +342,9 @@ export function pipelineSeconds(bytes: number, withBroadcast: boolean, options: 
   const chunks = Math.ceil(bytes / chunk);
   const peers = o.topology === "shared" || o.mode === "allreduce" ? n - 1 : 1;
   const inbound = peers * chunk / o.link.bandwidthBytesPerSecond;
-  const cpu = (n - 1) * chunk / o.memoryBandwidthBytesPerSecond + chunk * o.updateSecondsPerByte;
-  const outbound = withBroadcast && o.mode === "master" ? inbound : 0;
+  const cpu = (n - 1) * chunk / o.memoryBandwidthBytesPerSecond +
+    (stages.update ? chunk * o.updateSecondsPerByte : 0);
+  const outbound = stages.update && stages.broadcast && o.mode === "master" ? inbound : 0;
   return o.link.latencySeconds + inbound + cpu + outbound + (chunks - 1) * Math.max(inbound, cpu, outbound);
 }
 
@@ -561,16 +570,17 @@ export function simulate(plan: Plan, profile: Profile, options: SimulateOptions)
   plan.actions.forEach((action, index) => {
     const start = Math.max(0, ...dependenciesOf(plan, index).map((j) => done[j]));
     const group = action.group === undefined ? undefined : totals.get(action.group)!;
-    const pipelined = o.pipelineChunkBytes > 0 && o.devices > 1 && action.kind === "reduce" &&
-      same(index + 1, "update", action.group);
-    if (pipelined) {
-      fused.add(index + 1);
-      if (same(index + 2, "broadcast", action.group)) fused.add(index + 2);
-    }
+    // Under the MPI runtime's chunks every reduce is a pipeline; its update (and broadcast) join it
+    // where they follow it.
+    const pipelined = o.pipelineChunkBytes > 0 && o.devices > 1 && action.kind === "reduce";
+    const update = pipelined && same(index + 1, "update", action.group);
+    const broadcast = update && same(index + 2, "broadcast", action.group);
+    if (update) fused.add(index + 1);
+    if (broadcast) fused.add(index + 2);
     const seconds = fused.has(index)
       ? 0
       : pipelined
-      ? pipelineSeconds(group!.parameterBytes, same(index + 2, "broadcast", action.group), o)
+      ? pipelineSeconds(group!.parameterBytes, { update, broadcast }, o)
       : action.kind === "forward"
       ? forwardSeconds
       : action.kind === "backward"

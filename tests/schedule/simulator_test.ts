@@ -243,7 +243,8 @@ Deno.test("simulate: allreduce updates everywhere and its broadcasts take no tim
 
 // Mutations tried, each made this test fail: the pipeline costed as the sum of its three stages per
 // chunk instead of their maximum; the broadcast's outbound stage counted in allreduce mode; the
-// update and broadcast actions keeping their blocking lengths after the fused reduce.
+// update and broadcast actions keeping their blocking lengths after the fused reduce; a reduce that
+// its update does not follow priced blocking (gathers, then every sum) under pipelineChunkBytes.
 Deno.test("simulate: a pipelined exchange costs one stage per chunk plus the pipeline's fill, not three actions", () => {
   const costs: CostOptions = { ...HAND_COSTS, pipelineChunkBytes: 100 };
   // fc, 1000 B in 10 chunks: inbound 1 s, CPU 100/1000 + 100 · 0.001 = 0.2 s, outbound 1 s per chunk;
@@ -271,8 +272,11 @@ Deno.test("simulate: a pipelined exchange costs one stage per chunk plus the pip
     2.5 + 10.7 + 1.7,
     "allreduce",
   );
-  // A reduce not followed by its update (the sequential plan) stays a blocking action.
-  near(simulate(sequentialPlan(GROUPS), HAND, costs).stepSeconds, 30.7, "sequential");
+  // A reduce not followed by its update (the sequential plan) is still cut into chunks, as the runtime
+  // cuts it: each summed (0.1 s) while the next arrives (1 s), fc 0.5 + 1 + 0.1 + 9 · 1 = 10.6 s and
+  // conv 1.6 s, against 11.5 and 1.6 blocking; its update and broadcast stay blocking.
+  near(simulate(sequentialPlan(GROUPS), HAND, costs).stepSeconds, 4.5 + 10.6 + 1.6 + 1.1 + 12, "sequential");
+  near(simulate(sequentialPlan(GROUPS), HAND, HAND_COSTS).stepSeconds, 30.7, "sequential, blocking");
 });
 
 Deno.test("simulate: rejects plans and profiles that do not match, and bad options", () => {
@@ -968,5 +972,10 @@ Deno.test("simulate: a group's pipeline runs in chunks of a 32nd of it, 64 KiB u
     memoryBandwidthBytesPerSecond: 1e15,
     updateSecondsPerByte: 0,
   };
-  near(pipelineSeconds(4 << 20, true, costs), ((4 << 20) + (128 << 10)) / 125e6, "4 MiB pipeline", 1e-6);
+  near(
+    pipelineSeconds(4 << 20, { update: true, broadcast: true }, costs),
+    ((4 << 20) + (128 << 10)) / 125e6,
+    "4 MiB pipeline",
+    1e-6,
+  );
 });
