@@ -37,7 +37,8 @@ import { bucketedPlan, hybridPlan, overlapPlan, sequentialPlan } from "../plan/b
 import type { Plan } from "../plan/plan.ts";
 import { bucketGroups } from "../plan/buckets.ts";
 import { checkProfile, groupTimes, type LayerProfile, type Profile, regroupProfile } from "./profile.ts";
-import { commActionSeconds, type CostOptions, type HybridTraffic, type Link, simulate } from "./simulator.ts";
+import { commActionSeconds, type CostOptions, type HybridTraffic, type Link } from "./costs.ts";
+import { simulate } from "./simulator.ts";
 import { STANDARD_LINKS } from "../runtime/exchange/link.ts";
 
 /**

@@ -39,15 +39,17 @@ export {
   type ActivationTransfer,
   type CostOptions,
   DEFAULT_MEMORY_BANDWIDTH,
-  type GroupCommunication,
   type HybridTraffic,
   hybridTraffic,
-  type LaneEntry,
   type Link,
+  type Topology,
+} from "./costs.ts";
+export {
+  type GroupCommunication,
+  type LaneEntry,
   simulate,
   type SimulateOptions,
   type Simulation,
-  type Topology,
 } from "./simulator.ts";
 export {
   alexnetScalingTable,

@@ -9,7 +9,8 @@ import { overlapPlan, sequentialPlan } from "../plan/builtins.ts";
 import type { ReductionMode } from "../plan/plan.ts";
 import { groupTimes, type Profile } from "./profile.ts";
 import { type Link, STANDARD_LINKS } from "../runtime/exchange/link.ts";
-import { simulate, type Topology } from "./simulator.ts";
+import type { Topology } from "./costs.ts";
+import { simulate } from "./simulator.ts";
 
 /**
  * One row of {@link alexnetScalingTable}.

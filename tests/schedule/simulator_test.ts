@@ -22,7 +22,7 @@ import {
   activationCollectiveSeconds,
   commActionSeconds,
   pipelineSeconds,
-} from "../../schedule/simulator/simulator.ts";
+} from "../../schedule/simulator/costs.ts";
 import { pipelineChunkBytes } from "../../schedule/runtime/exchange/link.ts";
 import { groupTimes } from "../../schedule/simulator/profile.ts";
 import { tinyAlexNet } from "../fixtures/networks.ts";
