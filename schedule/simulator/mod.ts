@@ -59,18 +59,15 @@ export {
 } from "./scaling.ts";
 export {
   type AlexnetThresholds,
-  type AutoOptions,
-  type AutoPlan,
-  autoSchedule,
   type BucketSplit,
   DEFAULT_LINK,
   DEFAULT_THRESHOLDS,
   type HybridCandidate,
-  hybridCandidate,
   judgeNetwork,
   type JudgeOptions,
   type NetworkJudgement,
   type NetworkSplit,
-} from "./auto.ts";
+} from "./judge.ts";
+export { type AutoOptions, type AutoPlan, autoSchedule, hybridCandidate } from "./auto.ts";
 export { type MeasureOptions, measureProfile } from "./measure.ts";
 export { STANDARD_LINKS } from "../runtime/exchange/link.ts";

@@ -168,7 +168,7 @@ Deno.test("cli habits: --help names the README's commands and says a few words o
 });
 
 Deno.test("cli habits: the auto explanation names the groups and the split of the plan it returns", async () => {
-  // Mutations tried, each failing here: auto.ts naming the head's first layer from the AlexNet-like
+  // Mutations tried, each failing here: judge.ts naming the head's first layer from the AlexNet-like
   // suffix (suffixNames[0]) instead of the split's boundary, and describeGroups listing the groups
   // in reverse order.
   for (const model of ["alexnet-like", "lenet"] as const) {

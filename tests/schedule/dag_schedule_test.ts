@@ -10,13 +10,14 @@ import assert from "node:assert/strict";
 import "../../mod.ts";
 import { importCaffeNet } from "../../engine/caffe/mod.ts";
 import { SGD } from "../../engine/mod.ts";
-import { headLayout } from "../../schedule/devices/sharded_head.ts";
+import { headLayout } from "../../schedule/devices/head_layout.ts";
 import type { ModelSpec } from "../../schedule/devices/model_spec.ts";
 import { hybridPlan, overlapPlan } from "../../schedule/plan/builtins.ts";
 import { ScheduleError } from "../../schedule/plan/errors.ts";
 import type { Plan } from "../../schedule/plan/plan.ts";
 import { DataParallelTrainer } from "../../schedule/runtime/trainer.ts";
-import { autoSchedule, DEFAULT_LINK, judgeNetwork } from "../../schedule/simulator/auto.ts";
+import { autoSchedule } from "../../schedule/simulator/auto.ts";
+import { DEFAULT_LINK, judgeNetwork } from "../../schedule/simulator/judge.ts";
 import { measureProfile } from "../../schedule/simulator/measure.ts";
 import { rng, values } from "../reference/gradcheck.ts";
 
