@@ -21,12 +21,9 @@
  * @module
  */
 
-import {
-  eagerMessageBytes,
-  MpiTransport,
-  TCP_PROGRESS_THREAD,
-  type WaitOptions,
-} from "../../schedule/mpi/transport.ts";
+import type { WaitOptions } from "../../schedule/mpi/request.ts";
+import { eagerMessageBytes, TCP_PROGRESS_THREAD } from "../../schedule/mpi/tcp.ts";
+import { MpiTransport } from "../../schedule/mpi/transport.ts";
 
 const transport = MpiTransport.init();
 const megabytes = Number(Deno.args[0] ?? 64);

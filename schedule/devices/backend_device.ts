@@ -32,6 +32,10 @@
  * parameters are written from `parameters` before every forward, where the runtime averages and
  * updates them.
  *
+ * It stays one file although long: one class is both the runtime's {@link Device} and, once
+ * activated, its {@link ResidentReplica}, and both roles read and write the same private replica
+ * (its tensors, staged copies and buffers); a second class would need all of that made public.
+ *
  * @module
  */
 
@@ -58,14 +62,8 @@ import {
   type ResidentRole,
   type ShardedReplica,
 } from "./device.ts";
-import {
-  type HeadLayout,
-  type HeadPhase,
-  type HeadPhaseResult,
-  type HeadSetup,
-  HeadShard,
-  sliceSlots,
-} from "./sharded_head.ts";
+import { type HeadPhase, type HeadPhaseResult, type HeadSetup, HeadShard } from "./sharded_head.ts";
+import { type HeadLayout, sliceSlots } from "./head_layout.ts";
 import { DeviceSlices, hostSlices } from "./head_slices.ts";
 import { groupRange, type ParameterLayout, type ParameterSlot } from "./parameter_layout.ts";
 import { buildModel, type ModelSpec } from "./model_spec.ts";

@@ -15,7 +15,8 @@
 import { type ParameterEntry, TandemError } from "../../engine/mod.ts";
 import type { ParameterLayout } from "./parameter_layout.ts";
 import type { ComputeSpan } from "./protocol.ts";
-import type { HeadLayout, HeadPhase, HeadPhaseResult, HeadSetup } from "./sharded_head.ts";
+import type { HeadPhase, HeadPhaseResult, HeadSetup } from "./sharded_head.ts";
+import type { HeadLayout } from "./head_layout.ts";
 
 /**
  * A device failed: its worker threw, died or stopped answering. Names the device.

@@ -47,11 +47,5 @@ export {
   parametersSha256,
 } from "./parameter_layout.ts";
 export type { ComputeSpan } from "./protocol.ts";
-export type {
-  HeadLayout,
-  HeadPhase,
-  HeadPhaseResult,
-  HeadSetup,
-  HeadStage,
-  SumSource,
-} from "./sharded_head.ts";
+export type { HeadLayout, HeadStage } from "./head_layout.ts";
+export type { HeadPhase, HeadPhaseResult, HeadSetup, SumSource } from "./sharded_head.ts";

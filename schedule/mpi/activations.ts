@@ -17,10 +17,12 @@
 import { TandemError } from "../../engine/mod.ts";
 import type { Device } from "../devices/device.ts";
 import type { ParameterLayout } from "../devices/parameter_layout.ts";
-import { type HeadLayout, type HeadSetup, type SumSource, unitRange } from "../devices/sharded_head.ts";
+import { type HeadLayout, unitRange } from "../devices/head_layout.ts";
+import type { HeadSetup, SumSource } from "../devices/sharded_head.ts";
 import { type ActivationRoute, bodyRanges, type RecordSpan } from "../runtime/hybrid.ts";
 import { divergentRanks } from "./exchange.ts";
-import type { MpiRequest, MpiTransport } from "./transport.ts";
+import type { MpiRequest } from "./request.ts";
+import type { MpiTransport } from "./transport.ts";
 
 /** This rank's buffers for one global batch size. */
 interface Buffers {

@@ -38,6 +38,10 @@
  * since the other ranks are left inside collectives and only a new job can continue (nor are the
  * statistics its forward moved).
  *
+ * It stays one file although long: one class implements the runtime's exchange contract for a rank,
+ * and its reduce, pipeline and broadcast share the posted requests and gathered buffers of a step;
+ * the collectives they post live apart (`sockets.ts`, `transport.ts`, `request.ts`).
+ *
  * @module
  */
 
@@ -71,7 +75,9 @@ import { GradientWire } from "../runtime/exchange/wire.ts";
 import { pipelineChunkBytes } from "../runtime/exchange/link.ts";
 import { type BulkCollectives, type BulkRequest, bytesOf, SocketMesh } from "./sockets.ts";
 import { detectMpiLaunch } from "./launch.ts";
-import { eagerMessageBytes, MpiTransport, TransportError, type WaitOptions } from "./transport.ts";
+import { TransportError, type WaitOptions } from "./request.ts";
+import { eagerMessageBytes } from "./tcp.ts";
+import { MpiTransport } from "./transport.ts";
 
 /** Kernel threads for one of `ranksOnHost` ranks sharing this host's cores (at least 1). */
 function cpuThreadsPerRank(ranksOnHost: number): number {

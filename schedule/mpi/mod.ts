@@ -23,12 +23,5 @@
 export { MpiError } from "./library.ts";
 export { type BulkCollectives, type BulkRequest, type DataPlane, SocketMesh } from "./sockets.ts";
 export { detectMpiLaunch, inspectMpiLaunch, type MpiDetection, type MpiLaunch } from "./launch.ts";
-export {
-  type GatherOptions,
-  type MpiBuffer,
-  MpiRequest,
-  MpiTransport,
-  type MpiTransportOptions,
-  TransportError,
-  type WaitOptions,
-} from "./transport.ts";
+export { MpiRequest, TransportError, type WaitOptions } from "./request.ts";
+export { type GatherOptions, type MpiBuffer, MpiTransport, type MpiTransportOptions } from "./transport.ts";

@@ -19,7 +19,8 @@
  * @module
  */
 
-import { type MpiBuffer, type MpiTransport, TransportError, type WaitOptions } from "./transport.ts";
+import { TransportError, type WaitOptions } from "./request.ts";
+import type { MpiBuffer, MpiTransport } from "./transport.ts";
 
 /** A posted transfer: await {@link BulkRequest.wait} before touching its buffers. */
 export interface BulkRequest {

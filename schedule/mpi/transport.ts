@@ -4,10 +4,9 @@
  * ready" signals — keeps running while data moves between processes.
  *
  * Every MPI call happens on the main thread (MPI is initialised `MPI_THREAD_FUNNELED`); a
- * collective is posted (`MPI_Igather`, `MPI_Iallgather`, `MPI_Ibcast`, …) and then tested with
- * `MPI_Test` between short yields to the event loop: immediate ones for the first
- * {@link MpiTransportOptions.spinMs} milliseconds, 1 ms sleeps after that, so a rank waiting for a
- * slower one does not take a core from the computing Workers.
+ * collective is posted (`MPI_Igather`, `MPI_Iallgather`, `MPI_Ibcast`, …) and returns an
+ * {@link MpiRequest} (`request.ts`), which tests it with `MPI_Test` between yields to the event
+ * loop. The Open MPI TCP settings asked for before `MPI_Init` are in `tcp.ts`.
  *
  * Failure never hangs a job: the communicator returns error codes (`MPI_ERRORS_RETURN`) that are
  * thrown as {@link MpiError}s naming the call and rank; a collective that does not complete by its
@@ -18,60 +17,9 @@
  * @module
  */
 
-import { TandemError } from "../../engine/mod.ts";
 import { MPI_THREAD_FUNNELED, MpiError, MpiLibrary } from "./library.ts";
-
-/**
- * A collective did not complete in time, or the transport cannot be used any more after an earlier
- * failure. Names the rank, the operation and, during training, the step.
- *
- * @example
- * ```ts
- * import { TransportError } from "./transport.ts";
- * const e = new TransportError(0, "reduce fc (MPI_Igather)", "did not complete within 5 s", 2);
- * console.log(e.message); // MPI rank 0, step 2: reduce fc (MPI_Igather) did not complete within 5 s
- * ```
- */
-export class TransportError extends TandemError {
-  /** The rank that saw the failure. */
-  readonly rank: number;
-  /** What it was doing, e.g. `reduce fc (MPI_Igather)`. */
-  readonly operation: string;
-  /** The training step, when the failure happened during one. */
-  readonly step?: number;
-
-  /** `operation` on `rank` failed as `reason` says, during `step` if given. */
-  constructor(rank: number, operation: string, reason: string, step?: number) {
-    super(`MPI rank ${rank}${step !== undefined ? `, step ${step}` : ""}: ${operation} ${reason}`);
-    this.rank = rank;
-    this.operation = operation;
-    this.step = step;
-  }
-}
-
-/** When to give up waiting for a collective. */
-export interface WaitOptions {
-  /** `performance.now()` milliseconds after which the wait throws a {@link TransportError}. */
-  readonly deadline?: number;
-  /** The training step, named in errors. */
-  readonly step?: number;
-  /**
-   * Whether other work in this process needs the CPU meanwhile (a device computing), asked again at
-   * every poll when a function: while it does, the wait polls at full speed for
-   * {@link MpiTransportOptions.spinMs} only. Otherwise (default) it does so for as long as the
-   * transfer should take at 1 GB/s on top, since every sleep between polls delays the next step of a
-   * large collective by a millisecond or more. A function lets a wait that began beside a computing
-   * device poll at full speed once the device is done.
-   */
-  readonly shareCpu?: boolean | (() => boolean);
-  /**
-   * Poll at full speed until the operation completes (or the deadline passes), never sleeping:
-   * for a collective that this rank's devices wait on with nothing else to do (a hybrid schedule's
-   * activations), where a 1 ms sleep between polls also stalls Open MPI's progress through a
-   * multi-round collective.
-   */
-  readonly spin?: boolean;
-}
+import { MpiRequest, TransportError, type WaitOptions } from "./request.ts";
+import { tuneTcpTransport } from "./tcp.ts";
 
 /** Options of {@link MpiTransport.gather}. */
 export interface GatherOptions {
@@ -82,9 +30,6 @@ export interface GatherOptions {
    */
   readonly inPlace?: boolean;
 }
-
-/** Bytes per millisecond a wait that does not share the CPU expects to move while polling at full speed. */
-const SPIN_BYTES_PER_MS = 1e6;
 
 /** Options of {@link MpiTransport.init}. */
 export interface MpiTransportOptions {
@@ -115,166 +60,7 @@ export interface MpiTransportOptions {
  */
 export type MpiBuffer = Float32Array | Float64Array | Int32Array | Uint8Array;
 
-/**
- * One posted non-blocking MPI operation. Await {@link MpiRequest.wait} before touching its buffers:
- * MPI reads and writes them until it completes.
- *
- * @example
- * ```ts ignore
- * import { MpiTransport } from "./transport.ts";
- * const mpi = MpiTransport.init();
- * const data = new Float32Array(1024).fill(mpi.rank);
- * await mpi.broadcast(data, 0, "parameters").wait({ deadline: performance.now() + 10_000 });
- * ```
- */
-export class MpiRequest {
-  /** What was posted, for messages, e.g. `reduce fc (MPI_Igather)`. */
-  readonly operation: string;
-  readonly #transport: MpiTransport;
-  // MPI_Request is a pointer; the slot lives in shared memory, which never moves.
-  readonly #slot = new BigUint64Array(new SharedArrayBuffer(8));
-  readonly #flag = new Int32Array(1);
-  /** Buffers MPI uses until completion: kept reachable so the garbage collector leaves them alone. */
-  #buffers: unknown[];
-  /** Bytes of those buffers, to size the full-speed polling. */
-  readonly #bytes: number;
-  #done = false;
-
-  /** @internal Posted by {@link MpiTransport}; `post` starts the operation with the request slot. */
-  constructor(
-    transport: MpiTransport,
-    operation: string,
-    call: string,
-    buffers: unknown[],
-    post: (slot: BigUint64Array) => number,
-  ) {
-    this.#transport = transport;
-    this.operation = `${operation} (${call})`;
-    // V8 keeps small typed arrays inside its heap, where the garbage collector may move them while
-    // MPI still holds their address; asking for `.buffer` moves the data to a fixed backing store.
-    for (const buffer of buffers) void (buffer as ArrayBufferView | undefined)?.buffer;
-    this.#buffers = buffers;
-    this.#bytes = buffers.reduce<number>(
-      (sum, b) => sum + ((b as ArrayBufferView | undefined)?.byteLength ?? 0),
-      0,
-    );
-    transport.check(call, post(this.#slot));
-  }
-
-  /** Whether it completed (one `MPI_Test`). */
-  test(): boolean {
-    if (this.#done) return true;
-    this.#transport.check("MPI_Test", this.#transport.library.symbols.MPI_Test(this.#slot, this.#flag, null));
-    if (this.#flag[0]) {
-      this.#done = true;
-      this.#buffers = [];
-    }
-    return this.#done;
-  }
-
-  /**
-   * Resolves once the operation completed, testing it between yields to the event loop. Throws a
-   * {@link TransportError} when `deadline` passes first; the transport is then unusable (MPI may
-   * still write into the buffers, which stay referenced for that reason).
-   */
-  async wait(options: WaitOptions = {}): Promise<void> {
-    const transport = this.#transport;
-    const started = performance.now();
-    const { shareCpu } = options;
-    const sharing = typeof shareCpu === "function" ? shareCpu : () => shareCpu ?? false;
-    const alone = options.spin ? Infinity : transport.spinMs + this.#bytes / SPIN_BYTES_PER_MS;
-    const previous = transport.activity;
-    transport.activity = `waiting on ${this.operation}${
-      options.step !== undefined ? ` in step ${options.step}` : ""
-    }`;
-    // A message to oneself is the quickest turn of the event loop that still lets every other
-    // task (Worker messages, Atomics.waitAsync) run; timers would add a millisecond or more.
-    let channel: MessageChannel | undefined;
-    try {
-      for (;;) {
-        if (this.test()) return;
-        const now = performance.now();
-        if (options.deadline !== undefined && now > options.deadline) {
-          const error = new TransportError(
-            transport.rank,
-            this.operation,
-            `did not complete within ${
-              ((now - started) / 1000).toFixed(1)
-            } s: another rank stopped taking part (it died, hangs, or runs a different schedule)`,
-            options.step,
-          );
-          transport.poison(error);
-          throw error;
-        }
-        if (now - started < (sharing() ? transport.spinMs : alone)) {
-          channel ??= new MessageChannel();
-          const port = channel.port1;
-          await new Promise((resolve) => {
-            port.onmessage = resolve;
-            channel!.port2.postMessage(0);
-          });
-        } else await new Promise((resolve) => setTimeout(resolve, 1));
-      }
-    } finally {
-      transport.activity = previous;
-      // An open port would keep the process alive.
-      channel?.port1.close();
-      channel?.port2.close();
-    }
-  }
-}
-
 let initialised: MpiTransport | undefined;
-
-/** The variable that turns Open MPI's TCP progress thread on (`1`) or off (`0`). */
-export const TCP_PROGRESS_THREAD = "OMPI_MCA_btl_tcp_progress_thread";
-
-/** Open MPI's TCP eager limit this transport asks for, unless the launch set one: 1 MiB. */
-export const TCP_EAGER_LIMIT = 1024 * 1024;
-
-/**
- * Open MPI's TCP settings this transport asks for (read by `MPI_Init` from the environment); each
- * one the launch set (`--mca …`, `OMPI_MCA_…`) is kept.
- *
- * - **Eager limit 1 MiB.** Open MPI sends a TCP message up to its eager limit (64 KiB by default)
- *   without waiting for the receiver; a larger one needs a handshake, and a broadcast posted behind a
- *   stream of gathers then waits for all of them, so a pipelined exchange uses one direction of the
- *   link at a time. At 1 MiB the exchange sends 512 KiB messages both ways at once: at 10 Gbit/s,
- *   5 Gbit/s instead of 3.6 with 32 KiB messages under the default limit (measured here).
- * - **A progress thread.** Without one, bytes move between the sockets and MPI's buffers only
- *   inside `MPI_Test`, so while this rank averages, updates, or sleeps between polls beside a
- *   computing device, its transfers stall once the socket buffers are full. Open MPI's TCP
- *   progress thread moves them meanwhile. Measured here (2 namespaces, 10 Gbit/s): bvlc_alexnet at
- *   global batch 16 under `overlap` (master) took 1,841 ms a step with it, 2,175 ms without (one
- *   run each). With nothing else to do, the transfers ran slower with it in `bench/CLUSTER.md`'s
- *   10 Gbit/s run (medians 5.65–7.34 Gbit/s against 6.79–8.78), so the default wants a wider A/B.
- *
- * @internal Called by {@link MpiTransport.init} before `MPI_Init`; exported for tests.
- */
-export function tuneTcpTransport(): void {
-  if (Deno.env.get("OMPI_MCA_btl_tcp_eager_limit") === undefined) {
-    Deno.env.set("OMPI_MCA_btl_tcp_eager_limit", String(TCP_EAGER_LIMIT));
-    Deno.env.set("OMPI_MCA_btl_tcp_rndv_eager_limit", String(TCP_EAGER_LIMIT));
-    Deno.env.set("OMPI_MCA_btl_tcp_max_send_size", String(TCP_EAGER_LIMIT));
-  }
-  if (Deno.env.get(TCP_PROGRESS_THREAD) === undefined) Deno.env.set(TCP_PROGRESS_THREAD, "1");
-}
-
-/**
- * Bytes a message may have and still go out eagerly over Open MPI's TCP transport: half the eager
- * limit in force (headers need some of it), so 512 KiB under this transport's 1 MiB, 32 KiB under
- * Open MPI's default 64 KiB.
- *
- * @example
- * ```ts
- * import { eagerMessageBytes } from "./transport.ts";
- * console.log(eagerMessageBytes());
- * ```
- */
-export function eagerMessageBytes(): number {
-  const limit = Number(Deno.env.get("OMPI_MCA_btl_tcp_eager_limit") ?? 64 * 1024);
-  return Math.max(4096, Math.floor((Number.isFinite(limit) ? limit : 64 * 1024) / 2));
-}
 
 /**
  * `MPI_COMM_WORLD` for this process. {@link MpiTransport.init} starts MPI once per process; every

@@ -36,16 +36,8 @@ import { fromStorage } from "../../engine/creation.ts";
 import type { ComputeResult, Device } from "../devices/device.ts";
 import type { GroupRange, ParameterLayout, ParameterSlot } from "../devices/parameter_layout.ts";
 import type { ComputeSpan } from "../devices/protocol.ts";
-import {
-  type HeadLayout,
-  type HeadPhase,
-  type HeadPhaseResult,
-  type HeadSetup,
-  sliceLayout,
-  sliceSlots,
-  type SumSource,
-  unitRange,
-} from "../devices/sharded_head.ts";
+import type { HeadPhase, HeadPhaseResult, HeadSetup, SumSource } from "../devices/sharded_head.ts";
+import { type HeadLayout, sliceLayout, sliceSlots, unitRange } from "../devices/head_layout.ts";
 import type { Deferred } from "./deferred.ts";
 import { hostParameterEntries } from "./exchange/host_parameters.ts";
 import { divergentFrom } from "./exchange/exchange.ts";

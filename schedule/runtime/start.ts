@@ -13,7 +13,7 @@ import type { Device } from "../devices/device.ts";
 import { layoutOf } from "../devices/parameter_layout.ts";
 import { bufferLayoutOf, copyBuffers, loadInitialBuffers } from "../devices/buffer_layout.ts";
 import { buildModel } from "../devices/model_spec.ts";
-import { type HeadLayout, headLayout } from "../devices/sharded_head.ts";
+import { type HeadLayout, headLayout } from "../devices/head_layout.ts";
 import { ScheduleError } from "../plan/errors.ts";
 import type { Plan } from "../plan/plan.ts";
 import type { Exchange, ReplicaReference } from "./exchange/exchange.ts";

@@ -7,7 +7,9 @@
  */
 
 import assert from "node:assert/strict";
-import { MpiRequest, type MpiTransport, tuneTcpTransport } from "../../schedule/mpi/transport.ts";
+import { MpiRequest } from "../../schedule/mpi/request.ts";
+import { tuneTcpTransport } from "../../schedule/mpi/tcp.ts";
+import type { MpiTransport } from "../../schedule/mpi/transport.ts";
 
 const TUNED = [
   "OMPI_MCA_btl_tcp_eager_limit",

@@ -12,7 +12,7 @@ import type { Storage } from "../../backends/mod.ts";
 import type { BackendDevice } from "../../schedule/devices/backend_device.ts";
 import { type Device, DeviceError } from "../../schedule/devices/device.ts";
 import { layoutOf } from "../../schedule/devices/parameter_layout.ts";
-import { headLayout, sliceSlots, unitRange } from "../../schedule/devices/sharded_head.ts";
+import { headLayout, sliceSlots, unitRange } from "../../schedule/devices/head_layout.ts";
 import { hybridPlan, overlapPlan } from "../../schedule/plan/builtins.ts";
 import { parseSchedule } from "../../schedule/plan/dsl.ts";
 import type { Plan, ReductionMode } from "../../schedule/plan/plan.ts";

@@ -1,0 +1,57 @@
+/**
+ * Open MPI's TCP tuning: the settings the MPI transport asks for before `MPI_Init` (a 1 MiB eager
+ * limit and a TCP progress thread, each kept where the launch set its own), and the message size
+ * that still goes out eagerly under the limit in force.
+ *
+ * @module
+ */
+
+/** The variable that turns Open MPI's TCP progress thread on (`1`) or off (`0`). */
+export const TCP_PROGRESS_THREAD = "OMPI_MCA_btl_tcp_progress_thread";
+
+/** Open MPI's TCP eager limit this transport asks for, unless the launch set one: 1 MiB. */
+export const TCP_EAGER_LIMIT = 1024 * 1024;
+
+/**
+ * Open MPI's TCP settings this transport asks for (read by `MPI_Init` from the environment); each
+ * one the launch set (`--mca …`, `OMPI_MCA_…`) is kept.
+ *
+ * - **Eager limit 1 MiB.** Open MPI sends a TCP message up to its eager limit (64 KiB by default)
+ *   without waiting for the receiver; a larger one needs a handshake, and a broadcast posted behind a
+ *   stream of gathers then waits for all of them, so a pipelined exchange uses one direction of the
+ *   link at a time. At 1 MiB the exchange sends 512 KiB messages both ways at once: at 10 Gbit/s,
+ *   5 Gbit/s instead of 3.6 with 32 KiB messages under the default limit (measured here).
+ * - **A progress thread.** Without one, bytes move between the sockets and MPI's buffers only
+ *   inside `MPI_Test`, so while this rank averages, updates, or sleeps between polls beside a
+ *   computing device, its transfers stall once the socket buffers are full. Open MPI's TCP
+ *   progress thread moves them meanwhile. Measured here (2 namespaces, 10 Gbit/s): bvlc_alexnet at
+ *   global batch 16 under `overlap` (master) took 1,841 ms a step with it, 2,175 ms without (one
+ *   run each). With nothing else to do, the transfers ran slower with it in `bench/CLUSTER.md`'s
+ *   10 Gbit/s run (medians 5.65–7.34 Gbit/s against 6.79–8.78), so the default wants a wider A/B.
+ *
+ * @internal Called by {@link MpiTransport.init} before `MPI_Init`; exported for tests.
+ */
+export function tuneTcpTransport(): void {
+  if (Deno.env.get("OMPI_MCA_btl_tcp_eager_limit") === undefined) {
+    Deno.env.set("OMPI_MCA_btl_tcp_eager_limit", String(TCP_EAGER_LIMIT));
+    Deno.env.set("OMPI_MCA_btl_tcp_rndv_eager_limit", String(TCP_EAGER_LIMIT));
+    Deno.env.set("OMPI_MCA_btl_tcp_max_send_size", String(TCP_EAGER_LIMIT));
+  }
+  if (Deno.env.get(TCP_PROGRESS_THREAD) === undefined) Deno.env.set(TCP_PROGRESS_THREAD, "1");
+}
+
+/**
+ * Bytes a message may have and still go out eagerly over Open MPI's TCP transport: half the eager
+ * limit in force (headers need some of it), so 512 KiB under this transport's 1 MiB, 32 KiB under
+ * Open MPI's default 64 KiB.
+ *
+ * @example
+ * ```ts
+ * import { eagerMessageBytes } from "./tcp.ts";
+ * console.log(eagerMessageBytes());
+ * ```
+ */
+export function eagerMessageBytes(): number {
+  const limit = Number(Deno.env.get("OMPI_MCA_btl_tcp_eager_limit") ?? 64 * 1024);
+  return Math.max(4096, Math.floor((Number.isFinite(limit) ? limit : 64 * 1024) / 2));
+}
