@@ -99,7 +99,7 @@ async function check(c: BadInput, f: Fixtures): Promise<void> {
   const inputs = await inputBytes(c.argv, f.dir);
   const { message, exitCode, stderr, seconds, devices } = await refuse(c);
   assert.notEqual(exitCode, 0);
-  // Mutation: dropping the checkpoint's dry run before DataParallelTrainer.create in cli/train.ts
+  // Mutation: dropping the checkpoint's dry run before DataParallelTrainer.create in cli/train/setup.ts
   // (the ckpt-* rows then create the trainer, and its devices, before the refusal).
   assert.equal(devices, 0, "the devices started before the refusal");
   assert.deepEqual(stderr, [], "nothing but the message may reach stderr");

@@ -137,7 +137,7 @@ Deno.test("cli: resuming at step 4 and going on to 6 equals a straight run to 6"
   assert.notEqual(resumed.paramsSha256, four.paramsSha256);
 });
 
-// Mutation: dropping `accumulate: args.accumulate` from cli/train.ts runs one pass of 8 on the one
+// Mutation: dropping `accumulate: args.accumulate` from cli/train/setup.ts runs one pass of 8 on the one
 // device, and the hashes differ.
 Deno.test("cli: --devices 1 --accumulate 2 trains the same bits as --devices 2", async () => {
   const [accumulated, parallel] = await Promise.all([
@@ -148,7 +148,7 @@ Deno.test("cli: --devices 1 --accumulate 2 trains the same bits as --devices 2",
 });
 
 // Hybrid on one device gives data-parallel's bits, accumulating too (hybrid_test.ts); here through
-// the command. Mutation: dropping `accumulate: args.accumulate` from cli/train.ts makes the hybrid
+// the command. Mutation: dropping `accumulate: args.accumulate` from cli/train/setup.ts makes the hybrid
 // run one pass of 8 and the hashes differ.
 Deno.test("cli: --schedule hybrid --devices 1 --accumulate 2 trains the bits of --devices 2", async () => {
   const [hybrid, parallel] = await Promise.all([

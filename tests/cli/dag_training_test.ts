@@ -227,7 +227,7 @@ async function trainJson(argv: string[]): Promise<Record<string, unknown>> {
 }
 
 Deno.test("dag training CLI: the tiny ResNet on 2 devices, the same bits under sequential, overlap and auto (buckets), evaluated with device 0's statistics", async () => {
-  // Mutation tried: copyMasterInto in cli/train.ts leaving the statistics out (the evaluated model
+  // Mutation tried: copyMasterInto in cli/train/evaluation.ts leaving the statistics out (the evaluated model
   // normalises with zeros) changes the held-out loss and fails the comparison below.
   const dir = await Deno.makeTempDir({ prefix: "tandem_dag_cli_" });
   try {

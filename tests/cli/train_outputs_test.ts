@@ -63,7 +63,7 @@ async function exists(path: string): Promise<boolean> {
 const dir = await Deno.realPath(await Deno.makeTempDir({ prefix: "tandem_train_outputs_test_" }));
 
 // Mutation: not calling rotateSnapshots (cli/snapshots.ts) leaves run-000001 and run-000002; dropping
-// the periodic save from cli/train.ts's loop leaves no run-000004. Either makes this fail.
+// the periodic save from cli/train/training_loop.ts leaves no run-000004. Either makes this fail.
 Deno.test("train: --checkpoint-every 2 --keep 2 keeps the last two numbered snapshots and the latest", async () => {
   const runs = `${dir}/keep`;
   await Deno.mkdir(runs);
@@ -107,7 +107,7 @@ Deno.test("train: --checkpoint-every 2 --keep 2 keeps the last two numbered snap
   assert.ok((await Deno.lstat("/dev/null")).isCharDevice);
 });
 
-// Mutation: dropping the periodic save from cli/train.ts's loop means no checkpoint appears before
+// Mutation: dropping the periodic save from cli/train/training_loop.ts means no checkpoint appears before
 // the run ends by itself, and the test fails ("ended before").
 Deno.test("train: after kill -9 mid-run, the periodic checkpoint loads", async () => {
   const runs = `${dir}/crash`;

@@ -178,7 +178,7 @@ async function trainCommand(...args: string[]): Promise<{ stderr: string; params
 const FAST = ["--data", "synthetic", "--model", "lenet", "--batch", "8", "--seed", "3", "--json"];
 const FEEDBACK = ["--wire", "fp16", "--error-feedback"];
 
-// Mutation: the `residuals` of cli/train.ts left out of `save` (`extraTensors` dropped) makes the
+// Mutation: the `residuals` of cli/train/checkpoints.ts left out of `save` (`extraTensors` dropped) makes the
 // resumed hash differ and the first resume say that there are no residuals.
 Deno.test("train command: --error-feedback resumes bit for bit, and says in one line what it cannot restore", async () => {
   await withTempDir(async (dir) => {
