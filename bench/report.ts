@@ -32,6 +32,9 @@
  * `--only pytorch` runs only the PyTorch section (about 15 s) and prints it without writing
  * `bench/RESULTS.md`.
  *
+ * It stays one file although long: it is the report itself, written top to bottom in the order of
+ * its sections; what measures lives apart (`bench/kernels/`, `bench/peers/`, `bench/stamp.ts`).
+ *
  * @module
  */
 

@@ -6,6 +6,9 @@
  * Parameter layouts (the `P` words) are documented per template and must match the backend's
  * `Params` builders.
  *
+ * It stays one file although long: a catalogue of independent templates, one short function each,
+ * built from the shared helpers of `wgsl.ts`; nothing in one template depends on another.
+ *
  * @module
  */
 

@@ -19,6 +19,10 @@
  * the full report as it was; `--links` or `--alexnet-batch` narrowing the run write
  * `bench/CLUSTER_PARTIAL.md`.
  *
+ * It stays one file although long: it is the report itself, written top to bottom in the order of
+ * its sections; the ranks' run, the transfers alone, the nets and the overlap goal live beside it in
+ * `bench/cluster/`, the peer in `bench/peers/`.
+ *
  * @module
  */
 
@@ -37,7 +41,7 @@ import { wireBytesPerElement, type WireFormat } from "../../schedule/runtime/mod
 import { writeFileAtomic } from "../../engine/io/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
 import { DEFAULT_CHUNK_BYTES } from "../../schedule/mpi/exchange.ts";
-import { TCP_PROGRESS_THREAD } from "../../schedule/mpi/transport.ts";
+import { TCP_PROGRESS_THREAD } from "../../schedule/mpi/tcp.ts";
 import type { DataPlane } from "../../schedule/mpi/sockets.ts";
 import {
   type Cluster,
@@ -396,7 +400,8 @@ say(
     "exchange is the MPI runtime's pipeline " +
     `of chunks (a 32nd of the group, 64 KiB to ${
       DEFAULT_CHUNK_BYTES / (1 << 20)
-    } MiB; each averaged and updated, then sent back in master mode, while the next arrives); its CPU ` +
+    } MiB; each averaged and updated, then sent back in master mode, while the next arrives; where a plan's ` +
+    `update does not follow its reduce, as in \`sequential\`, each averaged while the next arrives); its CPU ` +
     `rates are measured here on one kernel thread, a rank's share: SGD update ${
       (1 / cpuRates.updateSecondsPerByte / 1e9).toFixed(1)
     } GB/s of parameters, device-order sum ${(cpuRates.sumBytesPerSecond / 1e9).toFixed(1)} GB/s per input.`,

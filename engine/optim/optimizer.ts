@@ -20,6 +20,10 @@
  * Parameters whose `.grad` is `null` are skipped, as in PyTorch: no value, state or update count
  * changes (so frozen or unused parameters cost nothing).
  *
+ * It stays one file although long: it is the one base class, and its checks, undo copies and
+ * checkpoint state all guard the same private per-parameter state that `step` updates; SGD and Adam
+ * (`sgd.ts`, `adam.ts`) and the state's encoding (`state_codec.ts`) live apart.
+ *
  * @module
  */
 

@@ -7,6 +7,10 @@
  * How each kind splits never changes the arithmetic of any output element (see `gemm.ts` and
  * `conv.ts`), so results are bit-identical whatever the thread count.
  *
+ * It stays one file although long: each kind's fields, its encoding and its share of the work are
+ * one contract between the thread that encodes a task and the threads that run it; kept together,
+ * a field added to one side cannot be missed on the other. The kernels themselves live apart.
+ *
  * @module
  */
 
