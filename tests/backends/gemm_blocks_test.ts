@@ -8,13 +8,15 @@
  * of the task's (`runMatmul` and the conv share ignoring `task.mc`/`task.nc`: the 2-thread products
  * in small blocks differ); `blocksForCaches` ignoring how many CPUs share the L3; the lookup
  * reading the tuning file before TANDEM_GEMM_BLOCKS; a tuning filed under another machine being
- * used.
+ * used; `readCacheSizes` not falling back to `/proc/cpuinfo` where sysfs reports no cache (this
+ * virtual machine kind lacks the directory); the cpuinfo size read as the L2 on Intel.
  */
 
 import assert from "node:assert/strict";
 import { CpuBackend } from "../../backends/cpu/backend.ts";
 import {
   blocksForCaches,
+  cpuinfoCacheSizes,
   machineKey,
   readCacheSizes,
   readTunedBlocks,
@@ -75,10 +77,30 @@ Deno.test("GEMM blocks: Linux cache sizes give MC from L2 and NC from a thread's
   assert.deepEqual(blocksForCaches({ l2: 512 << 10, l3: 32 << 20, l3Sharers: 8 }), { mc: 192, nc: 1024 });
   assert.deepEqual(blocksForCaches({ l2: 512 << 10, l3: 32 << 20, l3Sharers: 2 }), { mc: 192, nc: 4096 });
   assert.deepEqual(blocksForCaches({}), DEFAULT_GEMM_BLOCKS);
-  assert.deepEqual(readCacheSizes("/nonexistent/cache"), {});
+  assert.deepEqual(readCacheSizes("/nonexistent/cache", "/nonexistent/cpuinfo"), {});
   for (const caches of [{ l2: 96 << 10 }, { l2: 5 << 20, l3: 1 << 30, l3Sharers: 1 }]) {
     assert.equal(gemmBlocksProblem(blocksForCaches(caches)), undefined, JSON.stringify(caches));
   }
+});
+
+Deno.test("GEMM blocks: without sysfs caches, /proc/cpuinfo's size is AMD's L2 and Intel's shared L3", async () => {
+  const amd = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\ncache size\t: 1024 KB\n";
+  const intel = "vendor_id\t: GenuineIntel\nsiblings\t: 16\ncache size\t: 36608 KB\n";
+  assert.deepEqual(cpuinfoCacheSizes(amd), { l2: 1 << 20 });
+  assert.deepEqual(cpuinfoCacheSizes(intel), { l3: 36608 << 10, l3Sharers: 16 });
+  // Other vendors' meaning is not known; ARM's cpuinfo has no size at all.
+  assert.deepEqual(cpuinfoCacheSizes(amd.replace("AuthenticAMD", "CentaurHauls")), {});
+  assert.deepEqual(cpuinfoCacheSizes("processor\t: 0\nBogoMIPS\t: 50.00\n"), {});
+  assert.deepEqual(cpuinfoCacheSizes(undefined), {});
+  // 3/8 of a 1 MiB L2 over 1 KiB rows: 384 rows, NC stays the default.
+  assert.deepEqual(blocksForCaches(cpuinfoCacheSizes(amd)), { mc: 384, nc: DEFAULT_GEMM_BLOCKS.nc });
+  await withTempDir(async (dir) => {
+    await Deno.writeTextFile(`${dir}/cpuinfo`, amd);
+    // No sysfs directory: the cpuinfo size. A sysfs directory that reports caches wins over it.
+    assert.deepEqual(readCacheSizes(`${dir}/absent`, `${dir}/cpuinfo`), { l2: 1 << 20 });
+    const root = await fakeCaches(dir, [["2", "Unified", "512K", "0"]]);
+    assert.deepEqual(readCacheSizes(root, `${dir}/cpuinfo`), { l2: 512 << 10 });
+  });
 });
 
 Deno.test("GEMM blocks: TANDEM_GEMM_BLOCKS, then this machine's tuning, then the caches, then the defaults", async () => {

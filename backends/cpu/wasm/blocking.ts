@@ -6,7 +6,8 @@
  * 2. the blocks `deno task tune` measured on this machine, cached on disk and keyed by the CPU
  *    model and its cache sizes ({@link tuningFile});
  * 3. blocks derived from the cache sizes the OS reports (`/sys/devices/system/cpu/cpu0/cache/`
- *    on Linux; {@link blocksForCaches});
+ *    on Linux, else the one size `/proc/cpuinfo` gives, as on virtual machines without that
+ *    directory; {@link blocksForCaches});
  * 4. {@link DEFAULT_GEMM_BLOCKS}.
  *
  * MC and NC never change a bit of any result (only the depth block KC does, and it is fixed), so
@@ -128,8 +129,9 @@ function countCpus(list: string | undefined): number {
 }
 
 /**
- * The data caches of the first CPU as Linux reports them under `root`; empty where nothing is
- * reported (another OS, no read permission).
+ * The data caches of the first CPU as Linux reports them under `root`, or where that directory
+ * reports none (some virtual machines lack it), the one size in `cpuinfo`
+ * ({@link cpuinfoCacheSizes}); empty where nothing is reported (another OS, no read permission).
  *
  * @example
  * ```ts
@@ -137,7 +139,10 @@ function countCpus(list: string | undefined): number {
  * console.log(readCacheSizes()); // e.g. { l1d: 32768, l2: 524288, l3: 33554432, l3Sharers: 2 }
  * ```
  */
-export function readCacheSizes(root = "/sys/devices/system/cpu/cpu0/cache"): CacheSizes {
+export function readCacheSizes(
+  root = "/sys/devices/system/cpu/cpu0/cache",
+  cpuinfo = "/proc/cpuinfo",
+): CacheSizes {
   const caches: CacheSizes = {};
   for (let index = 0; index < 8; index++) {
     const dir = `${root}/index${index}`;
@@ -152,7 +157,29 @@ export function readCacheSizes(root = "/sys/devices/system/cpu/cpu0/cache"): Cac
       caches.l3Sharers = countCpus(readText(`${dir}/shared_cpu_list`));
     }
   }
-  return caches;
+  return Object.keys(caches).length > 0 ? caches : cpuinfoCacheSizes(readText(cpuinfo));
+}
+
+/**
+ * The cache size in the text of Linux's `/proc/cpuinfo` ("cache size : 1024 KB"), which x86 Linux
+ * fills from CPUID: on AMD and Hygon CPUs the L2 of one core, on Intel the last level (the L3,
+ * shared by the package's `siblings`). Other vendors' (and other architectures', which give none)
+ * is not used: empty.
+ *
+ * @example
+ * ```ts
+ * import { cpuinfoCacheSizes } from "./blocking.ts";
+ * cpuinfoCacheSizes("vendor_id\t: AuthenticAMD\ncache size\t: 1024 KB\n"); // { l2: 1048576 }
+ * ```
+ */
+export function cpuinfoCacheSizes(text: string | undefined): CacheSizes {
+  const field = (name: string) => text?.match(new RegExp(`^${name}\\s*:\\s*(.+)$`, "m"))?.[1].trim();
+  const size = parseSize(field("cache size")?.replace(/\s*B$/i, ""));
+  if (size === undefined) return {};
+  const vendor = field("vendor_id");
+  if (vendor === "AuthenticAMD" || vendor === "HygonGenuine") return { l2: size };
+  if (vendor === "GenuineIntel") return { l3: size, l3Sharers: Math.max(1, Number(field("siblings")) || 1) };
+  return {};
 }
 
 function roundDown(value: number, quantum: number, [low, high]: readonly [number, number]): number {
