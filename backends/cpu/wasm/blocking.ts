@@ -160,6 +160,11 @@ export function readCacheSizes(
   return Object.keys(caches).length > 0 ? caches : cpuinfoCacheSizes(readText(cpuinfo));
 }
 
+/** The first `name : value` line's value in the text of `/proc/cpuinfo` (the first CPU's). */
+function cpuinfoField(text: string | undefined, name: string): string | undefined {
+  return text?.match(new RegExp(`^${name}\\s*:\\s*(.+)$`, "m"))?.[1].trim();
+}
+
 /**
  * The cache size in the text of Linux's `/proc/cpuinfo` ("cache size : 1024 KB"), which x86 Linux
  * fills from CPUID: on AMD and Hygon CPUs the L2 of one core, on Intel the last level (the L3,
@@ -173,7 +178,7 @@ export function readCacheSizes(
  * ```
  */
 export function cpuinfoCacheSizes(text: string | undefined): CacheSizes {
-  const field = (name: string) => text?.match(new RegExp(`^${name}\\s*:\\s*(.+)$`, "m"))?.[1].trim();
+  const field = (name: string) => cpuinfoField(text, name);
   const size = parseSize(field("cache size")?.replace(/\s*B$/i, ""));
   if (size === undefined) return {};
   const vendor = field("vendor_id");
@@ -242,7 +247,7 @@ export function machineKey(caches: CacheSizes, model = cpuModel()): string {
  * ```
  */
 export function cpuModel(): string {
-  const name = readText("/proc/cpuinfo")?.match(/^model name\s*:\s*(.+)$/m)?.[1].trim();
+  const name = cpuinfoField(readText("/proc/cpuinfo"), "model name");
   if (name) return name;
   const deno = (globalThis as { Deno?: typeof Deno }).Deno;
   return deno ? `${deno.build.os} ${deno.build.arch}` : "unknown CPU";
