@@ -22,14 +22,14 @@ import assert from "node:assert/strict";
 import {
   addFilterChunks,
   columnRows,
-  convScratchBytes,
   filterChunks,
   filterPartialsBytes,
-  packingTables,
 } from "../../backends/cpu/wasm/conv.ts";
 import { DEFAULT_GEMM_BLOCKS } from "../../backends/cpu/wasm/gemm.ts";
+import { directFilter } from "../../backends/cpu/wasm/filter_direct.ts";
 import { instantiateKernels, kernelModuleBytes } from "../../backends/cpu/wasm/generate/module.ts";
 import {
+  convTaskLayout,
   encodeTask,
   filterRowBlock,
   matmulWindow,
@@ -66,6 +66,8 @@ interface Case {
 
 // 162 column-matrix rows in 2 groups. The weight gradient: 5 images, 5 chunks of one; 11 images,
 // 8 chunks of 1 or 2; 1 image, one chunk in 3 row blocks of at least 6 panels (FILTER_BLOCK_PANELS).
+// At stride 1 (9 channels per group: not Winograd's) it runs directly (`filter_direct.ts`); at
+// stride 2 through GEMM.
 const [w, options] = [[8, 9, 3, 3], { padding: 1, groups: 2 }] as const;
 const g = conv2dGeometry([5, 18, 9, 9], w, options);
 const CASES: Case[] = [
@@ -81,6 +83,16 @@ const CASES: Case[] = [
     kind: TaskKind.convBackwardFilter,
     name: "weight gradient, 1 image",
     g: conv2dGeometry([1, 18, 9, 9], w, options),
+  },
+  {
+    kind: TaskKind.convBackwardFilter,
+    name: "weight gradient by GEMM, 5 images",
+    g: conv2dGeometry([5, 18, 9, 9], w, { ...options, stride: 2 }),
+  },
+  {
+    kind: TaskKind.convBackwardFilter,
+    name: "weight gradient by GEMM, 1 image",
+    g: conv2dGeometry([1, 18, 9, 9], w, { ...options, stride: 2 }),
   },
 ];
 
@@ -121,12 +133,10 @@ function run(c: Case, threads: number, order?: number[]): { result: Float32Array
   // Partials start as NaN too: a chunk that added to them instead of overwriting shows.
   const partials = alloc(filterPartialsBytes(c.g));
   new Float32Array(memory.buffer, partials, filterPartialsBytes(c.g) / 4).fill(NaN);
-  const implicit = c.kind !== TaskKind.convBackwardInput;
-  const scratchStride = convScratchBytes(c.g, rows, implicit, DEFAULT_GEMM_BLOCKS);
+  const { table, scratchStride } = convTaskLayout(c.kind, c.g, rows, DEFAULT_GEMM_BLOCKS);
   const scratch = alloc(threads * scratchStride);
-  const table = packingTables(c.g);
-  const offsets = alloc(4 * table.length);
-  new Int32Array(memory.buffer, offsets, table.length).set(table);
+  const offsets = table ? alloc(4 * table.length) : 0;
+  if (table) new Int32Array(memory.buffer, offsets, table.length).set(table);
   const args = new Int32Array(MAX_TASK_ARGS);
   const task = {
     ...c.g,
@@ -167,6 +177,9 @@ function sameBits(actual: Float32Array, expected: Float32Array): boolean {
 
 Deno.test("wasm threads: convolutions hand their images and weight-gradient chunks and row blocks to whichever thread asks first", () => {
   for (const c of CASES) {
+    if (c.kind === TaskKind.convBackwardFilter) {
+      assert.equal(directFilter(c.g), c.g.strideH === 1, `${c.name}: direct exactly at stride 1`);
+    }
     const whole = run(c, 1).result;
     assert.ok(whole.every(Number.isFinite), `${c.name}: the one-thread result is complete`);
     assert.ok(units(c, 2) > 2, `${c.name}: more units than threads, so the split means something`);

@@ -25,7 +25,7 @@ import type {
   Pool2dGeometry,
   SgdStep,
 } from "../../backend.ts";
-import { addFilterChunks, columnRows, convScratchBytes, filterPartialsBytes, packingTables } from "./conv.ts";
+import { addFilterChunks, columnRows, filterPartialsBytes } from "./conv.ts";
 import { detectWasmFeatures, type WasmFeatures } from "./features.ts";
 import { firstFound } from "./finite.ts";
 import { type GemmBlocks, gemmBlocksProblem, gemmScratchBytes } from "./gemm.ts";
@@ -41,6 +41,7 @@ import {
   MAX_MEMORY_PAGES,
 } from "./generate/module.ts";
 import {
+  convTaskLayout,
   ElementwiseOp,
   encodeTask,
   filterRowBlock,
@@ -492,13 +493,11 @@ export class WasmKernels {
     if (kind !== TaskKind.convBackwardFilter) threads = Math.min(threads, g.batch);
     const filter = kind === TaskKind.convBackwardFilter;
     const rows = filter ? filterRowBlock(g, threads) : columnRows(g);
-    const implicit = kind !== TaskKind.convBackwardInput;
-    const scratchStride = convScratchBytes(g, rows, implicit, this.blocks);
+    const { table, scratchStride } = convTaskLayout(kind, g, rows, this.blocks);
     const scratch = this.#scratch(threads * scratchStride);
     const partials = filter ? this.#scratch(filterPartialsBytes(g)) : 0;
     let offsets = 0;
-    if (implicit) {
-      const table = packingTables(g);
+    if (table) {
       const address = this.#scratch(4 * table.length);
       if (address === undefined) return false;
       new Int32Array(this.#memory.buffer, address, table.length).set(table);

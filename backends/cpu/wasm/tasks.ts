@@ -21,11 +21,19 @@ import {
   convBackwardFilterRows,
   convBackwardInputImages,
   convForwardImages,
+  convScratchBytes,
   filterChunkImages,
   filterChunks,
   filterChunkTarget,
+  packingTables,
   rangeClaim,
 } from "./conv.ts";
+import {
+  convBackwardFilterDirect,
+  directFilter,
+  directFilterScratchBytes,
+  directFilterTaps,
+} from "./filter_direct.ts";
 import { GEMM_TILE, gemmBlocked, type GemmBlocks, type GemmProblem, gemmWindow } from "./gemm.ts";
 import type { KernelExports } from "./generate/module.ts";
 import { LRN_FIELDS, type LrnTask, runLrnImages } from "./lrn.ts";
@@ -113,7 +121,10 @@ export interface ConvTask extends Conv2dGeometry, GemmBlocks {
   image: number;
   weight: number;
   output: number;
-  /** Forward and weight gradient: address of the int32 window-offset table (see `windowOffsets`). */
+  /**
+   * Forward and weight gradient: address of the int32 packing tables (see `packingTables`), or for a
+   * direct weight gradient its tap table (see `directFilterTaps`).
+   */
   offsets: number;
   /** Forward: address of the bias, 0 for none. */
   bias: number;
@@ -618,12 +629,16 @@ export function runTaskShare(
   if (kind === TaskKind.convBackwardFilter) {
     // Units are (image chunk, row block) pairs, chunk by chunk; each sums into its chunk's partial.
     const rows = columnRows(g), block = filterRowBlock(g, threads), blocksPerChunk = Math.ceil(rows / block);
-    const units = filterChunks(g) * blocksPerChunk;
+    const units = filterChunks(g) * blocksPerChunk, direct = directFilter(g);
     const next = claim ?? rangeClaim(...share(units, t, threads));
     for (let u = next(); u < units; u = next()) {
       const chunk = Math.floor(u / blocksPerChunk), r0 = (u % blocksPerChunk) * block;
       const target = { ...at, weight: filterChunkTarget(g, at.weight, task.partials, chunk) };
       const images = filterChunkImages(g, chunk);
+      if (direct) {
+        convBackwardFilterDirect(x, g, target, r0, Math.min(rows, r0 + block), scratch, task.offsets, images);
+        continue;
+      }
       convBackwardFilterRows(
         x,
         g,
@@ -641,6 +656,37 @@ export function runTaskShare(
   const next = claim ?? rangeClaim(...share(g.batch, t, threads));
   if (kind === TaskKind.convForward) convForwardImages(x, g, at, next, scratch, task.offsets, blocks);
   else convBackwardInputImages(x, g, at, next, scratch, blocks);
+}
+
+/**
+ * What a convolution task of `kind` needs beside its operands: the int32 table it reads at
+ * `offsets` (forward and weight gradient: `packingTables`, or a direct weight gradient's
+ * `directFilterTaps`; none for the input gradient) and each thread's scratch bytes for units of
+ * `rows` column-matrix rows, in `blocks`.
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry } from "../../geometry.ts";
+ * import { DEFAULT_GEMM_BLOCKS } from "./gemm.ts";
+ * import { convTaskLayout, TaskKind } from "./tasks.ts";
+ * const g = conv2dGeometry([64, 3, 32, 32], [32, 3, 5, 5], { padding: 2 });
+ * convTaskLayout(TaskKind.convBackwardFilter, g, 75, DEFAULT_GEMM_BLOCKS).table?.length; // 75 taps
+ * ```
+ */
+export function convTaskLayout(
+  kind: TaskKind,
+  g: Conv2dGeometry,
+  rows: number,
+  blocks: GemmBlocks,
+): { table?: Int32Array; scratchStride: number } {
+  if (kind === TaskKind.convBackwardFilter && directFilter(g)) {
+    return { table: directFilterTaps(g), scratchStride: directFilterScratchBytes(g, rows) };
+  }
+  const implicit = kind !== TaskKind.convBackwardInput;
+  return {
+    table: implicit ? packingTables(g) : undefined,
+    scratchStride: convScratchBytes(g, rows, implicit, blocks),
+  };
 }
 
 /**

@@ -1,7 +1,7 @@
 /**
  * Assembles the CPU backend's kernel module (GEMM, convolution helpers, max and average pooling,
  * the elementwise, optimizer and LRN kernels, the non-finite scan, dropout masks, the Winograd
- * transforms) for the features the engine has,
+ * transforms, the direct weight gradient) for the features the engine has,
  * and instantiates it over a memory that can grow and, where the engine allows, be shared with pool
  * threads.
  *
@@ -18,6 +18,7 @@ import { emitAvgPoolKernels } from "./avg_pool_kernels.ts";
 import { emitOptimizerKernels } from "./optimizer_kernels.ts";
 import { emitRandomKernels } from "./random_kernels.ts";
 import { emitWinogradKernels } from "./winograd_kernels.ts";
+import { emitFilterKernels } from "./filter_kernels.ts";
 import { GEMM_TILE, type GemmExports } from "../gemm.ts";
 
 /**
@@ -62,6 +63,8 @@ export interface KernelExports extends GemmExports {
   conv_pack_columns(...args: number[]): void;
   /** See `CONV_EXPORTS.packRows`. */
   conv_pack_rows(...args: number[]): void;
+  /** See `FILTER_EXPORTS.dot`. */
+  conv_filter_dot(...args: number[]): void;
   /** See `MAX_POOL_EXPORTS.maxForward`. */
   max_pool_forward(...args: number[]): void;
   /** See `MAX_POOL_EXPORTS.maxBackward`. */
@@ -174,6 +177,7 @@ export function kernelModuleBytes(options: KernelModuleOptions): Uint8Array<Arra
   emitFiniteKernel(builder);
   emitRandomKernels(builder);
   emitWinogradKernels(builder);
+  emitFilterKernels(builder, { fma: options.fma });
   return builder.build();
 }
 
