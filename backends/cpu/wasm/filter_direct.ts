@@ -61,7 +61,7 @@ function widenedOutput(g: Conv2dGeometry): boolean {
  * ```ts
  * import { conv2dGeometry } from "../../geometry.ts";
  * import { directFilterTaps } from "./filter_direct.ts";
- * directFilterTaps(conv2dGeometry([1, 1, 4, 4], [1, 1, 2, 2])); // Int32Array [0, 4, 28, 32]: rows of 7 floats
+ * directFilterTaps(conv2dGeometry([1, 1, 4, 4], [1, 1, 2, 2])); // Int32Array [0, 4, 20, 24]: rows of 5 floats (4 + room for the last vector)
  * ```
  */
 export function directFilterTaps(g: Conv2dGeometry): Int32Array {
