@@ -32,6 +32,37 @@ export function columnRows(g: Conv2dGeometry): number {
 }
 
 /**
+ * Most input channels any `rows` consecutive column-matrix rows lie under (⌈rows / area⌉ + 1, at
+ * most all): how many padded planes a weight-gradient unit of that many rows needs.
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry } from "../../geometry.ts";
+ * import { channelsUnderRows } from "./conv.ts";
+ * channelsUnderRows(conv2dGeometry([1, 8, 8, 8], [4, 8, 3, 3]), 10); // 3
+ * ```
+ */
+export function channelsUnderRows(g: Conv2dGeometry, rows: number): number {
+  return Math.min(g.inChannels, Math.ceil(rows / (g.kernelH * g.kernelW)) + 1);
+}
+
+/**
+ * The input channels [c0, c1) under column-matrix rows [r0, r1): those a unit of the weight
+ * gradient pads.
+ *
+ * @example
+ * ```ts
+ * import { conv2dGeometry } from "../../geometry.ts";
+ * import { rowChannels } from "./conv.ts";
+ * rowChannels(conv2dGeometry([1, 8, 8, 8], [4, 8, 3, 3]), 8, 19); // [0, 3]
+ * ```
+ */
+export function rowChannels(g: Conv2dGeometry, r0: number, r1: number): [number, number] {
+  const area = g.kernelH * g.kernelW;
+  return [Math.floor(r0 / area), Math.floor((r1 - 1) / area) + 1];
+}
+
+/**
  * Bytes of scratch one thread needs for a convolution pass in `blocks`: GEMM panels plus either
  * `rows` rows of the column matrix (input gradient, through col2im) or, with `paddedImage`
  * (forward, weight gradient), a zero-padded copy of the image's channels under those rows.
@@ -59,9 +90,7 @@ export function convScratchBytes(
  * gradient): after the GEMM panels and the padded image or column rows.
  */
 function weightsOffset(g: Conv2dGeometry, rows: number, paddedImage: boolean, blocks: GemmBlocks): number {
-  // Rows [r0, r0 + rows) touch at most ⌈rows / area⌉ + 1 channels (all when forward).
-  const channels = Math.min(g.inChannels, Math.ceil(rows / (g.kernelH * g.kernelW)) + 1);
-  const padded = channels * (g.inHeight + 2 * g.padH) * (g.inWidth + 2 * g.padW) * 4;
+  const padded = channelsUnderRows(g, rows) * (g.inHeight + 2 * g.padH) * (g.inWidth + 2 * g.padW) * 4;
   const columns = isPointwise(g)
     ? 0
     : paddedImage
@@ -471,7 +500,7 @@ export function convBackwardFilterRows(
   const pointwise = isPointwise(g);
   const Hp = g.inHeight + 2 * g.padH, Wp = g.inWidth + 2 * g.padW;
   // Only the channels under rows [r0, r1) are padded; `padded` is where channel 0 would start.
-  const c0 = Math.floor(r0 / area), c1 = Math.floor((r1 - 1) / area) + 1;
+  const [c0, c1] = rowChannels(g, r0, r1);
   const padded = scratch + gemmScratch - 4 * c0 * Hp * Wp;
   for (let n = n0; n < n1; n++) {
     const image = at.image + 4 * n * g.inChannels * plane;

@@ -14,7 +14,7 @@
 
 import type { Conv2dGeometry } from "../../geometry.ts";
 import { isPointwise } from "../../geometry.ts";
-import { columnRows, type ConvOperands } from "./conv.ts";
+import { channelsUnderRows, columnRows, type ConvOperands, rowChannels } from "./conv.ts";
 import type { KernelExports } from "./generate/module.ts";
 import { winogradSide } from "./winograd/plan.ts";
 
@@ -88,12 +88,18 @@ export function directFilterTaps(g: Conv2dGeometry): Int32Array {
  * ```
  */
 export function directFilterScratchBytes(g: Conv2dGeometry, rows: number): number {
-  const area = g.kernelH * g.kernelW;
-  const channels = Math.min(g.inChannels, Math.ceil(rows / area) + 1);
-  const accumulators = 16 * rows * (g.outChannels / g.groups);
-  const planes = 4 * channels * planeFloats(g);
-  const output = widenedOutput(g) ? 16 * g.outChannels * g.outHeight * rowVectors(g) : 0;
-  return accumulators + ((planes + 15) & ~15) + output;
+  return scratchLayout(g, rows).bytes;
+}
+
+/**
+ * Where, past a thread's scratch start, a unit of `rows` rows keeps its padded planes and widened dy
+ * (the accumulators come first), and the bytes of the whole.
+ */
+function scratchLayout(g: Conv2dGeometry, rows: number): { planes: number; output: number; bytes: number } {
+  const planes = 16 * rows * (g.outChannels / g.groups);
+  const output = planes + ((4 * channelsUnderRows(g, rows) * planeFloats(g) + 15) & ~15);
+  const widened = widenedOutput(g) ? 16 * g.outChannels * g.outHeight * rowVectors(g) : 0;
+  return { planes, output, bytes: output + widened };
 }
 
 /**
@@ -119,15 +125,13 @@ export function convBackwardFilterDirect(
 ): void {
   if (r1 <= r0 || n1 <= n0) return;
   const cinG = g.inChannels / g.groups, coutG = g.outChannels / g.groups;
-  const area = g.kernelH * g.kernelW, K = cinG * area, P = g.outHeight * g.outWidth;
+  const K = cinG * g.kernelH * g.kernelW, P = g.outHeight * g.outWidth;
   const Hp = g.inHeight + 2 * g.padH, Wq = planeWidth(g), vectors = rowVectors(g);
   const widened = widenedOutput(g);
-  const accumulators = scratch;
-  const planes = scratch + 16 * (r1 - r0) * coutG;
-  const output = planes +
-    ((4 * (Math.min(g.inChannels, Math.ceil((r1 - r0) / area) + 1)) * Hp * Wq + 15) & ~15);
+  const layout = scratchLayout(g, r1 - r0);
+  const accumulators = scratch, planes = scratch + layout.planes, output = scratch + layout.output;
   // Only the channels under rows [r0, r1) are padded; `padded` is where channel 0 would start.
-  const c0 = Math.floor(r0 / area), c1 = Math.floor((r1 - 1) / area) + 1;
+  const [c0, c1] = rowChannels(g, r0, r1);
   const padded = planes - 4 * c0 * Hp * Wq;
   const dyRow = widened ? 16 * vectors : 4 * g.outWidth;
   const dyChannel = g.outHeight * dyRow;
