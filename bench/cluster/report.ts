@@ -359,7 +359,8 @@ say(stampBlock(stamp));
 say();
 say(
   `On one ${navigator.hardwareConcurrency}-core machine: 2 hosts are network namespaces joined through a bridge by ` +
-    `veth links shaped with tc (tbf: 1 ms of burst, 5 ms of queue) in both directions; Open MPI over TCP only ` +
+    `veth links shaped with tc (tbf: 1 ms of burst, 5 ms of queue) in both directions, each connection's ` +
+    `packets kept in order as on a real link (receive packet steering); Open MPI over TCP only ` +
     `launches the ranks and carries the small collectives, while gradients and parameters travel over direct ` +
     `TCP connections between the ranks (the trainer's default \`dataPlane: "sockets"\`); ` +
     `one rank per host, whose CPU device runs ${DEVICE_THREADS} kernel thread${
@@ -414,6 +415,10 @@ for (const rate of LINKS) {
     say();
     say(`## ${rate} link`);
     say();
+    if (cluster.reorders) {
+      say(`**These links may reorder packets**, which TCP takes for loss: ${cluster.reorders}.`);
+      say();
+    }
     const [off, on] = [await transfersAlone(cluster, false), await transfersAlone(cluster, true)];
     say(
       `MPI transfers alone (\`bench/cluster/transfers.ts\`: ${TRANSFER_MIB} MiB in ${
