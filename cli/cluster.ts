@@ -279,11 +279,14 @@ export function allCoresMask(cores: number): string {
  * Keeps each TCP connection's packets in order on `device`'s receiving side; returns why it could
  * not, or `undefined`. A veth hands each packet to the backlog of whichever core sent it, and on a
  * machine with several cores two cores' backlogs drain at once: packets of one connection overtake
- * each other, which TCP takes for loss, retransmitting and shrinking its window — a real link never
- * does this. Measured here (2 cores, 10 Gbit/s, the AlexNet-like net, sequential allreduce): 300–470
- * segments retransmitted per launch, and with receive packet steering (RPS, which queues each
- * connection on one core, chosen by its hash) none, the median step 39–40 → 35 ms and the FC reduce
- * 11.2–11.6 → 7.4–7.8 ms (two launches each, interleaved).
+ * each other, which TCP takes for loss, retransmitting and shrinking its window. A real link never
+ * reorders a connection, and a real NIC steers each connection to one receive queue (RSS); receive
+ * packet steering (RPS) does that in software, queueing each connection on one core by its hash.
+ * Measured here (2 cores, 10 Gbit/s, 5 interleaved rounds, medians): without it 45–250 segments
+ * were retransmitted per AlexNet-like launch (sequential allreduce) and 5,500–9,900 per 66.5 MB
+ * exchange probe, with it 0–1; the AlexNet-like step went 37.3 → 36.4 ms, but the 66.5 MB probe's
+ * exchange 71 → 79 ms: a connection's receive work then runs on one of the 2 cores the hosts share,
+ * where reordered it ran on both (a real host has its own cores for it).
  */
 async function keepFlowsInOrder(ns: string, device: string): Promise<string | undefined> {
   const mask = allCoresMask(navigator.hardwareConcurrency || 1);
