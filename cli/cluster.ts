@@ -477,7 +477,9 @@ export async function runCluster(argv: string[]): Promise<number> {
   if (missing) throw new CliError(`cannot build the hosts: ${missing}`, EXIT_USAGE);
   const cluster = await createCluster(args.hosts, args.rate, args.delay);
   if (cluster.reorders) {
-    console.error(`cluster: the links may reorder packets, which TCP takes for loss: ${cluster.reorders}`);
+    console.error(
+      `tandem cluster: the links may reorder packets, which TCP takes for loss: ${cluster.reorders}`,
+    );
   }
   let interrupted = false;
   let child: Deno.ChildProcess | undefined;
