@@ -170,7 +170,7 @@ async function tcpCounters(ns: string): Promise<Record<string, number>> {
 // at once, so without receive packet steering one connection's packets overtake each other: TCP
 // counts them out of order and retransmits segments it took for lost, which no real link makes it
 // do. Mutation tried: keepFlowsInOrder made a no-op — on this 2-core machine 96 MB each way at
-// 10 Gbit/s then arrived with out-of-order segments and retransmissions (the test failed).
+// 10 Gbit/s then arrived with out-of-order segments (the test failed, 3 runs of 3).
 Deno.test({
   name: "cluster: one connection's packets arrive in order over the links, as on a real link",
   ignore: missing !== undefined || navigator.hardwareConcurrency < 2,
@@ -203,8 +203,13 @@ Deno.test({
       for (const ns of cluster.namespaces) {
         const counters = await tcpCounters(ns);
         assert.ok(counters.InSegs > 1_000, `${ns}: too few segments to tell (${counters.InSegs})`);
-        assert.equal(counters.TCPOFOQueue, 0, `${ns}: segments arrived out of order`);
-        assert.equal(counters.RetransSegs, 0, `${ns}: segments were retransmitted`);
+        // Out-of-order arrivals, not retransmissions, are what reordering leaves: under load a lone
+        // timer-driven loss probe (1 segment, seen once in CI) retransmits on an in-order link too.
+        assert.equal(
+          counters.TCPOFOQueue,
+          0,
+          `${ns}: segments arrived out of order (${counters.RetransSegs} retransmitted)`,
+        );
       }
     } finally {
       await removeCluster(cluster);
