@@ -36,8 +36,11 @@ export interface Storage {
 /** Elementwise functions of one float32 argument. */
 export type UnaryOp = "neg" | "exp" | "log" | "sqrt" | "relu" | "abs" | "sign";
 
-/** What a convolution applies to its output in its epilogue, after the bias: `"relu"` for now. */
-export type ConvActivation = "relu";
+/**
+ * What a convolution or a matrix product applies to its output in its epilogue, after the bias:
+ * `"relu"` for now.
+ */
+export type Activation = "relu";
 
 /**
  * Elementwise functions of two float32 arguments. `equal` and `greater` give 1 or 0;
@@ -278,8 +281,20 @@ export interface Backend {
   /** `out[o, i] = op over s of x[o, s, i]` for a dense `[outer, size, inner]` input. */
   reduce(op: ReduceOp, x: Storage, out: Storage, outer: number, size: number, inner: number): void;
 
-  /** Batched GEMM; see {@link MatmulSpec}. `out` is dense `[batch, m, n]`. */
-  matmul(a: Storage, b: Storage, out: Storage, spec: MatmulSpec): void;
+  /**
+   * Batched GEMM; see {@link MatmulSpec}. `out` is dense `[batch, m, n]`. With `bias` (`[n]`),
+   * each output row then adds it, one float32 rounding, the same bits as a broadcast `add`
+   * afterwards; with `activation` `"relu"`, the output is then `x > 0 ? x : 0`, the same bits as a
+   * `relu` unary afterwards (a fully connected layer's epilogue: one pass over the output fewer).
+   */
+  matmul(
+    a: Storage,
+    b: Storage,
+    out: Storage,
+    spec: MatmulSpec,
+    bias?: Storage,
+    activation?: Activation,
+  ): void;
 
   /**
    * Cross-correlation of NCHW `x` with `[Cout, Cin/groups, kh, kw]` weights; with `bias`
@@ -293,7 +308,7 @@ export interface Backend {
     out: Storage,
     geometry: Conv2dGeometry,
     bias?: Storage,
-    activation?: ConvActivation,
+    activation?: Activation,
   ): void;
   /** Gradient of the convolution with respect to its input. */
   conv2dBackwardInput(dy: Storage, weight: Storage, dx: Storage, geometry: Conv2dGeometry): void;

@@ -19,10 +19,10 @@
  */
 
 export type {
+  Activation,
   AdamStep,
   Backend,
   BinaryOp,
-  ConvActivation,
   DropoutMaskSpec,
   DType,
   HostArray,

@@ -12,11 +12,11 @@
  */
 
 import type {
+  Activation,
   AdamStep,
   Backend,
   BinaryOp,
   Conv2dGeometry,
-  ConvActivation,
   DropoutMaskSpec,
   DType,
   HostArray,
@@ -39,7 +39,7 @@ import {
   reduceKernel,
   unaryKernel,
 } from "./elementwise.ts";
-import { gemm } from "./gemm.ts";
+import { addRowBias, gemm } from "./gemm.ts";
 import { adamUpdateKernel, sgdUpdateKernel } from "./optimizers.ts";
 import { lrnBackward, lrnForward } from "./lrn.ts";
 import { avgPool2dBackward, avgPool2dForward, maxPool2dBackward, maxPool2dForward } from "./pool.ts";
@@ -350,9 +350,20 @@ export class CpuBackend implements Backend {
     reduceKernel(op, f32(x), f32(out), outer, size, inner);
   }
 
-  matmul(a: Storage, b: Storage, out: Storage, spec: MatmulSpec): void {
-    if (this.wasm?.matmul(f32(a), f32(b), f32(out), spec)) return;
+  matmul(
+    a: Storage,
+    b: Storage,
+    out: Storage,
+    spec: MatmulSpec,
+    bias?: Storage,
+    activation?: Activation,
+  ): void {
     const { batch, m, n, k, transA, transB, aBatchStride, bBatchStride } = spec;
+    const row = bias ? f32(bias) : undefined;
+    if (row && row.length !== n) {
+      throw new Error(`matmul: bias has ${row.length} elements, the product has ${n} columns`);
+    }
+    if (this.wasm?.matmul(f32(a), f32(b), f32(out), spec, row, activation)) return;
     for (let i = 0; i < batch; i++) {
       gemm({
         m,
@@ -369,6 +380,9 @@ export class CpuBackend implements Backend {
         accumulate: false,
       });
     }
+    const c = f32(out).subarray(0, batch * m * n);
+    if (row) addRowBias(c, row);
+    if (activation === "relu") unaryKernel("relu", c, c);
   }
 
   conv2dForward(
@@ -377,7 +391,7 @@ export class CpuBackend implements Backend {
     out: Storage,
     geometry: Conv2dGeometry,
     bias?: Storage,
-    activation?: ConvActivation,
+    activation?: Activation,
   ): void {
     const b = bias ? f32(bias) : undefined;
     if (b && b.length !== geometry.outChannels) {

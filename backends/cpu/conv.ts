@@ -17,7 +17,7 @@
  */
 
 import { type Conv2dGeometry, isPointwise } from "../geometry.ts";
-import type { ConvActivation } from "../backend.ts";
+import type { Activation } from "../backend.ts";
 import { unaryKernel } from "./elementwise.ts";
 import { gemm } from "./gemm.ts";
 
@@ -128,7 +128,7 @@ export function conv2dForward(
   out: Float32Array,
   g: Conv2dGeometry,
   bias?: Float32Array,
-  activation?: ConvActivation,
+  activation?: Activation,
 ): void {
   const { batch, inChannels, outChannels, groups } = g;
   const inPlane = g.inHeight * g.inWidth, P = g.outHeight * g.outWidth;

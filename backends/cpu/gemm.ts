@@ -301,3 +301,21 @@ export function gemm(args: GemmArgs): void {
     }
   }
 }
+
+/**
+ * `c[r, j] += bias[j]` over the rows of `c` (each `bias.length` floats, one float32 rounding as the
+ * broadcast add): a product's bias in its epilogue.
+ *
+ * @example
+ * ```ts
+ * import { addRowBias } from "./gemm.ts";
+ * const c = new Float32Array([1, 2, 3, 4]);
+ * addRowBias(c, new Float32Array([10, 20])); // c = [11, 22, 13, 24]
+ * ```
+ */
+export function addRowBias(c: Float32Array, bias: Float32Array): void {
+  const n = bias.length;
+  for (let row = 0; row < c.length; row += n) {
+    for (let j = 0; j < n; j++) c[row + j] += bias[j];
+  }
+}

@@ -22,11 +22,11 @@
 /// <reference types="@webgpu/types" />
 
 import type {
+  Activation,
   AdamStep,
   Backend,
   BinaryOp,
   Conv2dGeometry,
-  ConvActivation,
   DType,
   HostArray,
   LrnParams,
@@ -568,9 +568,18 @@ export class WebGpuBackend implements Backend {
     }
   }
 
-  matmul(a: Storage, b: Storage, out: Storage, spec: MatmulSpec): void {
+  matmul(
+    a: Storage,
+    b: Storage,
+    out: Storage,
+    spec: MatmulSpec,
+    bias?: Storage,
+    activation?: Activation,
+  ): void {
     const sa = this.own(a, "matmul"), sb = this.own(b, "matmul"), o = this.own(out, "matmul");
-    this.gemm(sa.buffer, sb.buffer, o.buffer, {
+    const relu = activation === "relu";
+    const products = bias || relu ? this.acquire(o.length, "float32") : o;
+    this.gemm(sa.buffer, sb.buffer, products.buffer, {
       ...spec,
       aOffset: 0,
       bOffset: 0,
@@ -578,6 +587,45 @@ export class WebGpuBackend implements Backend {
       cBatchStride: spec.m * spec.n,
       accumulate: false,
     });
+    // The bias along the rows: `[batch·m, n]` plus `[n]`.
+    this.epilogue(products, out, [spec.batch * spec.m, spec.n], bias, [0, 1], relu);
+  }
+
+  /**
+   * A product's epilogue from `products` (a scratch buffer it releases, or `out` itself when there
+   * is nothing to do) into `out`: the broadcast add of `bias` (read with `biasStrides` over
+   * `shape`), then the ReLU. A dispatch cannot read and write one buffer, so each pass writes a
+   * fresh one and the last writes `out`.
+   */
+  private epilogue(
+    products: WebGpuStorage,
+    out: Storage,
+    shape: readonly number[],
+    bias: Storage | undefined,
+    biasStrides: readonly number[],
+    relu: boolean,
+  ): void {
+    const o = this.own(out, "epilogue");
+    if (products === o) return;
+    let result = products;
+    if (bias) {
+      const biased = relu ? this.acquire(o.length, "float32") : o;
+      this.binary(
+        "add",
+        products,
+        { offset: 0, strides: shape.map((_, i) => shape.slice(i + 1).reduce((a, b) => a * b, 1)) },
+        bias,
+        { offset: 0, strides: biasStrides },
+        biased,
+        shape,
+      );
+      this.release(products);
+      result = biased;
+    }
+    if (relu) {
+      this.unary("relu", result, out);
+      this.release(result);
+    }
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -589,13 +637,12 @@ export class WebGpuBackend implements Backend {
     out: Storage,
     g: Conv2dGeometry,
     bias?: Storage,
-    activation?: ConvActivation,
+    activation?: Activation,
   ): void {
     const sx = this.own(x, "conv2d"), sw = this.own(weight, "conv2d"), o = this.own(out, "conv2d");
     const { P, K, CKK, coutG } = convSizes(g);
     const col = this.columns(sx, g);
-    // With a bias or a ReLU the products go to a scratch buffer, and the last pass (the broadcast
-    // add, then the ReLU) writes the output: a dispatch cannot read and write one buffer.
+    // With a bias or a ReLU the products go to a scratch buffer the epilogue reads.
     const relu = activation === "relu";
     const products = bias || relu ? this.acquire(o.length, "float32") : o;
     for (let gi = 0; gi < g.groups; gi++) {
@@ -616,29 +663,8 @@ export class WebGpuBackend implements Backend {
       });
     }
     if (col !== sx) this.release(col);
-    let result = products;
-    if (bias) {
-      const shape = [g.batch, g.outChannels, P];
-      const biased = relu ? this.acquire(o.length, "float32") : o;
-      this.binary(
-        "add",
-        products,
-        { offset: 0, strides: [g.outChannels * P, P, 1] },
-        bias,
-        {
-          offset: 0,
-          strides: [0, 1, 0],
-        },
-        biased,
-        shape,
-      );
-      this.release(products);
-      result = biased;
-    }
-    if (relu) {
-      this.unary("relu", result, out);
-      this.release(result);
-    }
+    // The bias per channel: `[batch, channels, pixels]` plus `[channels]`.
+    this.epilogue(products, out, [g.batch, g.outChannels, P], bias, [0, 1, 0], relu);
   }
 
   conv2dBackwardInput(dy: Storage, weight: Storage, dx: Storage, g: Conv2dGeometry): void {

@@ -185,8 +185,8 @@ export class Graph {
     for (let k = 0; k < order.length; k++) {
       const node = this.nodes[order[k]], module = node.module;
       const inputs = node.bottoms.map((b) => blobs.get(b)!);
-      // A convolution whose output only the next node, a ReLU, reads runs fused with it: the
-      // convolution's blob is never made, the ReLU's is.
+      // A convolution or fully connected layer whose output only the next node, a ReLU, reads runs
+      // fused with it: the layer's blob is never made, the ReLU's is.
       const after = this.nodes[order[k + 1]];
       const fused = after !== undefined && fusesWithRelu(module, after.module) &&
         after.bottoms.length === 1 && after.bottoms[0] === node.top && readers.get(node.top) === 1 &&

@@ -209,9 +209,21 @@ export class Linear extends Module {
 
   /** Applies the layer to a batch. */
   forward(x: Tensor): Tensor {
-    if (x.rank === 2) return ops.linear(x, this.weight, this.bias ?? undefined);
+    return this.#apply(x, {});
+  }
+
+  /**
+   * The layer and a ReLU after it in one op (the ReLU in the product's epilogue): what
+   * {@link Sequential} runs for a Linear directly followed by a ReLU, with the same bits.
+   */
+  forwardWithRelu(x: Tensor): Tensor {
+    return this.#apply(x, { activation: "relu" });
+  }
+
+  #apply(x: Tensor, options: ops.LinearOptions): Tensor {
+    if (x.rank === 2) return ops.linear(x, this.weight, this.bias, options);
     const flat = ops.flatten(x, 1);
-    const out = ops.linear(flat, this.weight, this.bias ?? undefined);
+    const out = ops.linear(flat, this.weight, this.bias, options);
     flat.dispose();
     return out;
   }
@@ -437,18 +449,19 @@ function namedLayers(layers: SequentialLayers): (readonly [string, Module])[] {
 }
 
 /**
- * Whether `layer` followed by `next` runs as one op ({@link Conv2d.forwardWithRelu}): a Conv2d and
- * a ReLU, exact classes only, since a subclass may change what either computes. `Sequential` and
- * Caffe-style graphs both ask here.
+ * Whether `layer` followed by `next` runs as one op ({@link Conv2d.forwardWithRelu},
+ * {@link Linear.forwardWithRelu}): a Conv2d or a Linear and a ReLU, exact classes only, since a
+ * subclass may change what either computes. `Sequential` and Caffe-style graphs both ask here.
  *
  * @example
  * ```ts
- * import { Conv2d, fusesWithRelu, ReLU } from "./layers.ts";
+ * import { Conv2d, fusesWithRelu, Linear, ReLU } from "./layers.ts";
  * fusesWithRelu(new Conv2d(3, 8, 3), new ReLU()); // true
+ * fusesWithRelu(new Linear(8, 4), new ReLU()); // true
  * ```
  */
-export function fusesWithRelu(layer: Module, next: Module | undefined): layer is Conv2d {
-  return layer.constructor === Conv2d && next?.constructor === ReLU;
+export function fusesWithRelu(layer: Module, next: Module | undefined): layer is Conv2d | Linear {
+  return (layer.constructor === Conv2d || layer.constructor === Linear) && next?.constructor === ReLU;
 }
 
 /**
@@ -476,9 +489,9 @@ export class Sequential extends Module {
   }
 
   /**
-   * Applies the layers to a batch in order. A {@link Conv2d} directly followed by a {@link ReLU}
-   * runs as one op ({@link Conv2d.forwardWithRelu}): the same bits, one pass over the output and
-   * one intermediate tensor fewer.
+   * Applies the layers to a batch in order. A {@link Conv2d} or {@link Linear} directly followed by
+   * a {@link ReLU} runs as one op ({@link fusesWithRelu}): the same bits, one pass over the output
+   * and one intermediate tensor fewer.
    */
   forward(x: Tensor, context?: ForwardContext): Tensor {
     let h = x;

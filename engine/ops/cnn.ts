@@ -14,7 +14,7 @@ import {
   pool2dGeometry,
   type Pool2dOptions,
 } from "../../backends/geometry.ts";
-import type { ConvActivation } from "../../backends/backend.ts";
+import type { Activation } from "../../backends/backend.ts";
 import { recordOp } from "../autograd.ts";
 import { formatShape, ShapeError, ValueError } from "../errors.ts";
 import { outputTensor, type Tensor } from "../tensor.ts";
@@ -53,7 +53,7 @@ export function conv2d(
   x: Tensor,
   weight: Tensor,
   bias?: Tensor | null,
-  options: Conv2dOptions & { activation?: ConvActivation } = {},
+  options: Conv2dOptions & { activation?: Activation } = {},
 ): Tensor {
   checkOperands("conv2d", x, weight, ...(bias ? [bias] : []));
   const relu = options.activation === "relu";

@@ -5,13 +5,13 @@
  * @module
  */
 
+import type { Activation } from "../../backends/backend.ts";
 import { recordOp } from "../autograd.ts";
-import { formatShape, ShapeError } from "../errors.ts";
+import { formatShape, ShapeError, ValueError } from "../errors.ts";
 import { broadcastShapes, broadcastStrides, denseStrides, sizeOf } from "../shape.ts";
 import { outputTensor, type Tensor } from "../tensor.ts";
-import { add } from "./elementwise.ts";
 import { reshape } from "./movement.ts";
-import { checkOperands, sumToShape } from "./raw.ts";
+import { binaryRaw, checkOperands, reduceRaw, sumToShape } from "./raw.ts";
 
 /** Read an operand as its transpose (last two axes swapped) without copying it. */
 export interface MatmulOptions {
@@ -127,17 +127,31 @@ function reduceBatch(gradient: Tensor, shape: readonly number[]): Tensor {
   return reduced;
 }
 
+/** Options of {@link linear}. */
+export interface LinearOptions {
+  /**
+   * Applied to the output in the product's epilogue, after the bias (`"relu"`), its gradient mask
+   * inside the layer's backward: the bits of `relu(linear(…))`, one pass over the output fewer.
+   */
+  activation?: Activation;
+}
+
 /**
  * A fully-connected layer: `x · weightᵀ + bias` with `x` `[batch, in]`, `weight` `[out, in]` (the
- * Caffe/PyTorch layout) and `bias` `[out]`. The weight is read transposed in place.
+ * Caffe/PyTorch layout) and `bias` `[out]`. The weight is read transposed in place, and the bias
+ * (and the activation, when asked) is applied by the product itself, in its epilogue.
  *
  * @example
  * ```ts
  * import { ops, randn, zeros } from "../../mod.ts";
  * const y = ops.linear(randn([8, 100], { seed: 1 }), randn([10, 100], { seed: 2 }), zeros([10])); // [8, 10]
+ * const r = ops.linear(randn([8, 100], { seed: 1 }), randn([10, 100], { seed: 2 }), zeros([10]), {
+ *   activation: "relu",
+ * }); // relu(y), fused
  * ```
  */
-export function linear(x: Tensor, weight: Tensor, bias?: Tensor): Tensor {
+export function linear(x: Tensor, weight: Tensor, bias?: Tensor | null, options: LinearOptions = {}): Tensor {
+  checkOperands("linear", x, weight, ...(bias ? [bias] : []));
   if (x.rank !== 2 || weight.rank !== 2 || x.shape[1] !== weight.shape[1]) {
     throw new ShapeError(
       "linear",
@@ -154,9 +168,36 @@ export function linear(x: Tensor, weight: Tensor, bias?: Tensor): Tensor {
       }]`,
     );
   }
-  const product = matmul(x, weight, { transposeB: true });
-  if (!bias) return product;
-  const out = add(product, bias);
-  product.dispose();
+  const relu = options.activation === "relu";
+  if (options.activation !== undefined && !relu) {
+    throw new ValueError(
+      "linear",
+      `activation ${JSON.stringify(options.activation)}: expected "relu" or none`,
+    );
+  }
+  const [batch, features] = x.shape, units = weight.shape[0];
+  const out = outputTensor(x.backend, [batch, units]);
+  if (out.size > 0) {
+    const spec = { batch: 1, m: batch, n: units, k: features, transA: false, transB: true };
+    x.backend.matmul(
+      x.storage,
+      weight.storage,
+      out.storage,
+      { ...spec, aBatchStride: 0, bBatchStride: 0 },
+      bias?.storage,
+      options.activation,
+    );
+  }
+  const inputs = bias ? [x, weight, bias] : [x, weight];
+  recordOp("linear", inputs, out, relu ? [x, weight, out] : [x, weight], (gradient) => {
+    // The ReLU's own backward, on the output it kept: what a separate relu node would hand on.
+    const dy = relu ? binaryRaw("reluGrad", gradient, out, "linear") : gradient;
+    // matmul's and the broadcast add's gradients, as `relu(matmul(x, wᵀ) + b)` records them.
+    const dx = x.requiresGrad ? matmulRaw(dy, weight, false, false) : null;
+    const dw = weight.requiresGrad ? matmulRaw(dy, x, true, false) : null;
+    const db = bias?.requiresGrad ? reduceRaw("sum", dy, [0], false, "linear") : null;
+    if (dy !== gradient) dy.dispose();
+    return bias ? [dx, dw, db] : [dx, dw];
+  });
   return out;
 }

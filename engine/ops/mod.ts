@@ -26,7 +26,7 @@ export {
 } from "./elementwise.ts";
 export { max, mean, type ReduceOptions, sum } from "./reduce.ts";
 export { concat, flatten, permute, reshape, slice, transpose } from "./movement.ts";
-export { linear, matmul, type MatmulOptions } from "./matmul.ts";
+export { linear, type LinearOptions, matmul, type MatmulOptions } from "./matmul.ts";
 export {
   avgPool2d,
   conv2d,

@@ -41,7 +41,7 @@ import {
 import { fromStorage } from "../../engine/creation.ts";
 import { streamOf } from "../../engine/nn/init.ts";
 import type { Backend } from "../../backends/backend.ts";
-import type { Dropout } from "../../engine/nn/layers.ts";
+import { type Dropout, fusesWithRelu } from "../../engine/nn/layers.ts";
 import type { ParameterLayout, ParameterSlot } from "./parameter_layout.ts";
 import type { ComputeSpan } from "./protocol.ts";
 import { gatheredSamples, type MicroBatch, SliceGradientSum, WHOLE_SHARD } from "./head_micro_batches.ts";
@@ -273,8 +273,10 @@ export class HeadShard {
     input.requiresGrad = true;
     const tensors = slice.slots.map((slot) => slices.parameter(slot, backend));
     const output = tidy(() => {
-      let h = ops.linear(input, tensors[0], tensors[1]);
-      for (const name of stage.after) {
+      // A ReLU right after the layer runs in its product's epilogue, as Sequential runs it.
+      const fused = fusesWithRelu(this.#layers.get(stage.linear)!, this.#layers.get(stage.after[0]));
+      let h = ops.linear(input, tensors[0], tensors[1], fused ? { activation: "relu" } : {});
+      for (const name of fused ? stage.after.slice(1) : stage.after) {
         const layer = this.#layers.get(name)!;
         let next: Tensor;
         if (layer.kind === "Dropout") {

@@ -1,14 +1,20 @@
 /**
- * A convolution's ReLU in its epilogue (`ops.conv2d(…, { activation: "relu" })`, which
- * `Sequential` runs for a Conv2d directly followed by a ReLU) gives the bits of `relu(conv2d(…))`:
- * forward and every gradient, on the WebAssembly and TypeScript CPU kernels and on WebGPU; and
- * `Sequential` really fuses (no separate ReLU pass runs).
+ * A layer's ReLU in its epilogue (`ops.conv2d(…, { activation: "relu" })` and
+ * `ops.linear(…, { activation: "relu" })`, which `Sequential` runs for a Conv2d or a Linear directly
+ * followed by a ReLU) gives the bits of `relu(layer(…))`: forward and every gradient, on the
+ * WebAssembly and TypeScript CPU kernels and on WebGPU; the backends' `matmul` with a bias and a
+ * ReLU gives the bits of the product, a broadcast add and a ReLU as three calls, however the
+ * threads split it; and `Sequential` really fuses (no separate ReLU pass runs).
  *
  * Mutations tried, each made a test here fail: the WebAssembly epilogue skipping its ReLU; the
  * TypeScript kernel skipping it; WebGPU skipping its ReLU dispatch; the fused backward passing the
  * gradient on without the ReLU's mask; `Sequential` not fusing (a ReLU pass runs: the counted
  * `unary("relu")` calls are not 0); the graph not fusing (the same); the graph fusing a
- * convolution another node also reads (that node reads a blob that was never made).
+ * convolution another node also reads (that node reads a blob that was never made). For the fully
+ * connected layer: the WebAssembly matmul's epilogue reading the bias from column 0 in every
+ * window (the second thread's columns wrong); its ReLU skipped; the TypeScript matmul's bias
+ * skipped; WebGPU's matmul skipping its ReLU, or its bias; `linear`'s backward without the ReLU's mask;
+ * `fusesWithRelu` refusing a Linear (a ReLU pass runs).
  */
 
 import assert from "node:assert/strict";
@@ -19,6 +25,7 @@ import { Graph } from "../../engine/nn/graph.ts";
 import { Eltwise } from "../../engine/nn/join.ts";
 import {
   Conv2d,
+  Linear,
   ops,
   registerBackend,
   ReLU,
@@ -102,6 +109,134 @@ Deno.test({
   fn: () => compare("webgpu-fused"),
 });
 
+/**
+ * Forward and gradients of `Σ r·f(linear)` with the bias and ReLU in the product's epilogue and
+ * as `relu(matmul(x, wᵀ) + b)`, three ops, on one backend: columns
+ * split between threads (units ≥ batch) and rows split (batch > units), with and without a bias.
+ */
+async function compareLinear(backend: string): Promise<void> {
+  setBackend(backend);
+  try {
+    for (
+      const [batch, features, units, withBias] of [[32, 200, 600, true], [600, 150, 24, true], [
+        9,
+        40,
+        33,
+        false,
+      ]] as const
+    ) {
+      const x = tensor(values(batch * features), { shape: [batch, features] });
+      const w = tensor(values(units * features), { shape: [units, features] });
+      const b = withBias ? tensor(values(units), { shape: [units] }) : null;
+      const r = tensor(values(batch * units), { shape: [batch, units] });
+      const run = (fused: boolean) => {
+        // Unfused: the product, the broadcast add and the ReLU as three ops of their own.
+        const layer = (xi: Tensor, wi: Tensor, bi: Tensor | null) => {
+          if (fused) return ops.linear(xi, wi, bi, { activation: "relu" });
+          const product = ops.matmul(xi, wi, { transposeB: true });
+          return ops.relu(bi ? ops.add(product, bi) : product);
+        };
+        const f = valueAndGrad((xi: Tensor, wi: Tensor, bi?: Tensor) =>
+          ops.sum(ops.mul(layer(xi, wi, bi ?? null), r))
+        );
+        const { value, grads } = b ? f(x, w, b) : f(x, w);
+        return [layer(x, w, b), value, ...grads];
+      };
+      const fused = run(true), plain = run(false);
+      const what = `${backend} linear ${batch}×${features}→${units}${withBias ? "" : " (no bias)"}`;
+      const yData = await fused[0].data() as Float32Array;
+      const zeros = yData.filter((v) => v === 0).length;
+      assert.ok(zeros > 0.2 * yData.length && zeros < 0.8 * yData.length, `${what}: the ReLU clips ${zeros}`);
+      const names = ["y", "loss", "dx", "dw", "db"];
+      for (let i = 0; i < fused.length; i++) {
+        sameBits(
+          await fused[i].data() as Float32Array,
+          await plain[i].data() as Float32Array,
+          `${what} ${names[i]}`,
+        );
+      }
+      for (const t of [x, w, r, ...(b ? [b] : []), ...fused, ...plain]) t.dispose();
+    }
+  } finally {
+    setBackend("cpu");
+  }
+}
+
+// Two kernel threads, started before the first product (until they are, products run on one).
+const twoThreads = new CpuBackend({ name: "cpu-wasm-2-fused", threads: 2 });
+assert.equal(await twoThreads.startThreads(), 2);
+registerBackend(twoThreads);
+
+Deno.test("fused ReLU: linear with activation relu has the bits of relu(linear), forward and gradients, on the CPU kernels", async () => {
+  await compareLinear("cpu-wasm-2-fused");
+  await compareLinear("cpu-ts-fused");
+});
+
+Deno.test({
+  name: "webgpu: fused ReLU: linear with activation relu has the bits of relu(linear), forward and gradients",
+  ignore: !gpu,
+  fn: () => compareLinear("webgpu-fused"),
+});
+
+Deno.test("matmul epilogue: bias and ReLU in the product give the bits of three calls, on 1 and 2 threads and the TypeScript kernels", async () => {
+  const backends = [
+    new CpuBackend({ name: "two", threads: 2 }),
+    new CpuBackend({ name: "one", threads: 1 }),
+    new CpuBackend({ name: "ts", kernels: "ts" }),
+  ];
+  assert.equal(await backends[0].startThreads(), 2, "two kernel threads compute");
+  // Column windows (n ≥ m), row windows (m > n), and whole products per thread (batch 8).
+  const cases = [
+    { batch: 1, m: 64, n: 600, k: 100, transA: false, transB: true },
+    { batch: 1, m: 600, n: 64, k: 100, transA: true, transB: false },
+    { batch: 8, m: 40, n: 72, k: 300, transA: false, transB: false },
+  ];
+  for (const backend of backends) {
+    for (const c of cases) {
+      const a = new Float32Array(values(c.batch * c.m * c.k)),
+        b = new Float32Array(values(c.batch * c.k * c.n));
+      const bias = new Float32Array(values(c.n));
+      const spec = { ...c, aBatchStride: c.m * c.k, bBatchStride: c.k * c.n };
+      const [sa, sb, sbias] = [a, b, bias].map((v) => backend.upload(v));
+      const length = c.batch * c.m * c.n;
+      for (const relu of [false, true]) {
+        const fused = backend.allocate(length, "float32"), plain = backend.allocate(length, "float32");
+        backend.matmul(sa, sb, fused, spec, sbias, relu ? "relu" : undefined);
+        backend.matmul(sa, sb, plain, spec);
+        const shape = [c.batch * c.m, c.n];
+        backend.binary(
+          "add",
+          plain,
+          { offset: 0, strides: [c.n, 1] },
+          sbias,
+          { offset: 0, strides: [0, 1] },
+          plain,
+          shape,
+        );
+        if (relu) backend.unary("relu", plain, plain);
+        const what = `${backend.name} ${JSON.stringify(c)}${relu ? " relu" : ""}`;
+        const result = backend.readSync(fused) as Float32Array;
+        sameBits(result, backend.readSync(plain) as Float32Array, what);
+        if (relu) assert.ok(result.includes(0) && result.some((v) => v > 0), `${what}: the ReLU clips some`);
+        backend.release(fused);
+        backend.release(plain);
+      }
+      // A ReLU without a bias: the product, then the ReLU.
+      const fused = backend.allocate(length, "float32"), plain = backend.allocate(length, "float32");
+      backend.matmul(sa, sb, fused, spec, undefined, "relu");
+      backend.matmul(sa, sb, plain, spec);
+      backend.unary("relu", plain, plain);
+      sameBits(
+        backend.readSync(fused) as Float32Array,
+        backend.readSync(plain) as Float32Array,
+        `${backend.name} relu alone`,
+      );
+      for (const s of [sa, sb, sbias, fused, plain]) backend.release(s);
+    }
+    backend.dispose();
+  }
+});
+
 /** A CPU backend that counts its ReLU passes, registered and made current. */
 function countingBackend(name: string): CpuBackend & { reluPasses: number } {
   const counting = Object.create(new CpuBackend()) as CpuBackend & { name: string; reluPasses: number };
@@ -140,6 +275,24 @@ Deno.test("fused ReLU: Sequential runs Conv2d → ReLU as one op, with the bits 
       new Sequential({ conv: new Conv2d(3, 8, 3, { padding: 1, groups: 1 }), relu }).initialize(5);
     const fusedNet = net(new ReLU()), plainNet = net(new SeparateReLU());
     const x = tensor(values(4 * 3 * 6 * 6), { shape: [4, 3, 6, 6] });
+    counting.reluPasses = 0;
+    const fused = await lossAndGrads(() => fusedNet.forward(x), fusedNet.parameters());
+    assert.equal(counting.reluPasses, 0, "the fused pair runs no ReLU pass of its own");
+    const plain = await lossAndGrads(() => plainNet.forward(x), plainNet.parameters());
+    assert.equal(counting.reluPasses, 1, "the unfused pair runs one ReLU pass");
+    fused.forEach((v, i) => sameBits(v, plain[i], `output ${i}`));
+  } finally {
+    setBackend("cpu");
+  }
+});
+
+Deno.test("fused ReLU: Sequential runs Linear → ReLU as one op, with the bits of the two layers", async () => {
+  const counting = countingBackend("cpu-counting-linear");
+  try {
+    const net = (relu: ReLU) =>
+      new Sequential({ fc: new Linear(30, 20), relu, out: new Linear(20, 5) }).initialize(7);
+    const fusedNet = net(new ReLU()), plainNet = net(new SeparateReLU());
+    const x = tensor(values(6 * 30), { shape: [6, 30] });
     counting.reluPasses = 0;
     const fused = await lossAndGrads(() => fusedNet.forward(x), fusedNet.parameters());
     assert.equal(counting.reluPasses, 0, "the fused pair runs no ReLU pass of its own");

@@ -240,6 +240,8 @@ function runProducts(
     scratch,
     scratchStride,
     ...DEFAULT_GEMM_BLOCKS,
+    bias: 0,
+    relu: false,
   }, args);
   const whole = batch >= 4 * threads || batch % threads === 0;
   const [size, quantum] = n >= m ? [n, GEMM_TILE.nr] : [m, GEMM_TILE.mr];

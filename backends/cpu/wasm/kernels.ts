@@ -17,9 +17,9 @@
  */
 
 import type {
+  Activation,
   AdamStep,
   Conv2dGeometry,
-  ConvActivation,
   DropoutMaskSpec,
   MatmulSpec,
   Pool2dGeometry,
@@ -429,13 +429,22 @@ export class WasmKernels {
   }
 
   /**
-   * Batched GEMM with the backend contract's layout (`out` dense `[batch, m, n]`); false when
-   * the operands do not fit the kernel memory.
+   * Batched GEMM with the backend contract's layout (`out` dense `[batch, m, n]`), then `bias`
+   * (`[n]`) added to every row and the ReLU with `activation` `"relu"`, each thread on the block of
+   * the output it just computed; false when the operands do not fit the kernel memory.
    */
-  matmul(a: Float32Array, b: Float32Array, out: Float32Array, spec: MatmulSpec): boolean {
+  matmul(
+    a: Float32Array,
+    b: Float32Array,
+    out: Float32Array,
+    spec: MatmulSpec,
+    bias?: Float32Array,
+    activation?: Activation,
+  ): boolean {
     const { batch, m, n, k, transA, transB, aBatchStride, bBatchStride } = spec;
     if (batch <= 0 || m <= 0 || n <= 0) return true;
     if (k <= 0) {
+      if (bias || activation) return false; // the TypeScript kernel: zeros, then the epilogue
       out.fill(0, 0, batch * m * n);
       return true;
     }
@@ -445,8 +454,12 @@ export class WasmKernels {
     try {
       const aAt = this.#stage(a, aLength, true), bAt = this.#stage(b, bLength, true);
       const cAt = this.#stage(out, cLength, false), scratchStride = gemmScratchBytes(this.blocks);
+      const biasAt = bias ? this.#stage(bias, n, true) : 0;
       const scratch = this.#scratch(threads * scratchStride);
-      if (aAt === undefined || bAt === undefined || cAt === undefined || scratch === undefined) return false;
+      if (
+        aAt === undefined || bAt === undefined || cAt === undefined || biasAt === undefined ||
+        scratch === undefined
+      ) return false;
       this.#run(TaskKind.matmul, {
         batch,
         m,
@@ -467,6 +480,8 @@ export class WasmKernels {
         scratch,
         scratchStride,
         ...this.blocks,
+        bias: biasAt,
+        relu: activation === "relu",
       }, threads);
       this.#unstage(out, cAt, cLength);
       return true;
@@ -921,7 +936,7 @@ export class WasmKernels {
     y: Float32Array,
     g: Conv2dGeometry,
     bias?: Float32Array,
-    activation?: ConvActivation,
+    activation?: Activation,
   ): boolean {
     return this.#conv(TaskKind.convForward, g, x, w, y, "output", bias, activation === "relu");
   }

@@ -107,13 +107,18 @@ export type TaskKind = typeof TaskKind[keyof typeof TaskKind];
 
 /**
  * A batch of products `c[i] = [c[i] +] op(a[i])·op(b[i])`, strides in bytes, in the cache blocks
- * `mc`, `nc` (every thread must pack in the same blocks its scratch was sized for).
+ * `mc`, `nc` (every thread must pack in the same blocks its scratch was sized for), then the
+ * epilogue: `bias` per column, then the ReLU.
  */
 export interface MatmulTask extends GemmProblem, GemmBlocks {
   batch: number;
   aBatchStride: number;
   bBatchStride: number;
   cBatchStride: number;
+  /** Address of the `[n]` bias every row of C adds, 0 for none. */
+  bias: number;
+  /** ReLU after the bias. */
+  relu: boolean;
 }
 
 /** A convolution pass: geometry, operand addresses and the GEMM's cache blocks. */
@@ -220,6 +225,8 @@ const MATMUL_FIELDS = [
   "scratchStride",
   "mc",
   "nc",
+  "bias",
+  "relu",
 ] as const;
 
 const CONV_FIELDS = [
@@ -322,7 +329,7 @@ function fieldsOf(kind: TaskKind): readonly string[] {
  * encodeTask(TaskKind.matmul, {
  *   batch: 1, m: 2, n: 2, k: 2, a: 0, lda: 2, transA: false, aBatchStride: 0, b: 16, ldb: 2,
  *   transB: false, bBatchStride: 0, c: 32, ldc: 2, cBatchStride: 0, accumulate: false,
- *   scratch: 1024, scratchStride: 0, mc: 96, nc: 2048,
+ *   scratch: 1024, scratchStride: 0, mc: 96, nc: 2048, bias: 0, relu: false,
  * }, args);
  * ```
  */
@@ -454,10 +461,23 @@ function runMatmul(
     ldc: task.ldc,
     accumulate: task.accumulate === 1,
   });
+  // The epilogue on the block of C a thread just computed, while it is in cache.
+  const epilogue = (p: GemmProblem, column: number) => {
+    if (task.bias) x.bias_rows(p.c, task.bias + 4 * column, p.m, p.n, 4 * p.ldc, task.relu);
+    else if (task.relu) {
+      for (let r = 0; r < p.m; r++) {
+        x.relu(p.c + 4 * r * p.ldc, p.c + 4 * r * p.ldc, p.n);
+      }
+    }
+  };
   if (task.batch >= 4 * threads || task.batch % threads === 0) {
     // Whole products per thread.
     const next = claim ?? rangeClaim(...share(task.batch, t, threads));
-    for (let i = next(); i < task.batch; i = next()) gemmBlocked(x, problem(i), scratch, blocks);
+    for (let i = next(); i < task.batch; i = next()) {
+      const p = problem(i);
+      gemmBlocked(x, p, scratch, blocks);
+      epilogue(p, 0);
+    }
     return;
   }
   // Few products: each is cut along the longer side of C into windows, which threads claim (or take
@@ -471,7 +491,9 @@ function runMatmul(
   const run = (i: number, w0: number, w1: number) => {
     const p = problem(i);
     if (w1 <= w0) return;
-    gemmBlocked(x, columns ? gemmWindow(p, 0, p.m, w0, w1) : gemmWindow(p, w0, w1, 0, p.n), scratch, blocks);
+    const window = columns ? gemmWindow(p, 0, p.m, w0, w1) : gemmWindow(p, w0, w1, 0, p.n);
+    gemmBlocked(x, window, scratch, blocks);
+    epilogue(window, columns ? w0 : 0);
   };
   if (claim) {
     for (let u = claim(); u < task.batch * perProduct; u = claim()) {

@@ -37,6 +37,12 @@ export const ELEMENTWISE_EXPORTS = {
    */
   addChannels: "add_channels",
   /**
+   * `(c, bias, rows, columns, rowBytes, relu)`: in place, `c[r, j] = c[r, j] + bias[j]` over `rows`
+   * rows `rowBytes` apart, then `relu(·)` when `relu` is not 0 (each the bits of the broadcast add
+   * and of the `relu` kernel): a product's epilogue, run on the rows a thread just wrote.
+   */
+  biasRows: "bias_rows",
+  /**
    * `(x, out, rows, size)`: `out[r] = Σ_s x[r·size + s]`, accumulated in float64 (as the TypeScript
    * reduction) over four interleaved partial sums, then rounded once to float32.
    */
@@ -149,6 +155,28 @@ export function emitElementwiseKernels(builder: ModuleBuilder): void {
         f.localGet(outPlane).localGet(plane).i32Add().localSet(outPlane);
       });
     });
+  });
+  builder.addFunction(ELEMENTWISE_EXPORTS.biasRows, [i32, i32, i32, i32, i32, i32], [], (f) => {
+    const [c, bias, rows, columns, rowBytes, relu] = [0, 1, 2, 3, 4, 5];
+    const r = f.local(i32), row = f.local(i32), zero = f.local(v128);
+    const pass = (withRelu: boolean) => {
+      f.localGet(c).localSet(row);
+      f.forRange(r, () => f.i32Const(0), () => f.localGet(rows), 1, () => {
+        writeLanes(f, columns, row, (offset, single) => {
+          if (withRelu) f.localGet(zero);
+          load(f, row, offset, single);
+          load(f, bias, offset, single);
+          f.f32x4Add();
+          if (withRelu) f.f32x4Pmax();
+        });
+        f.localGet(row).localGet(rowBytes).i32Add().localSet(row);
+      });
+    };
+    f.localGet(relu).if();
+    pass(true);
+    f.else();
+    pass(false);
+    f.end();
   });
   builder.addFunction(ELEMENTWISE_EXPORTS.sumRows, [i32, i32, i32, i32], [], (f) => {
     const [x, out, rows, size] = [0, 1, 2, 3];
