@@ -108,8 +108,11 @@ export interface Conv2dOptions {
 
 /** Options of {@link pool2dGeometry}; stride defaults to the kernel size, padding to 0. */
 export interface Pool2dOptions {
+  /** Window size (height, width; one number for both). */
   kernel: Pair;
+  /** Step between windows (default: the kernel size). */
   stride?: Pair;
+  /** Implicit padding on each side (default 0). */
   padding?: Pair;
 }
 

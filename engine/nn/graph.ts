@@ -20,7 +20,7 @@
 import { formatShape, ShapeError, TandemError } from "../errors.ts";
 import type { Tensor } from "../tensor.ts";
 import { JoinModule } from "./join.ts";
-import { fusesWithRelu } from "./layers.ts";
+import { fusedRun } from "./layers.ts";
 import type { ForwardContext, LayerDescription, Module } from "./module.ts";
 
 /** One layer of a graph. */
@@ -185,22 +185,28 @@ export class Graph {
     for (let k = 0; k < order.length; k++) {
       const node = this.nodes[order[k]], module = node.module;
       const inputs = node.bottoms.map((b) => blobs.get(b)!);
-      // A convolution or fully connected layer whose output only the next node, a ReLU, reads runs
-      // fused with it: the layer's blob is never made, the ReLU's is.
-      const after = this.nodes[order[k + 1]];
-      const fused = after !== undefined && fusesWithRelu(module, after.module) &&
-        after.bottoms.length === 1 && after.bottoms[0] === node.top && readers.get(node.top) === 1 &&
-        !kept.has(node.top);
+      // Layers that run as one op (`fusedRun`: a convolution or fully connected layer, its ReLU, a
+      // max pooling) fuse where each blob between them has the next as its one reader and is not
+      // asked for: those blobs are never made, the last node's is.
+      const chain = [node];
+      while (chain.length < 3) {
+        const last = chain[chain.length - 1], after = this.nodes[order[k + chain.length]];
+        if (
+          after === undefined || after.bottoms.length !== 1 || after.bottoms[0] !== last.top ||
+          readers.get(last.top) !== 1 || kept.has(last.top)
+        ) break;
+        chain.push(after);
+      }
+      const fused = module instanceof JoinModule ? undefined : fusedRun(chain.map((n) => n.module));
       const out = module instanceof JoinModule
         ? module.forwardAll(inputs, context)
         : fused
-        ? module.forwardWithRelu(inputs[0])
+        ? fused.forward(inputs[0])
         : module.forward(inputs[0], context);
-      if (fused) {
-        k++;
-        readers.set(node.top, 0);
-      }
-      blobs.set(fused ? after.top : node.top, out);
+      const run = chain.slice(0, fused?.length ?? 1);
+      for (const inner of run.slice(0, -1)) readers.set(inner.top, 0);
+      k += run.length - 1;
+      blobs.set(run[run.length - 1].top, out);
       for (const b of node.bottoms) {
         const left = readers.get(b)! - 1;
         readers.set(b, left);

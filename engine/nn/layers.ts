@@ -144,11 +144,11 @@ export class Conv2d extends Module {
   }
 
   /**
-   * The layer and a ReLU after it in one op (the ReLU in the convolution's epilogue): what
-   * {@link Sequential} runs for a Conv2d directly followed by a ReLU, with the same bits.
+   * The layer and what follows it in one op ({@link ops.Conv2dFusion}: a ReLU in the convolution's
+   * epilogue, then max pooling), with the bits of the separate layers: what {@link fusedRun} runs.
    */
-  forwardWithRelu(x: Tensor): Tensor {
-    return ops.conv2d(x, this.weight, this.bias, { ...this.options, activation: "relu" });
+  forwardFused(x: Tensor, fusion: ops.Conv2dFusion): Tensor {
+    return ops.conv2d(x, this.weight, this.bias, { ...this.options, ...fusion });
   }
 
   /** Output shape and per-sample forward FLOPs for an input shape. */
@@ -209,18 +209,14 @@ export class Linear extends Module {
 
   /** Applies the layer to a batch. */
   forward(x: Tensor): Tensor {
-    return this.#apply(x, {});
+    return this.forwardFused(x, {});
   }
 
   /**
-   * The layer and a ReLU after it in one op (the ReLU in the product's epilogue): what
-   * {@link Sequential} runs for a Linear directly followed by a ReLU, with the same bits.
+   * The layer and a ReLU after it in one op (the ReLU in the product's epilogue), with the bits
+   * of the two layers: what {@link fusedRun} runs.
    */
-  forwardWithRelu(x: Tensor): Tensor {
-    return this.#apply(x, { activation: "relu" });
-  }
-
-  #apply(x: Tensor, options: ops.LinearOptions): Tensor {
+  forwardFused(x: Tensor, options: ops.LinearOptions): Tensor {
     if (x.rank === 2) return ops.linear(x, this.weight, this.bias, options);
     const flat = ops.flatten(x, 1);
     const out = ops.linear(flat, this.weight, this.bias, options);
@@ -448,20 +444,44 @@ function namedLayers(layers: SequentialLayers): (readonly [string, Module])[] {
   return Object.entries(layers as Record<string, Module>);
 }
 
+/** Layers that run as one op ({@link fusedRun}). */
+export interface FusedRun {
+  /** How many layers the op stands for, the first included (2 or 3). */
+  readonly length: number;
+  /** Applies the op to a batch. */
+  forward(x: Tensor): Tensor;
+}
+
 /**
- * Whether `layer` followed by `next` runs as one op ({@link Conv2d.forwardWithRelu},
- * {@link Linear.forwardWithRelu}): a Conv2d or a Linear and a ReLU, exact classes only, since a
- * subclass may change what either computes. `Sequential` and Caffe-style graphs both ask here.
+ * The layers at the start of `layers` that run as one op, with the bits of running them one by
+ * one, or undefined when the first runs alone: a Conv2d or a Linear followed by a ReLU (the ReLU in
+ * the layer's epilogue), and a Conv2d, a ReLU and a MaxPool2d (the pooling in the same op, the
+ * unpooled output dropped once pooled, the ReLU's mask applied to the pooled gradient). Exact
+ * classes only, since a subclass may change what a layer computes. `Sequential`, Caffe-style graphs
+ * and the hybrid's sharded head all ask here.
  *
  * @example
  * ```ts
- * import { Conv2d, fusesWithRelu, Linear, ReLU } from "./layers.ts";
- * fusesWithRelu(new Conv2d(3, 8, 3), new ReLU()); // true
- * fusesWithRelu(new Linear(8, 4), new ReLU()); // true
+ * import { Conv2d, fusedRun, Linear, MaxPool2d, ReLU } from "./layers.ts";
+ * fusedRun([new Conv2d(3, 8, 3), new ReLU(), new MaxPool2d({ kernel: 2 })])?.length; // 3
+ * fusedRun([new Linear(8, 4), new ReLU()])?.length; // 2
+ * fusedRun([new Linear(8, 4)]); // undefined
  * ```
  */
-export function fusesWithRelu(layer: Module, next: Module | undefined): layer is Conv2d | Linear {
-  return (layer.constructor === Conv2d || layer.constructor === Linear) && next?.constructor === ReLU;
+export function fusedRun(layers: readonly (Module | undefined)[]): FusedRun | undefined {
+  const [layer, next, after] = layers;
+  if (next?.constructor !== ReLU) return undefined;
+  if (layer?.constructor === Linear) {
+    const linear = layer as Linear;
+    return { length: 2, forward: (x) => linear.forwardFused(x, { activation: "relu" }) };
+  }
+  if (layer?.constructor !== Conv2d) return undefined;
+  const conv = layer as Conv2d;
+  if (after?.constructor === MaxPool2d) {
+    const maxPool = (after as MaxPool2d).options;
+    return { length: 3, forward: (x) => conv.forwardFused(x, { activation: "relu", maxPool }) };
+  }
+  return { length: 2, forward: (x) => conv.forwardFused(x, { activation: "relu" }) };
 }
 
 /**
@@ -490,17 +510,17 @@ export class Sequential extends Module {
 
   /**
    * Applies the layers to a batch in order. A {@link Conv2d} or {@link Linear} directly followed by
-   * a {@link ReLU} runs as one op ({@link fusesWithRelu}): the same bits, one pass over the output
-   * and one intermediate tensor fewer.
+   * a {@link ReLU}, and a Conv2d, ReLU and {@link MaxPool2d}, run as one op ({@link fusedRun}): the
+   * same bits, fewer passes over the outputs and fewer intermediate tensors.
    */
   forward(x: Tensor, context?: ForwardContext): Tensor {
     let h = x;
     const layers = this.children();
     for (let i = 0; i < layers.length; i++) {
       const layer = layers[i][1];
-      const fused = fusesWithRelu(layer, layers[i + 1]?.[1]);
-      const next = fused ? layer.forwardWithRelu(h) : layer.forward(h, context);
-      if (fused) i++;
+      const fused = fusedRun(layers.slice(i, i + 3).map(([, module]) => module));
+      const next = fused ? fused.forward(h) : layer.forward(h, context);
+      if (fused) i += fused.length - 1;
       if (h !== x) h.dispose(); // the graph keeps what backward needs
       h = next;
     }

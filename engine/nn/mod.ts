@@ -45,6 +45,8 @@ export {
   type SequentialLayers,
   type WeightedLayerOptions,
 } from "./layers.ts";
+// What the layers' fused forwards take (`forwardFused`), also under `ops`.
+export type { Conv2dFusion, LinearOptions, Pool2dOptions } from "../ops/mod.ts";
 export { type LossOptions, Network } from "./network.ts";
 export { Graph, type GraphLoss, type GraphNode, type GraphSpec } from "./graph.ts";
 export { type Filler, fillerValues, type VarianceNorm, withoutFillers } from "./init.ts";

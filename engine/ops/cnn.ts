@@ -7,6 +7,7 @@
 
 import {
   checkLrn,
+  type Conv2dGeometry,
   conv2dGeometry,
   type Conv2dOptions,
   GeometryError,
@@ -33,6 +34,26 @@ function geometry<T>(compute: () => T): T {
 }
 
 /**
+ * What {@link conv2d} runs after the convolution itself, in one op: an activation in its epilogue,
+ * then max pooling.
+ */
+export interface Conv2dFusion {
+  /**
+   * `"relu"`: the ReLU runs in the convolution's epilogue (one pass over the output fewer) and its
+   * gradient mask inside the op's backward: the bits of `relu(conv2d(…))`.
+   */
+  activation?: Activation;
+  /**
+   * Max pooling of the (activated) output, returned instead of it: the bits of
+   * `maxPool2d(relu(conv2d(…)), maxPool)`. The unpooled output is dropped once pooled, and with
+   * the ReLU its mask is applied to the pooled gradient (a pooled value is the value of the input
+   * that won its window, so it is > 0 exactly where the ReLU passed the winner), a quarter of the
+   * elements for 3×3 stride-2 windows.
+   */
+  maxPool?: Pool2dOptions;
+}
+
+/**
  * 2-D convolution (cross-correlation, as in every framework) of an NCHW batch with
  * `[outChannels, inChannels/groups, kh, kw]` weights, optional `[outChannels]` bias.
  *
@@ -44,16 +65,22 @@ function geometry<T>(compute: () => T): T {
  * const w = randn([256, 48, 5, 5], { seed: 2, std: 0.01 });
  * const y = ops.conv2d(x, w, zeros([256]), { padding: 2, groups: 2 }); // [1, 256, 27, 27]
  * const r = ops.conv2d(x, w, zeros([256]), { padding: 2, groups: 2, activation: "relu" }); // relu(y), fused
+ * const p = ops.conv2d(x, w, zeros([256]), {
+ *   padding: 2,
+ *   groups: 2,
+ *   activation: "relu",
+ *   maxPool: { kernel: 3, stride: 2 },
+ * }); // maxPool2d(relu(y)), fused: [1, 256, 13, 13]
  * ```
  *
- * With `activation: "relu"` the ReLU runs in the convolution's epilogue (one pass over the output
- * fewer) and its gradient mask inside the convolution's backward: the bits of `relu(conv2d(…))`.
+ * With the options of {@link Conv2dFusion}, the activation and a max pooling after it run in the
+ * same op, with the same bits as the separate ops.
  */
 export function conv2d(
   x: Tensor,
   weight: Tensor,
   bias?: Tensor | null,
-  options: Conv2dOptions & { activation?: Activation } = {},
+  options: Conv2dOptions & Conv2dFusion = {},
 ): Tensor {
   checkOperands("conv2d", x, weight, ...(bias ? [bias] : []));
   const relu = options.activation === "relu";
@@ -70,28 +97,64 @@ export function conv2d(
       `bias ${formatShape(bias.shape)} does not match ${g.outChannels} output channels`,
     );
   }
-  const out = outputTensor(x.backend, [g.batch, g.outChannels, g.outHeight, g.outWidth]);
+  const shape = [g.batch, g.outChannels, g.outHeight, g.outWidth];
+  // Checked before any work: a bad pooling window fails as maxPool2d would, with nothing computed.
+  const pool = options.maxPool && geometry(() => pool2dGeometry(shape, options.maxPool!, "maxPool2d"));
+  const out = outputTensor(x.backend, shape);
   // The bias is added by the convolution itself, in its epilogue (one pass over the output fewer);
   // its gradient sums dy over batch and pixels, as the broadcast add's would.
   x.backend.conv2dForward(x.storage, weight.storage, out.storage, g, bias?.storage, options.activation);
   const inputs = bias ? [x, weight, bias] : [x, weight];
-  recordOp("conv2d", inputs, out, relu ? [x, weight, out] : [x, weight], (gradient) => {
-    // The ReLU's own backward, on the output it kept: what a separate relu node would hand on.
-    const dy = relu ? binaryRaw("reluGrad", gradient, out, "conv2d") : gradient;
-    let dx: Tensor | null = null, dw: Tensor | null = null, db: Tensor | null = null;
-    if (x.requiresGrad) {
-      dx = outputTensor(x.backend, x.shape);
-      x.backend.conv2dBackwardInput(dy.storage, weight.storage, dx.storage, g);
-    }
-    if (weight.requiresGrad) {
-      dw = outputTensor(x.backend, weight.shape);
-      x.backend.conv2dBackwardFilter(x.storage, dy.storage, dw.storage, g);
-    }
-    if (bias?.requiresGrad) db = reduceRaw("sum", dy, [0, 2, 3], false, "conv2d");
-    if (dy !== gradient) dy.dispose();
-    return bias ? [dx, dw, db] : [dx, dw];
+  if (!pool) {
+    recordOp("conv2d", inputs, out, relu ? [x, weight, out] : [x, weight], (gradient) => {
+      // The ReLU's own backward, on the output it kept: what a separate relu node would hand on.
+      const dy = relu ? binaryRaw("reluGrad", gradient, out, "conv2d") : gradient;
+      const grads = convolutionGradients(x, weight, bias, g, dy);
+      if (dy !== gradient) dy.dispose();
+      return grads;
+    });
+    return out;
+  }
+  const pooledShape = [pool.batch, pool.channels, pool.outHeight, pool.outWidth];
+  const pooled = outputTensor(x.backend, pooledShape);
+  const argmax = outputTensor(x.backend, pooledShape, "int32");
+  x.backend.maxPool2dForward(out.storage, pooled.storage, argmax.storage, pool);
+  out.dispose();
+  recordOp("conv2d", inputs, pooled, relu ? [x, weight, argmax, pooled] : [x, weight, argmax], (gradient) => {
+    // The ReLU's mask on the pooled gradient: each input element gets the gradients of the windows
+    // it won, all masked alike by its own value (their pooled value), so it gets all of them where
+    // the ReLU passed it and +0 elsewhere: the bits of the ReLU's backward after the pooling's.
+    const pooledDy = relu ? binaryRaw("reluGrad", gradient, pooled, "conv2d") : gradient;
+    const dy = outputTensor(x.backend, shape);
+    x.backend.maxPool2dBackward(pooledDy.storage, argmax.storage, dy.storage, pool);
+    if (pooledDy !== gradient) pooledDy.dispose();
+    const grads = convolutionGradients(x, weight, bias, g, dy);
+    dy.dispose();
+    return grads;
   });
-  return out;
+  argmax.dispose(); // kept alive by the recorded op when gradients are needed
+  return pooled;
+}
+
+/** A convolution's gradients from `dy`, the gradient of its output (any activation's mask applied). */
+function convolutionGradients(
+  x: Tensor,
+  weight: Tensor,
+  bias: Tensor | null | undefined,
+  g: Conv2dGeometry,
+  dy: Tensor,
+): (Tensor | null)[] {
+  let dx: Tensor | null = null, dw: Tensor | null = null, db: Tensor | null = null;
+  if (x.requiresGrad) {
+    dx = outputTensor(x.backend, x.shape);
+    x.backend.conv2dBackwardInput(dy.storage, weight.storage, dx.storage, g);
+  }
+  if (weight.requiresGrad) {
+    dw = outputTensor(x.backend, weight.shape);
+    x.backend.conv2dBackwardFilter(x.storage, dy.storage, dw.storage, g);
+  }
+  if (bias?.requiresGrad) db = reduceRaw("sum", dy, [0, 2, 3], false, "conv2d");
+  return bias ? [dx, dw, db] : [dx, dw];
 }
 
 /**

@@ -30,6 +30,7 @@ export { linear, type LinearOptions, matmul, type MatmulOptions } from "./matmul
 export {
   avgPool2d,
   conv2d,
+  type Conv2dFusion,
   type Conv2dOptions,
   lrn,
   type LrnParams,

@@ -41,7 +41,7 @@ import {
 import { fromStorage } from "../../engine/creation.ts";
 import { streamOf } from "../../engine/nn/init.ts";
 import type { Backend } from "../../backends/backend.ts";
-import { type Dropout, fusesWithRelu } from "../../engine/nn/layers.ts";
+import { type Dropout, fusedRun } from "../../engine/nn/layers.ts";
 import type { ParameterLayout, ParameterSlot } from "./parameter_layout.ts";
 import type { ComputeSpan } from "./protocol.ts";
 import { gatheredSamples, type MicroBatch, SliceGradientSum, WHOLE_SHARD } from "./head_micro_batches.ts";
@@ -274,7 +274,8 @@ export class HeadShard {
     const tensors = slice.slots.map((slot) => slices.parameter(slot, backend));
     const output = tidy(() => {
       // A ReLU right after the layer runs in its product's epilogue, as Sequential runs it.
-      const fused = fusesWithRelu(this.#layers.get(stage.linear)!, this.#layers.get(stage.after[0]));
+      const fused =
+        fusedRun([this.#layers.get(stage.linear), this.#layers.get(stage.after[0])]) !== undefined;
       let h = ops.linear(input, tensors[0], tensors[1], fused ? { activation: "relu" } : {});
       for (const name of fused ? stage.after.slice(1) : stage.after) {
         const layer = this.#layers.get(name)!;

@@ -1,10 +1,12 @@
 /**
  * A layer's ReLU in its epilogue (`ops.conv2d(…, { activation: "relu" })` and
  * `ops.linear(…, { activation: "relu" })`, which `Sequential` runs for a Conv2d or a Linear directly
- * followed by a ReLU) gives the bits of `relu(layer(…))`: forward and every gradient, on the
- * WebAssembly and TypeScript CPU kernels and on WebGPU; the backends' `matmul` with a bias and a
- * ReLU gives the bits of the product, a broadcast add and a ReLU as three calls, however the
- * threads split it; and `Sequential` really fuses (no separate ReLU pass runs).
+ * followed by a ReLU) gives the bits of `relu(layer(…))`, and a max pooling fused after it
+ * (`maxPool`, for Conv2d → ReLU → MaxPool2d) those of `maxPool2d(relu(conv2d(…)))`: forward and
+ * every gradient, on the WebAssembly and TypeScript CPU kernels and on WebGPU; the backends'
+ * `matmul` with a bias and a ReLU gives the bits of the product, a broadcast add and a ReLU as
+ * three calls, however the threads split it; and `Sequential` and graphs really fuse (no separate
+ * ReLU pass runs; with the pooling, the ReLU's mask covers only the pooled gradient).
  *
  * Mutations tried, each made a test here fail: the WebAssembly epilogue skipping its ReLU; the
  * TypeScript kernel skipping it; WebGPU skipping its ReLU dispatch; the fused backward passing the
@@ -13,19 +15,25 @@
  * convolution another node also reads (that node reads a blob that was never made). For the fully
  * connected layer: the WebAssembly matmul's epilogue reading the bias from column 0 in every
  * window (the second thread's columns wrong); its ReLU skipped; the TypeScript matmul's bias
- * skipped; WebGPU's matmul skipping its ReLU, or its bias; `linear`'s backward without the ReLU's mask;
- * `fusesWithRelu` refusing a Linear (a ReLU pass runs).
+ * skipped; WebGPU's matmul skipping its ReLU, or its bias; `linear`'s backward without the ReLU's
+ * mask; `fusedRun` refusing a Linear (a ReLU pass runs). For a max pooling fused after the ReLU: its
+ * backward routing the pooled gradient unmasked; `fusedRun` refusing a MaxPool2d (the ReLU's mask
+ * covers the unpooled output again); the graph stopping its chains at 2 nodes (the same); the graph
+ * fusing a pooling whose input blob is asked for (that blob is never made); the graph fusing
+ * through a blob with a second reader (that reader's blob is never made).
  */
 
 import assert from "node:assert/strict";
 import { CpuBackend } from "../../backends/cpu/backend.ts";
-import type { Storage, UnaryOp } from "../../backends/backend.ts";
+import type { BinaryOp, Storage, UnaryOp } from "../../backends/backend.ts";
 import { moduleWebGpu } from "../fixtures/webgpu.ts";
 import { Graph } from "../../engine/nn/graph.ts";
 import { Eltwise } from "../../engine/nn/join.ts";
 import {
   Conv2d,
+  Flatten,
   Linear,
+  MaxPool2d,
   ops,
   registerBackend,
   ReLU,
@@ -107,6 +115,71 @@ Deno.test({
   name: "webgpu: fused ReLU: conv2d with activation relu has the bits of relu(conv2d), forward and gradients",
   ignore: !gpu,
   fn: () => compare("webgpu-fused"),
+});
+
+/**
+ * Forward and gradients of `Σ r·f(conv2d)` with a max pooling fused into the convolution (after its
+ * ReLU, and alone) and as separate ops, on one backend: 3×3 stride-2 windows, and padded 2×2 ones
+ * whose last window hangs over the edge (Caffe's rounded-up size).
+ */
+async function comparePooled(backend: string): Promise<void> {
+  setBackend(backend);
+  try {
+    const x = tensor(values(3 * 4 * 11 * 9), { shape: [3, 4, 11, 9] });
+    const w = tensor(values(6 * 2 * 3 * 3), { shape: [6, 2, 3, 3] });
+    const b = tensor(values(6), { shape: [6] });
+    const conv = { padding: 1, groups: 2 };
+    for (const maxPool of [{ kernel: 3, stride: 2 }, { kernel: 2, stride: 2, padding: 1 }]) {
+      for (const relu of [true, false]) {
+        const layer = (fused: boolean) => (xi: Tensor, wi: Tensor, bi: Tensor) => {
+          if (fused) {
+            return ops.conv2d(xi, wi, bi, { ...conv, maxPool, ...(relu ? { activation: "relu" } : {}) });
+          }
+          const y = ops.conv2d(xi, wi, bi, conv);
+          return ops.maxPool2d(relu ? ops.relu(y) : y, maxPool);
+        };
+        const probe = layer(false)(x, w, b), shape = probe.shape;
+        probe.dispose();
+        const r = tensor(values(shape.reduce((p, q) => p * q, 1)), { shape });
+        const run = (fused: boolean) => {
+          const f = layer(fused);
+          const { value, grads } = valueAndGrad((xi: Tensor, wi: Tensor, bi: Tensor) =>
+            ops.sum(ops.mul(f(xi, wi, bi), r))
+          )(x, w, b);
+          return [f(x, w, b), value, ...grads];
+        };
+        const fusedResult = run(true), plainResult = run(false);
+        const what = `${backend} pool ${JSON.stringify(maxPool)}${relu ? " after relu" : ""}`;
+        // With the ReLU, some windows' winners are clipped to 0: their gradient is masked.
+        const y = await fusedResult[0].data() as Float32Array;
+        if (relu) assert.ok(y.includes(0) && y.some((v) => v > 0), `${what}: the ReLU clips some winners`);
+        const names = ["y", "loss", "dx", "dw", "db"];
+        for (let i = 0; i < fusedResult.length; i++) {
+          sameBits(
+            await fusedResult[i].data() as Float32Array,
+            await plainResult[i].data() as Float32Array,
+            `${what} ${names[i]}`,
+          );
+        }
+        for (const t of [r, ...fusedResult, ...plainResult]) t.dispose();
+      }
+    }
+    for (const t of [x, w, b]) t.dispose();
+  } finally {
+    setBackend("cpu");
+  }
+}
+
+Deno.test("fused max pooling: conv2d with activation relu and maxPool has the bits of maxPool2d(relu(conv2d)), forward and gradients, on the CPU kernels", async () => {
+  await comparePooled("cpu-wasm-2-fused");
+  await comparePooled("cpu-ts-fused");
+});
+
+Deno.test({
+  name:
+    "webgpu: fused max pooling: conv2d with activation relu and maxPool has the bits of maxPool2d(relu(conv2d))",
+  ignore: !gpu,
+  fn: () => comparePooled("webgpu-fused"),
 });
 
 /**
@@ -237,15 +310,28 @@ Deno.test("matmul epilogue: bias and ReLU in the product give the bits of three 
   }
 });
 
-/** A CPU backend that counts its ReLU passes, registered and made current. */
-function countingBackend(name: string): CpuBackend & { reluPasses: number } {
-  const counting = Object.create(new CpuBackend()) as CpuBackend & { name: string; reluPasses: number };
+type Counting = CpuBackend & { reluPasses: number; reluGradElements: number };
+
+/**
+ * A CPU backend that counts its ReLU passes and the elements its ReLU gradients cover, registered
+ * and made current.
+ */
+function countingBackend(name: string): Counting {
+  const counting = Object.create(new CpuBackend()) as Counting & { name: string };
   Object.defineProperty(counting, "name", { value: name });
   counting.reluPasses = 0;
-  const unary = CpuBackend.prototype.unary;
+  counting.reluGradElements = 0;
+  const unary = CpuBackend.prototype.unary, binary = CpuBackend.prototype.binary;
   counting.unary = function (op: UnaryOp, x: Storage, out: Storage) {
     if (op === "relu") counting.reluPasses++;
     return unary.call(this, op, x, out);
+  };
+  counting.binary = function (
+    op: BinaryOp,
+    ...rest: Parameters<CpuBackend["binary"]> extends [unknown, ...infer R] ? R : never
+  ) {
+    if (op === "reluGrad") counting.reluGradElements += rest[4].length;
+    return binary.call(this, op, ...rest);
   };
   registerBackend(counting);
   setBackend(name);
@@ -298,6 +384,82 @@ Deno.test("fused ReLU: Sequential runs Linear → ReLU as one op, with the bits 
     assert.equal(counting.reluPasses, 0, "the fused pair runs no ReLU pass of its own");
     const plain = await lossAndGrads(() => plainNet.forward(x), plainNet.parameters());
     assert.equal(counting.reluPasses, 1, "the unfused pair runs one ReLU pass");
+    fused.forEach((v, i) => sameBits(v, plain[i], `output ${i}`));
+  } finally {
+    setBackend("cpu");
+  }
+});
+
+Deno.test("fused max pooling: Sequential runs Conv2d → ReLU → MaxPool2d as one op, the ReLU's mask on the pooled gradient", async () => {
+  const counting = countingBackend("cpu-counting-pool");
+  try {
+    const net = (relu: ReLU) =>
+      new Sequential({
+        conv: new Conv2d(3, 8, 3, { padding: 1 }),
+        relu,
+        pool: new MaxPool2d({ kernel: 3, stride: 2 }),
+        flat: new Flatten(),
+        fc: new Linear(8 * 4 * 4, 5),
+      }).initialize(3);
+    const fusedNet = net(new ReLU()), plainNet = net(new SeparateReLU());
+    const x = tensor(values(4 * 3 * 9 * 9), { shape: [4, 3, 9, 9] });
+    counting.reluGradElements = 0;
+    const fused = await lossAndGrads(() => fusedNet.forward(x), fusedNet.parameters());
+    assert.equal(counting.reluGradElements, 4 * 8 * 4 * 4, "the mask covers the pooled gradient only");
+    counting.reluGradElements = 0;
+    const plain = await lossAndGrads(() => plainNet.forward(x), plainNet.parameters());
+    assert.equal(
+      counting.reluGradElements,
+      4 * 8 * 9 * 9,
+      "unfused, the mask covers the convolution's output",
+    );
+    fused.forEach((v, i) => sameBits(v, plain[i], `output ${i}`));
+  } finally {
+    setBackend("cpu");
+  }
+});
+
+Deno.test("fused max pooling: a graph fuses convolution, ReLU and pooling where each blob between has one reader and is not asked for", async () => {
+  const counting = countingBackend("cpu-counting-graph-pool");
+  try {
+    // conv1 → relu1 → pool1 (fused, 3 ops in 1); conv2 → relu2 → pool2 with relu2's blob asked
+    // for: conv2 and relu2 fuse, pool2 runs alone.
+    const graph = (relu: () => ReLU) => {
+      const conv1 = new Conv2d(2, 4, 3, { padding: 1 }).initialize(1);
+      const conv2 = new Conv2d(4, 4, 3, { padding: 1 }).initialize(2);
+      return {
+        params: [...conv1.parameters(), ...conv2.parameters()],
+        graph: new Graph({
+          input: "x",
+          nodes: [
+            { name: "conv1", module: conv1, bottoms: ["x"], top: "c1" },
+            { name: "relu1", module: relu(), bottoms: ["c1"], top: "r1" },
+            { name: "pool1", module: new MaxPool2d({ kernel: 2 }), bottoms: ["r1"], top: "p1" },
+            { name: "conv2", module: conv2, bottoms: ["p1"], top: "c2" },
+            { name: "relu2", module: relu(), bottoms: ["c2"], top: "r2" },
+            { name: "pool2", module: new MaxPool2d({ kernel: 2 }), bottoms: ["r2"], top: "p2" },
+          ],
+        }),
+      };
+    };
+    const fusedGraph = graph(() => new ReLU()), plainGraph = graph(() => new SeparateReLU());
+    const x = tensor(values(2 * 2 * 8 * 8), { shape: [2, 2, 8, 8] });
+    const both = (g: Graph) => () => {
+      const [p2, r2] = g.run(x, ["p2", "r2"]);
+      return ops.add(ops.sum(ops.mul(p2, p2)), ops.sum(ops.mul(r2, r2)));
+    };
+    counting.reluPasses = 0;
+    counting.reluGradElements = 0;
+    const fused = await lossAndGrads(both(fusedGraph.graph), fusedGraph.params);
+    assert.equal(counting.reluPasses, 0, "both ReLUs run in their convolutions' epilogues");
+    assert.equal(
+      counting.reluGradElements,
+      2 * 4 * 4 * 4 + 2 * 4 * 4 * 4,
+      "pool1's gradient masked (4×4), conv2's whole output (4×4: relu2's blob is asked for)",
+    );
+    counting.reluGradElements = 0;
+    const plain = await lossAndGrads(both(plainGraph.graph), plainGraph.params);
+    assert.equal(counting.reluGradElements, 2 * 4 * 8 * 8 + 2 * 4 * 4 * 4);
     fused.forEach((v, i) => sameBits(v, plain[i], `output ${i}`));
   } finally {
     setBackend("cpu");
