@@ -125,46 +125,61 @@ Deno.test({
 async function comparePooled(backend: string): Promise<void> {
   setBackend(backend);
   try {
-    const x = tensor(values(3 * 4 * 11 * 9), { shape: [3, 4, 11, 9] });
-    const w = tensor(values(6 * 2 * 3 * 3), { shape: [6, 2, 3, 3] });
-    const b = tensor(values(6), { shape: [6] });
-    const conv = { padding: 1, groups: 2 };
-    for (const maxPool of [{ kernel: 3, stride: 2 }, { kernel: 2, stride: 2, padding: 1 }]) {
-      for (const relu of [true, false]) {
-        const layer = (fused: boolean) => (xi: Tensor, wi: Tensor, bi: Tensor) => {
-          if (fused) {
-            return ops.conv2d(xi, wi, bi, { ...conv, maxPool, ...(relu ? { activation: "relu" } : {}) });
+    // Two groups of 2 channels (the WebAssembly kernels' im2col path), and 16 → 8 channels 3×3
+    // (their Winograd path).
+    const layers = [
+      { x: [3, 4, 11, 9], w: [6, 2, 3, 3], conv: { padding: 1, groups: 2 } },
+      { x: [3, 16, 10, 9], w: [8, 16, 3, 3], conv: { padding: 1 } },
+    ];
+    for (const layerShapes of layers) {
+      const x = tensor(values(layerShapes.x.reduce((p, q) => p * q)), { shape: layerShapes.x });
+      const w = tensor(values(layerShapes.w.reduce((p, q) => p * q)), { shape: layerShapes.w });
+      // Odd channels' bias two standard deviations of the products below 0, so that whole windows
+      // stay negative there and the ReLU clips their winners whatever the draws.
+      const k = layerShapes.w[1] * layerShapes.w[2] * layerShapes.w[3], shift = (-2 * Math.sqrt(k)) / 3;
+      const b = tensor(values(layerShapes.w[0]).map((v, c) => (c % 2 ? v + shift : v)), {
+        shape: [layerShapes.w[0]],
+      });
+      const conv = layerShapes.conv;
+      for (const maxPool of [{ kernel: 3, stride: 2 }, { kernel: 2, stride: 2, padding: 1 }]) {
+        for (const relu of [true, false]) {
+          const layer = (fused: boolean) => (xi: Tensor, wi: Tensor, bi: Tensor) => {
+            if (fused) {
+              return ops.conv2d(xi, wi, bi, { ...conv, maxPool, ...(relu ? { activation: "relu" } : {}) });
+            }
+            const y = ops.conv2d(xi, wi, bi, conv);
+            return ops.maxPool2d(relu ? ops.relu(y) : y, maxPool);
+          };
+          const probe = layer(false)(x, w, b), shape = probe.shape;
+          probe.dispose();
+          const r = tensor(values(shape.reduce((p, q) => p * q, 1)), { shape });
+          const run = (fused: boolean) => {
+            const f = layer(fused);
+            const { value, grads } = valueAndGrad((xi: Tensor, wi: Tensor, bi: Tensor) =>
+              ops.sum(ops.mul(f(xi, wi, bi), r))
+            )(x, w, b);
+            return [f(x, w, b), value, ...grads];
+          };
+          const fusedResult = run(true), plainResult = run(false);
+          const what = `${backend} ${JSON.stringify(layerShapes.w)} pool ${JSON.stringify(maxPool)}${
+            relu ? " after relu" : ""
+          }`;
+          // With the ReLU, some windows' winners are clipped to 0: their gradient is masked.
+          const y = await fusedResult[0].data() as Float32Array;
+          if (relu) assert.ok(y.includes(0) && y.some((v) => v > 0), `${what}: the ReLU clips some winners`);
+          const names = ["y", "loss", "dx", "dw", "db"];
+          for (let i = 0; i < fusedResult.length; i++) {
+            sameBits(
+              await fusedResult[i].data() as Float32Array,
+              await plainResult[i].data() as Float32Array,
+              `${what} ${names[i]}`,
+            );
           }
-          const y = ops.conv2d(xi, wi, bi, conv);
-          return ops.maxPool2d(relu ? ops.relu(y) : y, maxPool);
-        };
-        const probe = layer(false)(x, w, b), shape = probe.shape;
-        probe.dispose();
-        const r = tensor(values(shape.reduce((p, q) => p * q, 1)), { shape });
-        const run = (fused: boolean) => {
-          const f = layer(fused);
-          const { value, grads } = valueAndGrad((xi: Tensor, wi: Tensor, bi: Tensor) =>
-            ops.sum(ops.mul(f(xi, wi, bi), r))
-          )(x, w, b);
-          return [f(x, w, b), value, ...grads];
-        };
-        const fusedResult = run(true), plainResult = run(false);
-        const what = `${backend} pool ${JSON.stringify(maxPool)}${relu ? " after relu" : ""}`;
-        // With the ReLU, some windows' winners are clipped to 0: their gradient is masked.
-        const y = await fusedResult[0].data() as Float32Array;
-        if (relu) assert.ok(y.includes(0) && y.some((v) => v > 0), `${what}: the ReLU clips some winners`);
-        const names = ["y", "loss", "dx", "dw", "db"];
-        for (let i = 0; i < fusedResult.length; i++) {
-          sameBits(
-            await fusedResult[i].data() as Float32Array,
-            await plainResult[i].data() as Float32Array,
-            `${what} ${names[i]}`,
-          );
+          for (const t of [r, ...fusedResult, ...plainResult]) t.dispose();
         }
-        for (const t of [r, ...fusedResult, ...plainResult]) t.dispose();
       }
+      for (const t of [x, w, b]) t.dispose();
     }
-    for (const t of [x, w, b]) t.dispose();
   } finally {
     setBackend("cpu");
   }
