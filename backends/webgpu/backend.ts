@@ -576,36 +576,39 @@ export class WebGpuBackend implements Backend {
     bias?: Storage,
     activation?: Activation,
   ): void {
-    const sa = this.own(a, "matmul"), sb = this.own(b, "matmul"), o = this.own(out, "matmul");
-    const relu = activation === "relu";
-    const products = bias || relu ? this.acquire(o.length, "float32") : o;
-    this.gemm(sa.buffer, sb.buffer, products.buffer, {
-      ...spec,
-      aOffset: 0,
-      bOffset: 0,
-      cOffset: 0,
-      cBatchStride: spec.m * spec.n,
-      accumulate: false,
-    });
+    const sa = this.own(a, "matmul"), sb = this.own(b, "matmul");
     // The bias along the rows: `[batch·m, n]` plus `[n]`.
-    this.epilogue(products, out, [spec.batch * spec.m, spec.n], bias, [0, 1], relu);
+    this.withEpilogue("matmul", out, [spec.batch * spec.m, spec.n], bias, [0, 1], activation, (products) => {
+      this.gemm(sa.buffer, sb.buffer, products.buffer, {
+        ...spec,
+        aOffset: 0,
+        bOffset: 0,
+        cOffset: 0,
+        cBatchStride: spec.m * spec.n,
+        accumulate: false,
+      });
+    });
   }
 
   /**
-   * A product's epilogue from `products` (a scratch buffer it releases, or `out` itself when there
-   * is nothing to do) into `out`: the broadcast add of `bias` (read with `biasStrides` over
-   * `shape`), then the ReLU. A dispatch cannot read and write one buffer, so each pass writes a
-   * fresh one and the last writes `out`.
+   * Runs `compute`, which writes a product to the storage it is given, then the product's epilogue
+   * into `out`: the broadcast add of `bias` (read with `biasStrides` over `shape`), then the ReLU
+   * with `activation` `"relu"`. With neither, `compute` writes `out` itself; otherwise a scratch
+   * buffer, since a dispatch cannot read and write one buffer: each pass writes a fresh one and the
+   * last writes `out`. `kernel` names the op in errors.
    */
-  private epilogue(
-    products: WebGpuStorage,
+  private withEpilogue(
+    kernel: string,
     out: Storage,
     shape: readonly number[],
     bias: Storage | undefined,
     biasStrides: readonly number[],
-    relu: boolean,
+    activation: Activation | undefined,
+    compute: (products: WebGpuStorage) => void,
   ): void {
-    const o = this.own(out, "epilogue");
+    const o = this.own(out, kernel), relu = activation === "relu";
+    const products = bias || relu ? this.acquire(o.length, "float32") : o;
+    compute(products);
     if (products === o) return;
     let result = products;
     if (bias) {
@@ -639,32 +642,30 @@ export class WebGpuBackend implements Backend {
     bias?: Storage,
     activation?: Activation,
   ): void {
-    const sx = this.own(x, "conv2d"), sw = this.own(weight, "conv2d"), o = this.own(out, "conv2d");
+    const sx = this.own(x, "conv2d"), sw = this.own(weight, "conv2d");
     const { P, K, CKK, coutG } = convSizes(g);
-    const col = this.columns(sx, g);
-    // With a bias or a ReLU the products go to a scratch buffer the epilogue reads.
-    const relu = activation === "relu";
-    const products = bias || relu ? this.acquire(o.length, "float32") : o;
-    for (let gi = 0; gi < g.groups; gi++) {
-      this.gemm(sw.buffer, col.buffer, products.buffer, {
-        batch: g.batch,
-        m: coutG,
-        n: P,
-        k: K,
-        transA: false,
-        transB: false,
-        aOffset: gi * coutG * K,
-        aBatchStride: 0,
-        bOffset: gi * K * P,
-        bBatchStride: CKK * P,
-        cOffset: gi * coutG * P,
-        cBatchStride: g.outChannels * P,
-        accumulate: false,
-      });
-    }
-    if (col !== sx) this.release(col);
     // The bias per channel: `[batch, channels, pixels]` plus `[channels]`.
-    this.epilogue(products, out, [g.batch, g.outChannels, P], bias, [0, 1, 0], relu);
+    this.withEpilogue("conv2d", out, [g.batch, g.outChannels, P], bias, [0, 1, 0], activation, (products) => {
+      const col = this.columns(sx, g);
+      for (let gi = 0; gi < g.groups; gi++) {
+        this.gemm(sw.buffer, col.buffer, products.buffer, {
+          batch: g.batch,
+          m: coutG,
+          n: P,
+          k: K,
+          transA: false,
+          transB: false,
+          aOffset: gi * coutG * K,
+          aBatchStride: 0,
+          bOffset: gi * K * P,
+          bBatchStride: CKK * P,
+          cOffset: gi * coutG * P,
+          cBatchStride: g.outChannels * P,
+          accumulate: false,
+        });
+      }
+      if (col !== sx) this.release(col);
+    });
   }
 
   conv2dBackwardInput(dy: Storage, weight: Storage, dx: Storage, g: Conv2dGeometry): void {

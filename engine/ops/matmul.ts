@@ -179,11 +179,12 @@ export function linear(x: Tensor, weight: Tensor, bias?: Tensor | null, options:
   const out = outputTensor(x.backend, [batch, units]);
   if (out.size > 0) {
     const spec = { batch: 1, m: batch, n: units, k: features, transA: false, transB: true };
+    const strides = { aBatchStride: 0, bBatchStride: 0 };
     x.backend.matmul(
       x.storage,
       weight.storage,
       out.storage,
-      { ...spec, aBatchStride: 0, bBatchStride: 0 },
+      { ...spec, ...strides },
       bias?.storage,
       options.activation,
     );

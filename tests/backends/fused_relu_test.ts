@@ -369,13 +369,20 @@ async function lossAndGrads(f: () => Tensor, params: Tensor[]): Promise<Float32A
   ];
 }
 
-Deno.test("fused ReLU: Sequential runs Conv2d → ReLU as one op, with the bits of the two layers", async () => {
-  const counting = countingBackend("cpu-counting");
+/**
+ * `net(relu)` with a fusable ReLU and with a {@link SeparateReLU} on an input of `shape`: the
+ * fused net runs no ReLU pass of its own, the unfused one runs one, and both give the same loss
+ * and gradients.
+ */
+async function sequentialPairFuses(
+  name: string,
+  net: (relu: ReLU) => Sequential,
+  shape: number[],
+): Promise<void> {
+  const counting = countingBackend(name);
   try {
-    const net = (relu: ReLU) =>
-      new Sequential({ conv: new Conv2d(3, 8, 3, { padding: 1, groups: 1 }), relu }).initialize(5);
+    const x = tensor(values(shape.reduce((p, q) => p * q)), { shape });
     const fusedNet = net(new ReLU()), plainNet = net(new SeparateReLU());
-    const x = tensor(values(4 * 3 * 6 * 6), { shape: [4, 3, 6, 6] });
     counting.reluPasses = 0;
     const fused = await lossAndGrads(() => fusedNet.forward(x), fusedNet.parameters());
     assert.equal(counting.reluPasses, 0, "the fused pair runs no ReLU pass of its own");
@@ -385,24 +392,22 @@ Deno.test("fused ReLU: Sequential runs Conv2d → ReLU as one op, with the bits 
   } finally {
     setBackend("cpu");
   }
+}
+
+Deno.test("fused ReLU: Sequential runs Conv2d → ReLU as one op, with the bits of the two layers", async () => {
+  await sequentialPairFuses(
+    "cpu-counting",
+    (relu) => new Sequential({ conv: new Conv2d(3, 8, 3, { padding: 1, groups: 1 }), relu }).initialize(5),
+    [4, 3, 6, 6],
+  );
 });
 
 Deno.test("fused ReLU: Sequential runs Linear → ReLU as one op, with the bits of the two layers", async () => {
-  const counting = countingBackend("cpu-counting-linear");
-  try {
-    const net = (relu: ReLU) =>
-      new Sequential({ fc: new Linear(30, 20), relu, out: new Linear(20, 5) }).initialize(7);
-    const fusedNet = net(new ReLU()), plainNet = net(new SeparateReLU());
-    const x = tensor(values(6 * 30), { shape: [6, 30] });
-    counting.reluPasses = 0;
-    const fused = await lossAndGrads(() => fusedNet.forward(x), fusedNet.parameters());
-    assert.equal(counting.reluPasses, 0, "the fused pair runs no ReLU pass of its own");
-    const plain = await lossAndGrads(() => plainNet.forward(x), plainNet.parameters());
-    assert.equal(counting.reluPasses, 1, "the unfused pair runs one ReLU pass");
-    fused.forEach((v, i) => sameBits(v, plain[i], `output ${i}`));
-  } finally {
-    setBackend("cpu");
-  }
+  await sequentialPairFuses(
+    "cpu-counting-linear",
+    (relu) => new Sequential({ fc: new Linear(30, 20), relu, out: new Linear(20, 5) }).initialize(7),
+    [6, 30],
+  );
 });
 
 Deno.test("fused max pooling: Sequential runs Conv2d → ReLU → MaxPool2d as one op, the ReLU's mask on the pooled gradient", async () => {
