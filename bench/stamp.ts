@@ -62,14 +62,48 @@ export interface BenchStamp {
   sources: string[];
   /** SHA-256 (hex) of those sources' content as measured ({@link sourcesDigest}). */
   digest: string;
-  /** The machine. */
-  machine: { cpu: string; cores: number; os: string; deno: string; v8: string };
+  /**
+   * The machine; `vectors` is its widest native vector extension ({@link nativeVectors}), absent in
+   * stamps written before it was recorded.
+   */
+  machine: { cpu: string; cores: number; os: string; deno: string; v8: string; vectors?: string };
   /** This machine's 128-bit WebAssembly peak, or why it was not measured. */
   peak: StampPeak | { error: string };
 }
 
 /** The CPU model, as the GEMM tuning keys it (`backends/cpu/wasm/blocking.ts`). */
 export { cpuModel };
+
+/**
+ * The widest native vector extension the CPU reports (Linux `/proc/cpuinfo` flags), e.g.
+ * `AVX-512 (512-bit)`, or `undefined` where the flags cannot be read. Native peers (PyTorch's oneDNN,
+ * OpenBLAS) use it; WebAssembly SIMD stops at 128 bits, so a report says which width each side had.
+ *
+ * @example
+ * ```ts
+ * import { nativeVectors } from "./stamp.ts";
+ * console.log(nativeVectors("flags : fpu sse sse2 avx avx2 fma")); // "AVX2 (256-bit)"
+ * ```
+ */
+export function nativeVectors(cpuinfo: string | undefined = readCpuinfo()): string | undefined {
+  const line = cpuinfo?.split("\n").find((l) => /^(flags|Features)\s*:/.test(l));
+  if (!line) return undefined;
+  const flags = new Set(line.split(":")[1].trim().split(/\s+/));
+  if (flags.has("avx512f")) return "AVX-512 (512-bit)";
+  if (flags.has("avx2")) return "AVX2 (256-bit)";
+  if (flags.has("avx")) return "AVX (256-bit)";
+  if (flags.has("asimd") || flags.has("neon")) return "NEON (128-bit)";
+  if (flags.has("sse2")) return "SSE2 (128-bit)";
+  return undefined;
+}
+
+function readCpuinfo(): string | undefined {
+  try {
+    return Deno.readTextFileSync("/proc/cpuinfo");
+  } catch {
+    return undefined;
+  }
+}
 
 const MARK = "tandem-bench-stamp";
 const COMMENT = new RegExp(`<!-- ${MARK} (\\{.*?\\}) -->`);
@@ -192,6 +226,7 @@ export async function measureStamp(
       os: `${Deno.build.os} ${Deno.build.arch}`,
       deno: Deno.version.deno,
       v8: Deno.version.v8,
+      vectors: nativeVectors(),
     },
     peak,
   };
@@ -234,7 +269,9 @@ export function stampBlock(stamp: BenchStamp): string {
     `**Stamp:** measured ${stampDate(stamp)} at ${
       stampCommit(stamp)
     } by \`${stamp.command}\`, on ${m.cpu}, ` +
-    `${m.cores} cores, ${m.os}, Deno ${m.deno}; this machine's 128-bit WebAssembly peak (measured by ` +
+    `${m.cores} cores, ${m.os}, Deno ${m.deno}${
+      m.vectors ? `, native vectors up to ${m.vectors} (what native peers such as PyTorch use)` : ""
+    }; this machine's 128-bit WebAssembly peak (measured by ` +
     `\`backends/cpu/wasm/peak.ts\` in the same run): ${stampPeak(stamp)}. The figures measure ` +
     `${stamp.sources.map((s) => `\`${s}\``).join(", ")} as they were then.`,
   ].join("\n");

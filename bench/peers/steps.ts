@@ -20,12 +20,15 @@ import { pytorchAvailable, type PytorchResult, runPytorch } from "./pytorch.ts";
  * probe held steady), so rows timed one after another in blocks compare the machine's moods as
  * much as the code; interleaved, every row samples the same stretch of time. Tandem warms up once
  * (`PEER_WARMUP` steps) and keeps its model or trainer across rounds; each PyTorch round is a fresh
- * process that warms up `PEER_WARMUP_PER_PROCESS` steps first.
+ * process. Every row, Tandem's too, runs `PEER_WARMUP_PER_ROUND` untimed steps right before its timed
+ * ones in each round: Tandem's first step after another process had used both cores for 2 s was
+ * 0.5–5.0 ms slower than its second in 6 of 6 rounds (cifar10_quick, 24–31 ms steps), so timing its
+ * rows without them measured Tandem cold against a PyTorch warmed in every process.
  */
 /** The global batch of every training step in `bench:report`. */
 export const BATCH = 64;
 
-const PEER_ROUNDS = 5, PEER_STEPS_PER_ROUND = 2, PEER_WARMUP = 3, PEER_WARMUP_PER_PROCESS = 2;
+const PEER_ROUNDS = 5, PEER_STEPS_PER_ROUND = 2, PEER_WARMUP = 3, PEER_WARMUP_PER_ROUND = 2;
 
 /** A net of the PyTorch section: Tandem's zoo name (also the peer's `--net`) and its SGD. */
 export interface PeerNet {
@@ -171,6 +174,7 @@ async function pytorchTable(net: PeerNet, threads: number): Promise<{ table: str
     for (let round = 0; round < PEER_ROUNDS; round++) {
       console.log(`${net.title} step beside PyTorch: round ${round + 1} of ${PEER_ROUNDS} …`);
       for (const [i, runner] of runners.entries()) {
+        for (let s = 0; s < PEER_WARMUP_PER_ROUND; s++) await runner.step();
         const steps: number[] = [];
         for (let s = 0; s < PEER_STEPS_PER_ROUND; s++) steps.push(await runner.step());
         tandemRounds[i].push(steps);
@@ -183,7 +187,7 @@ async function pytorchTable(net: PeerNet, threads: number): Promise<{ table: str
             batch: BATCH,
             world: row.world,
             threads: row.threads,
-            warmup: PEER_WARMUP_PER_PROCESS,
+            warmup: PEER_WARMUP_PER_ROUND,
             steps: PEER_STEPS_PER_ROUND,
             timeoutSeconds: 300,
           });
@@ -215,7 +219,7 @@ async function pytorchTable(net: PeerNet, threads: number): Promise<{ table: str
         roundRatios(rounds, torch[i].rounds)
       }`;
     return `| ${label} | ${layout} | ${ms(b)} | ${ms(m)} | ${(BATCH / (m / 1000)).toFixed(0)} | ${vs} | ${
-      how(`${PEER_WARMUP} warm-up steps once`)
+      how(`${PEER_WARMUP} warm-up steps once, ${PEER_WARMUP_PER_ROUND} more before each round's`)
     } |`;
   };
   const torchRow = (label: string, layout: string, r: PytorchResult | string) =>
@@ -278,7 +282,8 @@ export async function pytorchSection(threads: number): Promise<string> {
     "rank 32 samples, default 25 MB buckets), meeting at a barrier before each step outside the timed " +
     "span. The ratio column divides Tandem's step time by PyTorch's in the same layout (1 × 2 threads, or " +
     "2 × 1): above 1× PyTorch is faster. The rows take turns: each round runs " +
-    `${PEER_STEPS_PER_ROUND} timed steps of every row, one row after another, ${PEER_ROUNDS} rounds, so a ` +
+    `${PEER_STEPS_PER_ROUND} timed steps of every row, each after ${PEER_WARMUP_PER_ROUND} untimed ones (PyTorch's ` +
+    `in its fresh process, Tandem's on the model it keeps), one row after another, ${PEER_ROUNDS} rounds, so a ` +
     "slow stretch of a shared machine falls on every row alike; **round by round** gives the lowest and " +
     "highest ratio of the two fastest steps of one round.",
     blas

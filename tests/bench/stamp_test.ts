@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import {
   type BenchStamp,
   checkEmbeddable,
+  nativeVectors,
   readForEmbedding,
   readStamp,
   REPOSITORY_ROOT,
@@ -71,6 +72,21 @@ Deno.test("stamp: stampBlock writes what readStamp reads, and says it in words",
   assert.ok(!embedded.includes("tandem-bench-stamp"));
   assert.ok(embedded.includes("**Stamp:** measured 2026-12-01 06:38 UTC"));
   assert.ok("missing" in readStamp(embedded));
+});
+
+// Mutations: nativeVectors checking avx2 before avx512f, or stampBlock leaving the width out, fail this.
+Deno.test("stamp: the widest native vectors come from the CPU flags and are said beside the peak", () => {
+  assert.equal(
+    nativeVectors("processor : 0\nflags : fpu sse2 avx avx2 fma avx512f avx512bw\n"),
+    "AVX-512 (512-bit)",
+  );
+  assert.equal(nativeVectors("flags\t\t: fpu sse sse2 avx avx2 fma\n"), "AVX2 (256-bit)");
+  assert.equal(nativeVectors("Features\t: fp asimd evtstrm\n"), "NEON (128-bit)");
+  assert.equal(nativeVectors("model name : unknown\n"), undefined);
+  assert.equal(nativeVectors(""), undefined);
+  const machine = { ...stamp().machine, vectors: "AVX-512 (512-bit)" };
+  assert.ok(stampBlock(stamp({ machine })).includes("native vectors up to AVX-512 (512-bit)"));
+  assert.ok(!stampBlock(stamp()).includes("native vectors"), "a stamp without them says nothing of them");
 });
 
 Deno.test("stamp: a missing or malformed stamp is said, not guessed", () => {
