@@ -366,7 +366,9 @@ export class GemmBenchLog {
 
 /**
  * Times `steps` cifar10_quick training steps at `batch` (SGD momentum 0.9, weight decay 5e-4) on
- * the registered backend `backendName`, after one warm-up step; returns each step's seconds.
+ * the registered backend `backendName`, after `warmup` untimed steps (default 3: a new model's
+ * second and third steps still ran 1.3–2× its later ones here, its buffers and V8's code not yet
+ * settled); returns each step's seconds.
  *
  * @example
  * ```ts
@@ -378,6 +380,7 @@ export async function cifarQuickStepSeconds(
   backendName: string,
   batch: number,
   steps: number,
+  warmup = 3,
 ): Promise<number[]> {
   setBackend(backendName);
   try {
@@ -393,7 +396,7 @@ export async function cifarQuickStepSeconds(
       await trainStep(model, optimizer, { images, labels });
       return (performance.now() - t0) / 1000;
     };
-    await step();
+    for (let i = 0; i < warmup; i++) await step();
     const seconds: number[] = [];
     for (let i = 0; i < steps; i++) seconds.push(await step());
     for (const p of model.namedParameters()) p.tensor.dispose();
