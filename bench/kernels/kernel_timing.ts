@@ -89,7 +89,7 @@ export function tandemGemmSeconds(backend: CpuBackend, shape: GemmShape, calls =
 }
 
 /** A product of seeded operands held in a backend's memory, warm, until released. */
-interface WarmGemm {
+export interface WarmGemm {
   product: () => void;
   /** Calls it took to warm up. */
   warmup: number;
@@ -98,9 +98,19 @@ interface WarmGemm {
 
 /**
  * Uploads seeded operands of `shape` to `backend` and runs the product until warm (at least one call
- * and 0.2 s, see {@link tandemGemmSeconds}).
+ * and 0.2 s, see {@link tandemGemmSeconds}); the caller times `product` and calls `release`.
+ *
+ * @example
+ * ```ts
+ * import { CpuBackend } from "../../backends/cpu/backend.ts";
+ * import { squareShape } from "./gemm_shapes.ts";
+ * import { warmGemm } from "./kernel_timing.ts";
+ * const gemm = warmGemm(new CpuBackend({ threads: 1 }), squareShape(64));
+ * gemm.product();
+ * gemm.release();
+ * ```
  */
-function warmGemm(backend: CpuBackend, shape: GemmShape): WarmGemm {
+export function warmGemm(backend: CpuBackend, shape: GemmShape): WarmGemm {
   const { m, n, k } = shape;
   const a = backend.upload(filled(m * k, 1)), b = backend.upload(filled(k * n, 2));
   const out = backend.allocate(m * n, "float32");
