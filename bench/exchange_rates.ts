@@ -18,11 +18,20 @@ export interface ExchangeRates {
    * inputs of b bytes at (N − 1)·b over it.
    */
   sumBytesPerSecond: number;
+  /**
+   * Seconds per parameter byte of the copy an undoable update makes first (`Optimizer.step` with
+   * `undoable`: the parameter and its momentum, each by `copyStrided` into a buffer kept aside), the
+   * simulator's `undo.secondsPerByte`.
+   */
+  undoSecondsPerByte: number;
+  /** Seconds per parameter byte of the finite check after an update (`firstNonFinite`). */
+  checkSecondsPerByte: number;
 }
 
 /**
- * The median of 7 timed calls of `backend`'s fused SGD update and of its device-order average, on
- * 16 MiB buffers in kernel memory (where a device's gradients and the exchange's buffers live).
+ * The median of 7 timed calls of `backend`'s fused SGD update, of its device-order average, of the
+ * undo's copies of a parameter and its momentum, and of the finite check, on 16 MiB buffers in kernel
+ * memory (where a device's gradients and the exchange's buffers live).
  *
  * @example
  * ```ts
@@ -34,7 +43,7 @@ export interface ExchangeRates {
  */
 export function measureExchangeRates(backend: CpuBackend): ExchangeRates {
   const n = 4 << 20, bytes = 4 * n;
-  const [p, g, h, out] = [0, 1, 2, 3].map(() => backend.wrap(backend.allocateShared(n)));
+  const [p, g, h, out, copyP, copyH] = [0, 1, 2, 3, 4, 5].map(() => backend.wrap(backend.allocateShared(n)));
   const median = (run: () => void) => {
     const times: number[] = [];
     for (let i = 0; i < 7; i++) {
@@ -46,5 +55,16 @@ export function measureExchangeRates(backend: CpuBackend): ExchangeRates {
   };
   const update = median(() => backend.sgdUpdate(p, g, h, { rate: 0.01, momentum: 0.9, decay: 5e-4 }));
   const sum = median(() => backend.averageInOrder([g, h], out));
-  return { updateSecondsPerByte: update / bytes, sumBytesPerSecond: bytes / sum };
+  const dense = { offset: 0, strides: [1] };
+  const undo = median(() => {
+    backend.copyStrided(p, dense, copyP, dense, [n]);
+    backend.copyStrided(h, dense, copyH, dense, [n]);
+  });
+  const check = median(() => backend.firstNonFinite(p));
+  return {
+    updateSecondsPerByte: update / bytes,
+    sumBytesPerSecond: bytes / sum,
+    undoSecondsPerByte: undo / bytes,
+    checkSecondsPerByte: check / bytes,
+  };
 }

@@ -202,7 +202,13 @@ say();
 say(
   `Gradient exchange on this thread, as the simulator prices it: device-order sum ${
     (rates.sumBytesPerSecond / 1e9).toFixed(1)
-  } GB/s per input, SGD update ${(1 / rates.updateSecondsPerByte / 1e9).toFixed(2)} GB/s of parameters.`,
+  } GB/s per input, SGD update ${(1 / rates.updateSecondsPerByte / 1e9).toFixed(2)} GB/s of parameters, ` +
+    `the undo's copy of a parameter and its momentum ${
+      (1 / rates.undoSecondsPerByte / 1e9).toFixed(2)
+    } GB/s of parameters, the finite check ${(1 / rates.checkSecondsPerByte / 1e9).toFixed(1)} GB/s. ` +
+    "The trainers here keep the runtime's defaults, finite checks on and failed steps undone over shared " +
+    "memory, so every update scans what it wrote and copies its group first (`plan/undo.ts`): the " +
+    "simulator prices both.",
 );
 // An emulated transfer ends when the link's clock thread wakes (`waitUntil`), a little after its
 // deadline: every transfer on an emulated link lasts that much longer than the link would take.
@@ -291,6 +297,12 @@ for (const { label, spec } of models) {
       topology: "star" as const,
       memoryBandwidthBytesPerSecond: rates.sumBytesPerSecond,
       updateSecondsPerByte: rates.updateSecondsPerByte,
+      checkSecondsPerByte: rates.checkSecondsPerByte,
+      // The shared-memory exchange with the trainer's default checkFinite.
+      undo: {
+        rule: { rollsBack: true, transfersCanFail: false, checkFinite: true },
+        secondsPerByte: rates.undoSecondsPerByte,
+      },
     };
     const simSeq = simulate(sequentialPlan(groups), calibrated(seq.slowestCompute), simOptions).stepSeconds;
     const simOvl = simulate(overlapPlan(groups), calibrated(ovl.slowestCompute), simOptions).stepSeconds;

@@ -59,6 +59,7 @@ export {
   sequentialPlan,
 } from "./plan/builtins.ts";
 export { explain, type ExplainOptions } from "./plan/explain.ts";
+export { undoableUpdates, type UndoRule } from "./plan/undo.ts";
 export {
   type Buckets,
   DDP_BUCKET_BYTES,

@@ -24,6 +24,7 @@
 import { type Optimizer, TandemError } from "../../engine/mod.ts";
 import type { ComputeResult } from "../devices/device.ts";
 import { dependenciesOf, type Plan } from "../plan/plan.ts";
+import { undoableUpdates } from "../plan/undo.ts";
 import { type Deferred, deferred } from "./deferred.ts";
 import type { Exchange, ExchangeContext } from "./exchange/exchange.ts";
 import { type LaneSpan, stepFigures } from "./figures.ts";
@@ -174,13 +175,14 @@ export async function runIteration(run: IterationRun): Promise<DataParallelStepR
     // Where a failed step is undone, an update after every backward waits for the devices to
     // finish (their gradients are final already, so the wait is short): then no device can fail
     // the step behind it any more. An update copies for the undo only where a failure can still
-    // follow: a device still computing, or a later action of an exchange whose transfers can fail, or
-    // (with finite checks) this update's own check or a later one.
+    // follow it (`undoableUpdates`, the rule the simulator prices too).
     const late = (index: number) => index > lastBackward;
-    const undoable = (index: number) =>
-      exchange.rollsBack && (checkFinite || !late(index) ||
-        (exchange.transfersCanFail &&
-          plan.actions.slice(index + 1).some((s) => s.kind === "reduce" || s.kind === "broadcast")));
+    const undoableAt = undoableUpdates(plan, {
+      rollsBack: exchange.rollsBack,
+      transfersCanFail: exchange.transfersCanFail,
+      checkFinite,
+    });
+    const undoable = (index: number) => undoableAt[index];
     const same = (index: number, kind: string, group: string) =>
       plan.actions[index]?.kind === kind && plan.actions[index]?.group === group;
     for (let i = 0; i < plan.actions.length; i++) {

@@ -35,6 +35,10 @@
  *   `(N−1)·x` bytes, `(N−1)·x / memoryBandwidth`. Both modes alike (no master). `update g` of a
  *   sharded group runs on every device, on its 1/N slice: `bytes/N · updateSecondsPerByte`; it is
  *   never reduced or broadcast.
+ * - Where a runtime undoes failed steps (`undo`), an update that may still be followed by a failure
+ *   first copies its group's parameters and optimizer state (`plan/undo.ts` says which), and with
+ *   finite checks (`checkSecondsPerByte`) every update is followed by a scan of what it wrote; both
+ *   run where the update runs and add to its length.
  *
  * @module
  */
@@ -42,6 +46,7 @@
 import { ValueError } from "../../engine/errors.ts";
 import { checkProfile, type Profile } from "./profile.ts";
 import type { ReductionMode } from "../plan/plan.ts";
+import type { UndoRule } from "../plan/undo.ts";
 import { type Link, pipelineChunkBytes } from "../runtime/exchange/link.ts";
 export type { Link };
 
@@ -101,6 +106,19 @@ export interface CostOptions {
    * times per AlexNet-like step.
    */
   readonly handoffSeconds?: number;
+  /**
+   * Seconds per parameter byte of the finite check that follows every update (the runtime's
+   * `checkFinite`, on by default: the updated group's parameters scanned for NaN and ±∞, on the
+   * thread that updates); default 0. Not priced inside pipelines (`pipelineChunkBytes`).
+   */
+  readonly checkSecondsPerByte?: number;
+  /**
+   * Where set, every update that `undoableUpdates` (`plan/undo.ts`) names under `rule` first copies
+   * the group's parameters and optimizer state for the undo of a failed step, at `secondsPerByte`
+   * per parameter byte (SGD with momentum copies two bytes per parameter byte); default: no update
+   * copies. Not priced inside pipelines.
+   */
+  readonly undo?: { readonly rule: UndoRule; readonly secondsPerByte: number };
 }
 
 /**
@@ -200,6 +218,14 @@ export function checkCostOptions(options: CostOptions, where: string): Required<
   if (!(handoff >= 0) || !Number.isFinite(handoff)) {
     fail(`handoffSeconds must be a finite number >= 0, got ${handoff}`);
   }
+  const check = options.checkSecondsPerByte ?? 0;
+  if (!(check >= 0) || !Number.isFinite(check)) {
+    fail(`checkSecondsPerByte must be a finite number >= 0, got ${check}`);
+  }
+  const undo = options.undo ?? NO_UNDO;
+  if (!(undo.secondsPerByte >= 0) || !Number.isFinite(undo.secondsPerByte)) {
+    fail(`undo.secondsPerByte must be a finite number >= 0, got ${undo.secondsPerByte}`);
+  }
   return {
     link,
     devices,
@@ -209,8 +235,16 @@ export function checkCostOptions(options: CostOptions, where: string): Required<
     updateSecondsPerByte: update,
     pipelineChunkBytes: chunk,
     handoffSeconds: handoff,
+    checkSecondsPerByte: check,
+    undo,
   };
 }
+
+/** No update copies: the default of {@link CostOptions.undo}. */
+const NO_UNDO = {
+  rule: { rollsBack: false, transfersCanFail: false, checkFinite: false },
+  secondsPerByte: 0,
+} as const;
 
 /**
  * Seconds of a group's pipelined `reduce` of `bytes` parameter bytes, with its `update` and (master

@@ -11,6 +11,8 @@
  *   actions take no time of their own; a `reduce g` that its update does not follow (`sequential`
  *   reduces every group first) is the same pipeline without the update and the way back, as the
  *   runtime runs it: each chunk is summed while the next arrives.
+ * - An update adds its finite check and, where `plan/undo.ts` makes it undoable, its copy for the
+ *   undo (`checkSecondsPerByte`, `undo` in `costs.ts`).
  * - An action starts when every action it depends on (`dependenciesOf`) has finished on every device, and
  *   a collective (reduce, broadcast) occupies the communication lane of every device for its whole
  *   length, as a blocking collective call does.
@@ -26,6 +28,7 @@ import { type Interval, measure, overlapLength } from "../runtime/intervals.ts";
 import { type ActionKind, dependenciesOf, isSharded, type Lane, type Plan } from "../plan/plan.ts";
 import { groupTimes, type Profile } from "./profile.ts";
 import { validatePlan } from "../plan/validate.ts";
+import { undoableUpdates } from "../plan/undo.ts";
 import { ValueError } from "../../engine/errors.ts";
 import {
   checkCostOptions,
@@ -174,6 +177,10 @@ export function simulate(plan: Plan, profile: Profile, options: SimulateOptions)
     plan.actions[index]?.kind === kind && plan.actions[index]?.group === group;
   /** Actions that a pipeline before them already covers: they take no time of their own. */
   const fused = new Set<number>();
+  const undoable = undoableUpdates(plan, o.undo.rule);
+  /** What an update adds per byte it updates: its finite check, and its copy where undoable. */
+  const updateExtra = (index: number) =>
+    o.checkSecondsPerByte + (undoable[index] ? o.undo.secondsPerByte : 0);
   plan.actions.forEach((action, index) => {
     const start = Math.max(0, ...dependenciesOf(plan, index).map((j) => done[j]));
     const group = action.group === undefined ? undefined : totals.get(action.group)!;
@@ -193,7 +200,9 @@ export function simulate(plan: Plan, profile: Profile, options: SimulateOptions)
       : action.kind === "backward"
       ? group!.backwardSeconds + (collectives.get(`backward ${action.group}`) ?? 0)
       : action.kind === "update" && isSharded(plan, action.group)
-      ? hybrid!.updateBytes[action.group!] * o.updateSecondsPerByte
+      ? hybrid!.updateBytes[action.group!] * (o.updateSecondsPerByte + updateExtra(index))
+      : action.kind === "update"
+      ? group!.parameterBytes * (o.updateSecondsPerByte + updateExtra(index))
       : commActionSeconds(action.kind, group!.parameterBytes, o);
     done[index] = start + seconds;
     // In master mode only device 0 updates (a sharded group's slices: every device); everything else

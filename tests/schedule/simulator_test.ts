@@ -26,6 +26,7 @@ import {
 import { pipelineChunkBytes } from "../../schedule/runtime/exchange/link.ts";
 import { groupTimes } from "../../schedule/simulator/profile.ts";
 import { tinyAlexNet } from "../fixtures/networks.ts";
+import { HAND_COSTS } from "../fixtures/costs.ts";
 import {
   actionLabel,
   bucketedPlan,
@@ -62,16 +63,6 @@ const HAND: Profile = {
     layer("conv2", "conv", 0.4, 0.8, 40),
     layer("fc", "fc", 0.5, 1, 1000),
   ],
-};
-
-/** 100 B/s, 0.5 s latency, sums at 1000 B/s, updates at 1 ms/B, 2 devices through one shared link. */
-const HAND_COSTS: CostOptions = {
-  link: { bandwidthBytesPerSecond: 100, latencySeconds: 0.5 },
-  devices: 2,
-  mode: "master",
-  topology: "shared",
-  memoryBandwidthBytesPerSecond: 1000,
-  updateSecondsPerByte: 0.001,
 };
 
 Deno.test("simulate: sequential is the sum of every action on a hand-made profile", () => {
