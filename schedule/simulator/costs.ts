@@ -226,6 +226,10 @@ export function checkCostOptions(options: CostOptions, where: string): Required<
   if (!(undo.secondsPerByte >= 0) || !Number.isFinite(undo.secondsPerByte)) {
     fail(`undo.secondsPerByte must be a finite number >= 0, got ${undo.secondsPerByte}`);
   }
+  const flags = ["rollsBack", "transfersCanFail", "checkFinite"] as const;
+  if (flags.some((f) => typeof undo.rule?.[f] !== "boolean")) {
+    fail(`undo.rule must give ${flags.join(", ")} as booleans, got ${JSON.stringify(undo.rule)}`);
+  }
   return {
     link,
     devices,

@@ -157,4 +157,12 @@ Deno.test("simulate: bad check and undo costs are refused in one line", () => {
     (e) =>
       e instanceof ValueError && /undo.secondsPerByte must be a finite number >= 0, got NaN/.test(e.message),
   );
+  const partial = { rollsBack: true } as unknown as UndoRule;
+  assert.throws(
+    () => simulate(overlapPlan(GROUPS), PROFILE, { ...COSTS, undo: { rule: partial, secondsPerByte: 1 } }),
+    (e) =>
+      e instanceof ValueError &&
+      /undo.rule must give rollsBack, transfersCanFail, checkFinite as booleans, got \{"rollsBack":true\}/
+        .test(e.message),
+  );
 });
