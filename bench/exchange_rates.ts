@@ -7,6 +7,7 @@
  */
 
 import type { CpuBackend } from "../mod.ts";
+import type { Storage } from "../backends/backend.ts";
 
 /** What {@link measureExchangeRates} found. */
 export interface ExchangeRates {
@@ -42,8 +43,20 @@ export interface ExchangeRates {
  * ```
  */
 export function measureExchangeRates(backend: CpuBackend): ExchangeRates {
-  const n = 4 << 20, bytes = 4 * n;
-  const [p, g, h, out, copyP, copyH] = [0, 1, 2, 3, 4, 5].map(() => backend.wrap(backend.allocateShared(n)));
+  const n = 4 << 20;
+  // In kernel memory, freed at the end: the schedule bench measures on the backend it then trains on.
+  const arrays = Array.from({ length: 6 }, () => backend.allocateShared(n));
+  try {
+    return measureOn(backend, arrays.map((a) => backend.wrap(a)), n);
+  } finally {
+    for (const a of arrays) backend.freeShared(a);
+  }
+}
+
+/** {@link measureExchangeRates} on six buffers of `n` floats. */
+function measureOn(backend: CpuBackend, buffers: Storage[], n: number): ExchangeRates {
+  const bytes = 4 * n;
+  const [p, g, h, out, copyP, copyH] = buffers;
   const median = (run: () => void) => {
     const times: number[] = [];
     for (let i = 0; i < 7; i++) {
