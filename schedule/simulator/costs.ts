@@ -39,6 +39,9 @@
  *   first copies its group's parameters and optimizer state (`plan/undo.ts` says which), and with
  *   finite checks (`checkSecondsPerByte`) every update is followed by a scan of what it wrote; both
  *   run where the update runs and add to its length.
+ * - Where transfers take CPU from compute (`commCpuShare`, a host's network stack on the cores that
+ *   compute), a compute action runs at `1 − commCpuShare` of its speed while a reduce or broadcast is
+ *   on the wire beside it.
  *
  * @module
  */
@@ -119,6 +122,14 @@ export interface CostOptions {
    * copies. Not priced inside pipelines.
    */
   readonly undo?: { readonly rule: UndoRule; readonly secondsPerByte: number };
+  /**
+   * The share of a device's compute speed that its transfers take, in [0, 1): while a reduce or
+   * broadcast is on the wire, compute beside it runs at `1 − commCpuShare` of its speed; default 0.
+   * A host's network stack (copies, TCP, a software switch) runs on the cores that compute: measured
+   * as the cores the kernel keeps busy during an exchange alone, over the cores the devices compute on
+   * (`bench:cluster` measures it on its probes).
+   */
+  readonly commCpuShare?: number;
 }
 
 /**
@@ -230,6 +241,8 @@ export function checkCostOptions(options: CostOptions, where: string): Required<
   if (flags.some((f) => typeof undo.rule?.[f] !== "boolean")) {
     fail(`undo.rule must give ${flags.join(", ")} as booleans, got ${JSON.stringify(undo.rule)}`);
   }
+  const share = options.commCpuShare ?? 0;
+  if (!(share >= 0 && share < 1)) fail(`commCpuShare must be a number in [0, 1), got ${share}`);
   return {
     link,
     devices,
@@ -241,6 +254,7 @@ export function checkCostOptions(options: CostOptions, where: string): Required<
     handoffSeconds: handoff,
     checkSecondsPerByte: check,
     undo,
+    commCpuShare: share,
   };
 }
 

@@ -13,6 +13,9 @@
  *   runtime runs it: each chunk is summed while the next arrives.
  * - An update adds its finite check and, where `plan/undo.ts` makes it undoable, its copy for the
  *   undo (`checkSecondsPerByte`, `undo` in `costs.ts`).
+ * - With `commCpuShare`, compute runs at `1 − commCpuShare` of its speed while a reduce or broadcast
+ *   is on the wire; as that moves what waits for the compute, the layout is repeated until it stands
+ *   still.
  * - An action starts when every action it depends on (`dependenciesOf`) has finished on every device, and
  *   a collective (reduce, broadcast) occupies the communication lane of every device for its whole
  *   length, as a blocking collective call does.
@@ -24,7 +27,7 @@
  * @module
  */
 
-import { type Interval, measure, overlapLength } from "../runtime/intervals.ts";
+import { type Interval, measure, overlapLength, union } from "../runtime/intervals.ts";
 import { type ActionKind, dependenciesOf, isSharded, type Lane, type Plan } from "../plan/plan.ts";
 import { groupTimes, type Profile } from "./profile.ts";
 import { validatePlan } from "../plan/validate.ts";
@@ -168,53 +171,78 @@ export function simulate(plan: Plan, profile: Profile, options: SimulateOptions)
   }
   const forwardSeconds = profile.layers.reduce((sum, l) => sum + l.forwardSeconds, 0) +
     (collectives.get("forward") ?? 0);
-  const lanes = Array.from(
-    { length: o.devices },
-    () => ({ compute: [] as LaneEntry[], comm: [] as LaneEntry[] }),
-  );
-  const done: number[] = [];
   const same = (index: number, kind: ActionKind, group: string | undefined) =>
     plan.actions[index]?.kind === kind && plan.actions[index]?.group === group;
-  /** Actions that a pipeline before them already covers: they take no time of their own. */
-  const fused = new Set<number>();
   const undoable = undoableUpdates(plan, o.undo.rule);
   /** What an update adds per byte it updates: its finite check, and its copy where undoable. */
   const updateExtra = (index: number) =>
     o.checkSecondsPerByte + (undoable[index] ? o.undo.secondsPerByte : 0);
-  plan.actions.forEach((action, index) => {
-    const start = Math.max(0, ...dependenciesOf(plan, index).map((j) => done[j]));
-    const group = action.group === undefined ? undefined : totals.get(action.group)!;
-    // Under the MPI runtime's chunks every reduce is a pipeline; its update (and broadcast) join it
-    // where they follow it.
-    const pipelined = o.pipelineChunkBytes > 0 && o.devices > 1 && action.kind === "reduce";
-    const update = pipelined && same(index + 1, "update", action.group);
-    const broadcast = update && same(index + 2, "broadcast", action.group);
-    if (update) fused.add(index + 1);
-    if (broadcast) fused.add(index + 2);
-    const seconds = fused.has(index)
-      ? 0
-      : pipelined
-      ? pipelineSeconds(group!.parameterBytes, { update, broadcast }, o)
-      : action.kind === "forward"
-      ? forwardSeconds
-      : action.kind === "backward"
-      ? group!.backwardSeconds + (collectives.get(`backward ${action.group}`) ?? 0)
-      : action.kind === "update" && isSharded(plan, action.group)
-      ? hybrid!.updateBytes[action.group!] * (o.updateSecondsPerByte + updateExtra(index))
-      : action.kind === "update"
-      ? group!.parameterBytes * (o.updateSecondsPerByte + updateExtra(index))
-      : commActionSeconds(action.kind, group!.parameterBytes, o);
-    done[index] = start + seconds;
-    // In master mode only device 0 updates (a sharded group's slices: every device); everything else
-    // runs (or waits in the collective) everywhere.
-    const devices = action.kind === "update" && o.mode === "master" && !isSharded(plan, action.group)
-      ? 1
-      : o.devices;
-    const lane: Lane = action.lane;
-    for (let d = 0; d < devices; d++) {
-      lanes[d][lane].push({ action: index, kind: action.kind, group: action.group, start, end: done[index] });
-    }
-  });
+  /**
+   * Lays the plan out once, its compute slowed where `wire` (the transfers of the layout before: a
+   * transfer may run beside compute that comes earlier in plan order) is busy.
+   */
+  const layout = (wire: readonly Interval[]) => {
+    const lanes = Array.from(
+      { length: o.devices },
+      () => ({ compute: [] as LaneEntry[], comm: [] as LaneEntry[] }),
+    );
+    const done: number[] = [];
+    /** Actions that a pipeline before them already covers: they take no time of their own. */
+    const fused = new Set<number>();
+    plan.actions.forEach((action, index) => {
+      const start = Math.max(0, ...dependenciesOf(plan, index).map((j) => done[j]));
+      const group = action.group === undefined ? undefined : totals.get(action.group)!;
+      // Under the MPI runtime's chunks every reduce is a pipeline; its update (and broadcast) join it
+      // where they follow it.
+      const pipelined = o.pipelineChunkBytes > 0 && o.devices > 1 && action.kind === "reduce";
+      const update = pipelined && same(index + 1, "update", action.group);
+      const broadcast = update && same(index + 2, "broadcast", action.group);
+      if (update) fused.add(index + 1);
+      if (broadcast) fused.add(index + 2);
+      const seconds = fused.has(index)
+        ? 0
+        : pipelined
+        ? pipelineSeconds(group!.parameterBytes, { update, broadcast }, o)
+        : action.kind === "forward"
+        ? forwardSeconds
+        : action.kind === "backward"
+        ? group!.backwardSeconds + (collectives.get(`backward ${action.group}`) ?? 0)
+        : action.kind === "update" && isSharded(plan, action.group)
+        ? hybrid!.updateBytes[action.group!] * (o.updateSecondsPerByte + updateExtra(index))
+        : action.kind === "update"
+        ? group!.parameterBytes * (o.updateSecondsPerByte + updateExtra(index))
+        : commActionSeconds(action.kind, group!.parameterBytes, o);
+      done[index] = action.lane === "compute"
+        ? slowedEnd(start, seconds, wire, o.commCpuShare)
+        : start + seconds;
+      // In master mode only device 0 updates (a sharded group's slices: every device); everything else
+      // runs (or waits in the collective) everywhere.
+      const devices = action.kind === "update" && o.mode === "master" && !isSharded(plan, action.group)
+        ? 1
+        : o.devices;
+      const lane: Lane = action.lane;
+      for (let d = 0; d < devices; d++) {
+        lanes[d][lane].push({
+          action: index,
+          kind: action.kind,
+          group: action.group,
+          start,
+          end: done[index],
+        });
+      }
+    });
+    const transfers = union(lanes[0].comm.filter((e) => e.kind !== "update" && e.end > e.start));
+    return { lanes, done, transfers };
+  };
+  // Slowing compute moves the transfers that wait for it, so the layout is repeated until it stands
+  // still (the built-in plans: two or three layouts).
+  let { lanes, done, transfers } = layout([]);
+  for (let pass = 0; o.commCpuShare > 0 && pass < MAX_LAYOUTS; pass++) {
+    const next = layout(transfers);
+    const still = next.done.every((t, i) => Math.abs(t - done[i]) <= 1e-12);
+    ({ lanes, done, transfers } = next);
+    if (still) break;
+  }
 
   const computeIntervals: Interval[] = lanes.flatMap((l) => l.compute);
   const commIntervals: Interval[] = lanes.flatMap((l) => l.comm);
@@ -236,4 +264,28 @@ export function simulate(plan: Plan, profile: Profile, options: SimulateOptions)
     groups,
     ...(hybrid === undefined ? {} : { hybrid }),
   };
+}
+
+/** Layouts after the first before {@link simulate} gives up waiting for a plan's layout to stand still. */
+const MAX_LAYOUTS = 32;
+
+/**
+ * When compute of `seconds` (at full speed) that starts at `start` ends, running at `1 − share` of
+ * its speed inside `wire` (disjoint, in order) and at full speed outside.
+ */
+function slowedEnd(start: number, seconds: number, wire: readonly Interval[], share: number): number {
+  let t = start, left = seconds;
+  for (const { start: a, end: b } of wire) {
+    if (b <= t) continue;
+    if (a > t) {
+      if (left <= a - t) return t + left;
+      left -= a - t;
+      t = a;
+    }
+    const room = (b - t) * (1 - share);
+    if (left <= room) return t + left / (1 - share);
+    left -= room;
+    t = b;
+  }
+  return t + left;
 }

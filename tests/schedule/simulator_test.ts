@@ -26,7 +26,7 @@ import {
 import { pipelineChunkBytes } from "../../schedule/runtime/exchange/link.ts";
 import { groupTimes } from "../../schedule/simulator/profile.ts";
 import { tinyAlexNet } from "../fixtures/networks.ts";
-import { HAND_COSTS } from "../fixtures/costs.ts";
+import { HAND_COSTS, layer } from "../fixtures/costs.ts";
 import {
   actionLabel,
   bucketedPlan,
@@ -46,14 +46,6 @@ const near = (actual: number, expected: number, what = "", tolerance = 1e-9) =>
     Math.abs(actual - expected) <= tolerance * Math.max(1, Math.abs(expected)),
     `${what}: ${actual} vs ${expected}`,
   );
-
-const layer = (name: string, group: string, f: number, b: number, bytes: number): LayerProfile => ({
-  name,
-  group,
-  forwardSeconds: f,
-  backwardSeconds: b,
-  parameterBytes: bytes,
-});
 
 /** conv: forward 1 s, backward 2 s, 100 B; fc: forward 0.5 s, backward 1 s, 1000 B. */
 const HAND: Profile = {
