@@ -18,6 +18,8 @@
  * - `handoffMs`: a hybrid step's handoff around each of those collectives ({@link handoffMs});
  * - `wireBytes`: the bytes rank 0's transfers carried per step, from the trace (gradients as sent:
  *   half as many under `wire: "fp16"`; activations for a hybrid schedule);
+ * - `cpuCores`, `kernelCores`, `exchangeCores`, `cores`: what the machine's cores did over the timed
+ *   steps (`/proc/stat`; {@link cpuFigures}), where Linux has it;
  * - the schedule actually run (`auto` names its choice), and `paramsSha256`, the master's parameters
  *   after the last step as the train command digests them (by name, so any grouping compares);
  * - `paired`: with `pairedWith`, the same figures of that schedule, whose steps alternated with this
@@ -60,6 +62,7 @@ import {
 } from "../../schedule/runtime/mod.ts";
 import { uniformValues } from "../../engine/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
+import { type CpuTimes, readCpuTimes } from "./cpu_use.ts";
 
 /** What one run does. */
 export interface RankConfig {
@@ -134,11 +137,55 @@ const median = (values: number[]) => {
 };
 
 /**
+ * What the machine's cores did over the timed steps, from rank 0's brackets of `/proc/stat` (which
+ * the hosts of one machine share): `cpuCores`, the cores busy on average, `kernelCores` the kernel's
+ * part of them, and `exchangeCores`, the cores kept busy beyond the devices' compute (every rank's
+ * compute spans, each keeping its device's `threads` busy) per second of FC exchange: on a probe,
+ * whose step is compute and then exchange, what an exchange takes from the cores. Absent without
+ * `/proc/stat`.
+ */
+function cpuFigures(
+  cpu: StepCpu[],
+  timed: DataParallelStepResult[],
+  spans: readonly TraceSpan[],
+  ranks: number,
+  { threads, exchangeSeconds }: { threads: number; exchangeSeconds: number },
+): { cpuCores?: number; kernelCores?: number; exchangeCores?: number; cores?: number } {
+  if (cpu.length === 0 || cpu.length !== timed.length) return {};
+  const total = (f: (c: StepCpu) => number) => cpu.reduce((n, c) => n + f(c), 0);
+  const wall = total((c) => c.seconds);
+  const busy = total((c) => c.after.busy - c.before.busy);
+  let computeSeconds = 0;
+  for (const r of timed) {
+    for (let d = 0; d < ranks; d++) {
+      computeSeconds += stepFigures(
+        spans.filter((s) => s.step === r.iteration && s.device === d),
+        0,
+      ).compute /
+        1000;
+    }
+  }
+  return {
+    cores: cpu[0].after.cores,
+    cpuCores: busy / wall,
+    kernelCores: total((c) => c.after.kernel - c.before.kernel) / wall,
+    exchangeCores: exchangeSeconds > 0 ? Math.max(0, busy - threads * computeSeconds) / exchangeSeconds : 0,
+  };
+}
+
+/** The machine's CPU times around one step on rank 0, and the step's wall-clock seconds there. */
+interface StepCpu {
+  before: CpuTimes;
+  after: CpuTimes;
+  seconds: number;
+}
+
+/**
  * The step figures of one trainer's timed steps (see the module notes), from rank 0's step results
  * and the trace gathered from every rank: medians over the timed steps.
  */
 function stepFiguresOf(
-  run: { results: DataParallelStepResult[]; trace: TraceRecorder },
+  run: { results: DataParallelStepResult[]; trace: TraceRecorder; cpu: StepCpu[] },
   config: RankConfig,
   fcGroup: string,
   ranks: number,
@@ -183,6 +230,10 @@ function stepFiguresOf(
     );
   const stepMs = median(timed.map((r) => r.ms.total));
   return {
+    ...cpuFigures(run.cpu.slice(config.warmup), timed, trace.spans, ranks, {
+      threads: config.deviceThreads ?? navigator.hardwareConcurrency,
+      exchangeSeconds: perStep.reduce((n, s) => n + s.exchange, 0) / 1000,
+    }),
     stepMs,
     bestStepMs: Math.min(...timed.map((r) => r.ms.total)),
     computeMs: median(timed.map((r) => r.ms.compute)),
@@ -267,7 +318,14 @@ if (import.meta.main) {
         deviceThreads: config.deviceThreads,
         dataPlane: config.dataPlane,
       });
-      return { plan, trace, trainer, results: [] as DataParallelStepResult[], paramsSha256: "" };
+      return {
+        plan,
+        trace,
+        trainer,
+        results: [] as DataParallelStepResult[],
+        cpu: [] as StepCpu[],
+        paramsSha256: "",
+      };
     };
     const runs = [await start(plan, config.wire, spec)];
     if (config.pairedWith) {
@@ -301,7 +359,10 @@ if (import.meta.main) {
       for (const run of step % 2 ? [...runs].reverse() : runs) {
         // The ranks meet before each step, outside the timed span, as the peer's ranks do (dist.barrier).
         await transport.barrier(`before step ${step}`).wait({ deadline: performance.now() + 600_000 });
+        const [before, start] = [readCpuTimes(), performance.now()];
         run.results.push(await run.trainer.step(batch));
+        const [after, end] = [readCpuTimes(), performance.now()];
+        if (before && after) run.cpu.push({ before, after, seconds: (end - start) / 1000 });
       }
     }
     for (const run of runs) {

@@ -119,6 +119,11 @@ const PROBE_BATCH = 8;
  * 6.4 ms, the first 20 slower): 5 timed steps after 2 left the median to chance.
  */
 const PROBE_WARMUP = 5, PROBE_STEPS = 15;
+/**
+ * The most of compute's speed a transfer may take in the `pred.` column: where the exchange alone
+ * keeps every core busy (1.8-2.0 of 2 over 10 Gbit/s here), compute beside it still moves, slowly.
+ */
+const MAX_CPU_SHARE = 0.95;
 
 const missing = await missingRequirement();
 if (missing) {
@@ -166,6 +171,10 @@ interface RankResult {
   activationMs: number;
   /** A hybrid step's handoff around each activation collective (0 for data-parallel rows). */
   handoffMs: number;
+  /** The cores the machine kept busy beyond the devices' compute, per second of FC exchange (Linux). */
+  exchangeCores?: number;
+  /** The machine's cores (Linux). */
+  cores?: number;
   wireBytes: number;
   wire: WireFormat;
   imagesPerSecond: number;
@@ -289,17 +298,29 @@ const cpuRates = (() => {
 })();
 
 /**
- * The simulator's step for run `r`'s plan on `profile` scaled to the compute of `r`'s slowest rank
- * (the simulator's devices are alike, and a synchronous step waits for the slowest: rank 0's alone,
- * 1977 ms against its peer's 2099 in one AlexNet step over 10 Gbit/s, prices such a step short),
- * over a link of `linkBytesPerSecond` per direction, with the CPU rates above: milliseconds.
+ * The simulator's step for run `r`'s plan on `profile` scaled to the compute of the slowest rank of
+ * run `computeOf` (by default `r` itself; the simulator's devices are alike, and a synchronous step
+ * waits for the slowest: rank 0's alone, 1977 ms against its peer's 2099 in one AlexNet step over 10
+ * Gbit/s, prices such a step short), over a link of `linkBytesPerSecond` per direction, with the CPU
+ * rates above and compute beside a transfer at `1 − commCpuShare` of its speed: milliseconds.
  */
-function predictMs(r: RankResult, profile: Profile, linkBytesPerSecond: number): number {
+function predictMs(
+  r: RankResult,
+  profile: Profile,
+  linkBytesPerSecond: number,
+  { computeOf = r, commCpuShare = 0 }: { computeOf?: RankResult; commCpuShare?: number } = {},
+): number {
+  /** Measured compute over the profile's, for a run's own grouping of the layers. */
+  const scaleOf = (run: RankResult) => {
+    const grouped = run.assignment ? regroupProfile(profile, run.assignment) : profile;
+    const modelled = groupTimes(grouped).reduce((n, t) => n + t.backwardSeconds, 0) +
+      grouped.layers.reduce((n, l) => n + l.forwardSeconds, 0);
+    return (run.slowestComputeMs / 1000) / modelled;
+  };
   const grouped = r.assignment ? regroupProfile(profile, r.assignment) : profile;
   const totals = groupTimes(grouped);
   const forward = grouped.layers.reduce((n, l) => n + l.forwardSeconds, 0);
-  const modelled = totals.reduce((n, t) => n + t.backwardSeconds, 0) + forward;
-  const scale = (r.slowestComputeMs / 1000) / modelled;
+  const scale = scaleOf(computeOf);
   const scaled = calibrateProfile(grouped, {
     forwardSeconds: forward * scale,
     backwardSeconds: Object.fromEntries(totals.map((t) => [t.group, t.backwardSeconds * scale])),
@@ -313,6 +334,7 @@ function predictMs(r: RankResult, profile: Profile, linkBytesPerSecond: number):
     pipelineChunkBytes: DEFAULT_CHUNK_BYTES,
     // Measured in the row's own trace, as its compute is: the runtime, not the link.
     handoffSeconds: (r.handoffMs ?? 0) / 1000,
+    commCpuShare,
   }).stepSeconds * 1000;
 }
 
@@ -392,7 +414,10 @@ say(
     "when the last rank holds the new FC parameters), as a fraction of the link rate per direction; **sim.** the " +
     "simulator's step for the same plan on the per-layer profile scaled to the slowest rank's measured compute " +
     "(each step's slowest, median over steps) and, for `hybrid`, with each activation collective's handoff " +
-    "between the device and the runtime measured in the same row's trace (median), and its error.",
+    "between the device and the runtime measured in the same row's trace (median), and its error; **pred.** " +
+    "the simulator's step for the row from the compute of the same mode's `sequential` row (whose compute no " +
+    "transfer runs beside) instead of the row's own, with compute beside a transfer at 1 − s of its speed, s " +
+    "measured on the largest probe (below): what the simulator tells before the row runs, and its error.",
 );
 say();
 say(
@@ -457,10 +482,12 @@ for (const rate of LINKS) {
     say();
     say("FC exchange alone (`probe:<MB>`: one FC layer; the step is almost all exchange), overlap schedule:");
     say();
-    say("| FC gradients | mode | data plane | exchange | rate (of link) |");
-    say("| --- | --- | --- | --- | --- |");
+    say("| FC gradients | mode | data plane | exchange | rate (of link) | cores busy beyond compute |");
+    say("| --- | --- | --- | --- | --- | --- |");
     /** The simulator's link per mode, calibrated on the largest probe. */
     const linkRate: Partial<Record<(typeof MODES)[number], number>> = {};
+    /** The share of compute speed a transfer takes per mode, measured on the largest probe. */
+    const cpuShare: Partial<Record<(typeof MODES)[number], number>> = {};
     for (const megabytes of PROBES) {
       for (const mode of MODES) {
         for (const dataPlane of DATA_PLANES) {
@@ -481,13 +508,16 @@ for (const rate of LINKS) {
               await profileOf(`probe:${megabytes}`, PROBE_BATCH / 2),
               bytesPerSecond,
             );
+            if (r.exchangeCores !== undefined && r.cores) {
+              cpuShare[mode] = Math.min(MAX_CPU_SHARE, r.exchangeCores / r.cores);
+            }
           }
           say(
             `| ${(r.fcBytes / 1e6).toFixed(1)} MB | ${mode} | ${DATA_PLANE_LABELS[dataPlane]} | ${
               ms(r.fcExchangeMs)
             } | ${(achieved * 8 / 1e9).toFixed(2)} Gbit/s (${
               (100 * achieved / bytesPerSecond).toFixed(0)
-            }%) |`,
+            }%) | ${r.exchangeCores === undefined ? "—" : `${r.exchangeCores.toFixed(2)} of ${r.cores}`} |`,
           );
         }
       }
@@ -497,6 +527,8 @@ for (const rate of LINKS) {
       `The simulator's link here, calibrated on the ${PROBES.at(-1)} MB probe: ${
         MODES.map((mode) => `${((linkRate[mode] ?? bytesPerSecond) * 8 / 1e9).toFixed(2)} Gbit/s (${mode})`)
           .join(", ")
+      }; the share of the cores the exchange kept busy beyond compute (last column), over the machine's ${navigator.hardwareConcurrency}, and so of the speed of compute beside a transfer (the \`pred.\` column): ${
+        MODES.map((mode) => `${cpuShare[mode]?.toFixed(2) ?? "not measured"} (${mode})`).join(", ")
       }.`,
     );
     for (const { net, batch, steps, warmup, launches } of NETS) {
@@ -507,12 +539,16 @@ for (const rate of LINKS) {
         }`,
       );
       say();
-      say("| schedule | mode | step | images/s | FC comm | wire | hidden | trace | rate | sim. (error) |");
-      say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+      say(
+        "| schedule | mode | step | images/s | FC comm | wire | hidden | trace | rate | sim. (error) | pred. (error) |",
+      );
+      say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
       const profile = await profileOf(net, batch / 2);
       const goals: string[] = [];
       for (const mode of MODES) {
         const overlapping: { name: string; r: RankResult; seq: GoalRow }[] = [];
+        /** This mode's `sequential` row (the first): its compute has no transfer beside it. */
+        let sequential: RankResult | undefined;
         for (const { schedule, wire } of ROWS) {
           const config = {
             net,
@@ -536,11 +572,19 @@ for (const rate of LINKS) {
             ? `${hiddenShare(seq, p).toFixed(2)} (${ms(seq.stepMs)} → ${ms(p.stepMs)})`
             : "—";
           const achieved = r.fcExchangeMs > 0 ? directionBytes(r) / (r.fcExchangeMs / 1000) : 0;
-          let sim = "—";
+          if (schedule === "sequential") sequential = r;
+          const link = linkRate[mode] ?? bytesPerSecond;
+          const cell = (predicted: number) =>
+            `${ms(predicted)} (${((predicted - r.stepMs) / r.stepMs * 100).toFixed(0)}%)`;
+          let sim = "—", pred = "—";
           try {
             if (r.wire !== "fp32") throw new Error("compressed gradients are not modelled");
-            const predicted = predictMs(r, profile, linkRate[mode] ?? bytesPerSecond);
-            sim = `${ms(predicted)} (${((predicted - r.stepMs) / r.stepMs * 100).toFixed(0)}%)`;
+            sim = cell(predictMs(r, profile, link));
+            if (sequential && cpuShare[mode] !== undefined) {
+              pred = cell(
+                predictMs(r, profile, link, { computeOf: sequential, commCpuShare: cpuShare[mode] }),
+              );
+            }
           } catch (error) {
             sim = `— (${(error as Error).message.split("\n")[0].slice(0, 60)})`;
           }
@@ -557,14 +601,14 @@ for (const rate of LINKS) {
               r.imagesPerSecond.toFixed(0)
             } | ${fcComm} | ${(r.wireBytes / 1e6).toFixed(1)} MB | ${hidden} | ${
               (r.hiddenFraction * 100).toFixed(0)
-            }% | ${rate} | ${sim} |`,
+            }% | ${rate} | ${sim} | ${pred} |`,
           );
         }
         if (overlapping.length) goals.push(overlapGoal(mode, overlapping, ms));
       }
       // PyTorch DDP on the same hosts and link: one process per host, default buckets, gloo.
       if (pytorchWhy) {
-        say(`| PyTorch DDP | — | ${pytorchWhy} | | | | | | | |`);
+        say(`| PyTorch DDP | — | ${pytorchWhy} | | | | | | | | |`);
       } else {
         const ddp = await medianLaunch(launches, () =>
           across<PytorchResult>(
@@ -588,7 +632,7 @@ for (const rate of LINKS) {
         say(
           `| PyTorch ${result.version} DDP (gloo, default buckets) | allreduce | ${
             stepCell(result.medianMs, ddp, launches)
-          } | ${result.imagesPerSecond.toFixed(0)} | | | | | | |`,
+          } | ${result.imagesPerSecond.toFixed(0)} | | | | | | | |`,
         );
         // Which BLAS the peer ran on matters: Debian's reference BLAS runs its FC layers 2.3× slower.
         say();
