@@ -121,7 +121,7 @@ const PROBE_BATCH = 8;
 const PROBE_WARMUP = 5, PROBE_STEPS = 15;
 /**
  * The most of compute's speed a transfer may take in the `pred.` column: where the exchange alone
- * keeps every core busy (1.8-2.0 of 2 over 10 Gbit/s here), compute beside it still moves, slowly.
+ * keeps every core busy (1.9-2.1 of 2 on the 66.5 MB probe over 10 Gbit/s here), compute beside it still moves, slowly.
  */
 const MAX_CPU_SHARE = 0.95;
 

@@ -125,9 +125,9 @@ export interface CostOptions {
   /**
    * The share of a device's compute speed that its transfers take, in [0, 1): while a reduce or
    * broadcast is on the wire, compute beside it runs at `1 − commCpuShare` of its speed; default 0.
-   * A host's network stack (copies, TCP, a software switch) runs on the cores that compute: measured
-   * as the cores the kernel keeps busy during an exchange alone, over the cores the devices compute on
-   * (`bench:cluster` measures it on its probes).
+   * A host's network stack (copies, TCP, a software switch) and the runtime run on the cores that
+   * compute: measured as the cores an exchange alone keeps busy beyond compute, over the cores the
+   * devices compute on (`bench:cluster` measures it on its probes).
    */
   readonly commCpuShare?: number;
 }
