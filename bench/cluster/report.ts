@@ -301,13 +301,14 @@ const cpuRates = (() => {
  * The simulator's step for run `r`'s plan on `profile` scaled to the compute of the slowest rank of
  * run `computeOf` (by default `r` itself; the simulator's devices are alike, and a synchronous step
  * waits for the slowest: rank 0's alone, 1977 ms against its peer's 2099 in one AlexNet step over 10
- * Gbit/s, prices such a step short), over a link of `linkBytesPerSecond` per direction, with the CPU
- * rates above and compute beside a transfer at `1 − commCpuShare` of its speed: milliseconds.
+ * Gbit/s, prices such a step short), over a link of `link.twoWay` bytes per second per direction with
+ * both directions busy and `link.oneWay` with one (default the same), with the CPU rates above and
+ * compute beside a transfer at `1 − commCpuShare` of its speed: milliseconds.
  */
 function predictMs(
   r: RankResult,
   profile: Profile,
-  linkBytesPerSecond: number,
+  link: LinkRates,
   { computeOf = r, commCpuShare = 0 }: { computeOf?: RankResult; commCpuShare?: number } = {},
 ): number {
   /** Measured compute over the profile's, for a run's own grouping of the layers. */
@@ -326,7 +327,8 @@ function predictMs(
     backwardSeconds: Object.fromEntries(totals.map((t) => [t.group, t.backwardSeconds * scale])),
   });
   return simulate(r.plan, scaled, {
-    link: { bandwidthBytesPerSecond: linkBytesPerSecond, latencySeconds: 50e-6 },
+    link: { bandwidthBytesPerSecond: link.twoWay, latencySeconds: 50e-6 },
+    oneWayBandwidthBytesPerSecond: link.oneWay ?? link.twoWay,
     devices: 2,
     mode: r.mode,
     memoryBandwidthBytesPerSecond: cpuRates.sumBytesPerSecond,
@@ -338,19 +340,26 @@ function predictMs(
   }).stepSeconds * 1000;
 }
 
+/** The simulator's link: bytes per second per direction with both directions busy, and with one. */
+interface LinkRates {
+  twoWay: number;
+  oneWay?: number;
+}
+
 /**
  * The link rate at which the simulator's own model of probe run `r` (its transfers, and the
  * averaging and update it prices at the CPU rates above) takes the step `r` measured, found by
  * bisection between 1% and 100% of the line rate; the line rate where even that is too slow. The
  * probe's achieved exchange rate alone would count the CPU work twice: once in the rate, and
- * again where the simulator adds it.
+ * again where the simulator adds it. The probe runs `overlap` with one group, whose reduce, update
+ * and broadcast pipeline both ways: the rate is the two-way one.
  */
 function calibrateLink(r: RankResult, profile: Profile, lineBytesPerSecond: number): number {
   let low = Math.log(lineBytesPerSecond / 100), high = Math.log(lineBytesPerSecond);
-  if (predictMs(r, profile, lineBytesPerSecond) >= r.stepMs) return lineBytesPerSecond;
+  if (predictMs(r, profile, { twoWay: lineBytesPerSecond }) >= r.stepMs) return lineBytesPerSecond;
   for (let i = 0; i < 40; i++) {
     const middle = (low + high) / 2;
-    if (predictMs(r, profile, Math.exp(middle)) > r.stepMs) low = middle;
+    if (predictMs(r, profile, { twoWay: Math.exp(middle) }) > r.stepMs) low = middle;
     else high = middle;
   }
   return Math.exp(high);
@@ -422,7 +431,10 @@ say(
 say();
 say(
   "The simulator is calibrated, not fitted to the rows it predicts: its link runs at the rate at which its " +
-    "own model of the largest probe (below; same mode, same link) takes the step that probe measured; the " +
+    "own model of the largest probe (below; same mode, same link) takes the step that probe measured, and " +
+    "one way (master mode's gathers and broadcasts outside a pipeline that carries both directions) at the " +
+    "median rate of one plain TCP connection between the hosts (the transfers alone, below) where that is " +
+    "higher; the " +
     "exchange is the MPI runtime's pipeline " +
     `of chunks (a 32nd of the group, 64 KiB to ${
       DEFAULT_CHUNK_BYTES / (1 << 20)
@@ -522,12 +534,27 @@ for (const rate of LINKS) {
         }
       }
     }
+    // One direction at a time: where the hosts' CPU, not the wire, sets the pace, one direction alone
+    // runs faster than both at once (over 10 Gbit/s here a plain connection carried 8.8 Gbit/s one way,
+    // and the largest probe's two-way exchange 5.2 per direction). Master mode's gathers and broadcasts
+    // outside a two-way pipeline (`sequential`'s) run at the plain connection's rate. A probe cannot
+    // calibrate it: with one group its reduce, update and broadcast pipeline both ways.
+    const twoWayMaster = linkRate.master ?? bytesPerSecond;
+    const oneWay = on.rawTcp
+      ? Math.max(twoWayMaster, on.megabytes * 1e6 / (on.rawTcp.medianMs / 1000))
+      : twoWayMaster;
+    /** The simulator's link per mode: master mode's gathers and broadcasts alone run one way. */
+    const links = Object.fromEntries(
+      MODES.map((mode) => [mode, { twoWay: linkRate[mode] ?? bytesPerSecond, oneWay }]),
+    ) as Record<(typeof MODES)[number], LinkRates>;
     say();
     say(
       `The simulator's link here, calibrated on the ${PROBES.at(-1)} MB probe: ${
         MODES.map((mode) => `${((linkRate[mode] ?? bytesPerSecond) * 8 / 1e9).toFixed(2)} Gbit/s (${mode})`)
           .join(", ")
-      }; the share of the cores the exchange kept busy beyond compute (last column), over the machine's ${navigator.hardwareConcurrency}, and so of the speed of compute beside a transfer (the \`pred.\` column): ${
+      } per direction with both busy, ${
+        (oneWay * 8 / 1e9).toFixed(2)
+      } Gbit/s one way (master mode's gathers and broadcasts outside a pipeline); the share of the cores the exchange kept busy beyond compute (last column), over the machine's ${navigator.hardwareConcurrency}, and so of the speed of compute beside a transfer (the \`pred.\` column): ${
         MODES.map((mode) => `${cpuShare[mode]?.toFixed(2) ?? "not measured"} (${mode})`).join(", ")
       }.`,
     );
@@ -573,7 +600,7 @@ for (const rate of LINKS) {
             : "—";
           const achieved = r.fcExchangeMs > 0 ? directionBytes(r) / (r.fcExchangeMs / 1000) : 0;
           if (schedule === "sequential") sequential = r;
-          const link = linkRate[mode] ?? bytesPerSecond;
+          const link = links[mode];
           const cell = (predicted: number) =>
             `${ms(predicted)} (${((predicted - r.stepMs) / r.stepMs * 100).toFixed(0)}%)`;
           let sim = "—", pred = "—";

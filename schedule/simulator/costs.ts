@@ -39,6 +39,9 @@
  *   first copies its group's parameters and optimizer state (`plan/undo.ts` says which), and with
  *   finite checks (`checkSecondsPerByte`) every update is followed by a scan of what it wrote; both
  *   run where the update runs and add to its length.
+ * - Where one direction alone runs faster than both at once (`oneWayBandwidthBytesPerSecond`, a link
+ *   whose hosts' CPU sets its rate), master mode's gathers and broadcasts outside a pipeline that
+ *   carries both directions run at that rate.
  * - Where transfers take CPU from compute (`commCpuShare`, a host's network stack on the cores that
  *   compute), a compute action runs at `1 − commCpuShare` of its speed while a reduce or broadcast is
  *   on the wire beside it.
@@ -130,6 +133,14 @@ export interface CostOptions {
    * devices compute on (`bench:cluster` measures it on its probes).
    */
   readonly commCpuShare?: number;
+  /**
+   * Bytes per second of a transfer while the other direction of the link is idle, where that differs
+   * from `link.bandwidthBytesPerSecond` (the rate per direction with both busy): a link whose hosts'
+   * CPU, not the wire, sets the rate carries one direction faster than two. Prices master mode's
+   * gathers and broadcasts outside a pipeline that carries both (`reduce g; update g; broadcast g`);
+   * default the link's rate.
+   */
+  readonly oneWayBandwidthBytesPerSecond?: number;
 }
 
 /**
@@ -241,6 +252,10 @@ export function checkCostOptions(options: CostOptions, where: string): Required<
   if (flags.some((f) => typeof undo.rule?.[f] !== "boolean")) {
     fail(`undo.rule must give ${flags.join(", ")} as booleans, got ${JSON.stringify(undo.rule)}`);
   }
+  const oneWay = options.oneWayBandwidthBytesPerSecond ?? link.bandwidthBytesPerSecond;
+  if (!(oneWay > 0) || !Number.isFinite(oneWay)) {
+    fail(`oneWayBandwidthBytesPerSecond must be a finite number > 0, got ${oneWay}`);
+  }
   const share = options.commCpuShare ?? 0;
   if (!(share >= 0 && share < 1)) fail(`commCpuShare must be a number in [0, 1), got ${share}`);
   return {
@@ -255,6 +270,7 @@ export function checkCostOptions(options: CostOptions, where: string): Required<
     checkSecondsPerByte: check,
     undo,
     commCpuShare: share,
+    oneWayBandwidthBytesPerSecond: oneWay,
   };
 }
 
@@ -291,7 +307,9 @@ export function pipelineSeconds(
   const chunk = Math.min(pipelineChunkBytes(bytes, o.pipelineChunkBytes), bytes);
   const chunks = Math.ceil(bytes / chunk);
   const peers = o.topology === "shared" || o.mode === "allreduce" ? n - 1 : 1;
-  const inbound = peers * chunk / o.link.bandwidthBytesPerSecond;
+  // Both directions busy: an all-reduce, or a master pipeline that sends parameters back.
+  const twoWay = o.mode === "allreduce" || (stages.update && stages.broadcast);
+  const inbound = peers * chunk / (twoWay ? o.link.bandwidthBytesPerSecond : o.oneWayBandwidthBytesPerSecond);
   const cpu = (n - 1) * chunk / o.memoryBandwidthBytesPerSecond +
     (stages.update ? chunk * o.updateSecondsPerByte : 0);
   const outbound = stages.update && stages.broadcast && o.mode === "master" ? inbound : 0;
@@ -316,7 +334,8 @@ export function commActionSeconds(
 ): number {
   const o = checkCostOptions(options, "commActionSeconds");
   const n = o.devices;
-  const transfer = o.link.latencySeconds + bytes / o.link.bandwidthBytesPerSecond;
+  // A master-mode gather or broadcast keeps one direction busy; an all-reduce both.
+  const transfer = o.link.latencySeconds + bytes / o.oneWayBandwidthBytesPerSecond;
   const gather = o.topology === "shared" ? (n - 1) * transfer : transfer;
   if (kind === "update") return bytes * o.updateSecondsPerByte;
   if (n === 1) return 0;

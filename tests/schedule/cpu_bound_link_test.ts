@@ -1,14 +1,16 @@
 /**
- * The simulator's `commCpuShare`: compute beside a transfer runs at `1 − share` of its speed (a
- * host's network stack on the cores that compute). Timelines computed by hand on `HAND` (below) and
- * `HAND_COSTS`: reduce fc 11.5 s, update fc 1 s, broadcast fc 10.5 s; reduce conv 1.6 s, update conv
- * 0.1 s, broadcast conv 1.5 s.
+ * The simulator on a link whose hosts' CPU sets its pace: `commCpuShare` (compute beside a transfer
+ * runs at `1 − share` of its speed: a host's network stack on the cores that compute) and
+ * `oneWayBandwidthBytesPerSecond` (one direction alone runs faster than both at once). Timelines
+ * computed by hand on `hand(…)` (below) and `HAND_COSTS`: reduce fc 11.5 s, update fc 1 s,
+ * broadcast fc 10.5 s; reduce conv 1.6 s, update conv 0.1 s, broadcast conv 1.5 s.
  */
 import assert from "node:assert/strict";
 import { ValueError } from "../../engine/errors.ts";
 import { type Profile, simulate } from "../../schedule/simulator/mod.ts";
 import { actionLabel, overlapPlan, sequentialPlan } from "../../schedule/mod.ts";
 import { HAND_COSTS, layer } from "../fixtures/costs.ts";
+import { pipelineSeconds } from "../../schedule/simulator/costs.ts";
 
 const GROUPS = ["fc", "conv"];
 const near = (actual: number, expected: number, what: string) =>
@@ -78,4 +80,52 @@ Deno.test("commCpuShare: anything outside [0, 1) is refused in one line naming w
         e.message === `simulate: commCpuShare must be a number in [0, 1), got ${share}`,
     );
   }
+});
+
+// Mutation: pricing master mode's gathers and broadcasts at the link's two-way rate (ignoring
+// oneWayBandwidthBytesPerSecond) fails this test (30.7 s).
+Deno.test("oneWayBandwidth: master mode's gathers and broadcasts run at the one-way rate", () => {
+  // At 200 B/s one way: reduce fc 0.5 + 5 + 1 (sum) = 6.5, reduce conv 0.5 + 0.5 + 0.1 = 1.1, update
+  // fc 1, conv 0.1, broadcast fc 0.5 + 5 = 5.5, conv 0.5 + 0.5 = 1; compute 4.5.
+  const sim = simulate(sequentialPlan(GROUPS), hand(2), {
+    ...HAND_COSTS,
+    oneWayBandwidthBytesPerSecond: 200,
+  });
+  near(sim.stepSeconds, 4.5 + 6.5 + 1.1 + 1 + 0.1 + 5.5 + 1, "step");
+  near(simulate(sequentialPlan(GROUPS), hand(2), HAND_COSTS).stepSeconds, 30.7, "step at the link's rate");
+});
+
+// Mutations: pricing an all-reduce, or a master pipeline that sends parameters back while gradients
+// arrive, at the one-way rate fails this test.
+Deno.test("oneWayBandwidth: an all-reduce and a two-way pipeline keep the link's rate; a one-way pipeline does not", () => {
+  const allreduce = { ...HAND_COSTS, mode: "allreduce" } as const;
+  near(
+    simulate(sequentialPlan(GROUPS), hand(2), { ...allreduce, oneWayBandwidthBytesPerSecond: 400 })
+      .stepSeconds,
+    simulate(sequentialPlan(GROUPS), hand(2), allreduce).stepSeconds,
+    "all-reduce",
+  );
+  const chunked = { ...HAND_COSTS, pipelineChunkBytes: 64 << 10 };
+  const bytes = 32 << 20;
+  const both = { update: true, broadcast: true }, inbound = { update: false, broadcast: false };
+  near(
+    pipelineSeconds(bytes, both, { ...chunked, oneWayBandwidthBytesPerSecond: 400 }),
+    pipelineSeconds(bytes, both, chunked),
+    "two-way pipeline",
+  );
+  near(
+    pipelineSeconds(bytes, inbound, { ...chunked, oneWayBandwidthBytesPerSecond: 400 }),
+    pipelineSeconds(bytes, inbound, { ...chunked, link: { ...chunked.link, bandwidthBytesPerSecond: 400 } }),
+    "one-way pipeline",
+  );
+  assert.ok(
+    pipelineSeconds(bytes, inbound, { ...chunked, oneWayBandwidthBytesPerSecond: 400 }) <
+      pipelineSeconds(bytes, inbound, chunked),
+  );
+  assert.throws(
+    () => simulate(overlapPlan(GROUPS), hand(2), { ...HAND_COSTS, oneWayBandwidthBytesPerSecond: 0 }),
+    (e: unknown) =>
+      e instanceof ValueError &&
+      e.message === "simulate: oneWayBandwidthBytesPerSecond must be a finite number > 0, got 0",
+  );
 });
