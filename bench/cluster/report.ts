@@ -13,7 +13,8 @@
  * alone and, for every schedule but sequential, once more with its steps taking turns with sequential
  * ones (the hidden fraction and the overlap goal), which nearly doubles the time a run takes.
  *
- * Run as root: `npx deno task bench:cluster [--quick] [--links L,M] [--alexnet-batch N,M]` (the full
+ * Run as root: `npx deno task bench:cluster [--quick] [--links L,M] [--alexnet-batch N,M] [--rows FILE]`
+ * (`--rows` also writes each Tandem run's config and rank 0's result, one JSON object per line; the full
  * run took 75 min on a 2-core machine at commit 589d891; leave the machine otherwise idle). `--quick`
  * runs the AlexNet-like rows and the probes only, and writes them to `bench/CLUSTER_QUICK.md`, leaving
  * the full report as it was; `--links` or `--alexnet-batch` narrowing the run write
@@ -58,7 +59,12 @@ import { measureExchangeRates } from "../exchange_rates.ts";
 
 const { values: flags } = parseArgs({
   args: Deno.args,
-  options: { quick: { type: "boolean" }, "alexnet-batch": { type: "string" }, links: { type: "string" } },
+  options: {
+    quick: { type: "boolean" },
+    "alexnet-batch": { type: "string" },
+    links: { type: "string" },
+    rows: { type: "string" },
+  },
 });
 const LINKS = (flags.links ?? "1gbit,10gbit").split(",");
 /** The Tandem rows of each net and mode: schedules, and one with compressed gradients. */
@@ -125,6 +131,18 @@ const PROBE_WARMUP = 5, PROBE_STEPS = 15;
  */
 const MAX_CPU_SHARE = 0.95;
 
+// `--rows FILE`: every Tandem run's config and rank 0's result, one JSON object per line, to price
+// the rows again offline (a simulator change need not rerun the hosts). Emptied before any work.
+if (flags.rows !== undefined) {
+  try {
+    Deno.writeTextFileSync(flags.rows, "");
+  } catch (e) {
+    console.error(
+      `bench:cluster: --rows: cannot write ${JSON.stringify(flags.rows)}: ${(e as Error).message}`,
+    );
+    Deno.exit(2);
+  }
+}
 const missing = await missingRequirement();
 if (missing) {
   console.error(`bench:cluster: cannot build the hosts: ${missing}`);
@@ -205,13 +223,17 @@ async function across<T>(cluster: Cluster, argv: string[], what: string): Promis
   return JSON.parse(stdout.split("\n").at(-1)!) as T;
 }
 
-function tandem(cluster: Cluster, config: RankConfig): Promise<RankResult> {
+async function tandem(cluster: Cluster, config: RankConfig): Promise<RankResult> {
   const script = new URL("./rank.ts", import.meta.url).pathname;
-  return across(
+  const result = await across<RankResult>(
     cluster,
     [Deno.execPath(), "run", "-A", script, JSON.stringify({ deviceThreads: DEVICE_THREADS, ...config })],
     `${config.net} ${config.schedule}`,
   );
+  if (flags.rows) {
+    Deno.writeTextFileSync(flags.rows, JSON.stringify({ config, result }) + "\n", { append: true });
+  }
+  return result;
 }
 
 /**
