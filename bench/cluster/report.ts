@@ -15,7 +15,7 @@
  *
  * Run as root: `npx deno task bench:cluster [--quick] [--links L,M] [--alexnet-batch N,M] [--rows FILE]`
  * (`--rows` also writes each Tandem run's config and rank 0's result, one JSON object per line; the full
- * run took 75 min on a 2-core machine at commit 589d891; leave the machine otherwise idle). `--quick`
+ * run took 110 min on a 2-core machine at commit e008b77; leave the machine otherwise idle). `--quick`
  * runs the AlexNet-like rows and the probes only, and writes them to `bench/CLUSTER_QUICK.md`, leaving
  * the full report as it was; `--links` or `--alexnet-batch` narrowing the run write
  * `bench/CLUSTER_PARTIAL.md`.
