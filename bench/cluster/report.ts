@@ -127,7 +127,8 @@ const PROBE_BATCH = 8;
 const PROBE_WARMUP = 5, PROBE_STEPS = 15;
 /**
  * The most of compute's speed a transfer may take in the `pred.` column: where the exchange alone
- * keeps every core busy (1.9-2.1 of 2 on the 66.5 MB probe over 10 Gbit/s here), compute beside it still moves, slowly.
+ * keeps every core busy (1.9-2.1 of 2 on the 66.5 MB probe over 10 Gbit/s here), compute beside it
+ * still moves, slowly.
  */
 const MAX_CPU_SHARE = 0.95;
 
@@ -350,7 +351,7 @@ function predictMs(
   });
   return simulate(r.plan, scaled, {
     link: { bandwidthBytesPerSecond: link.twoWay, latencySeconds: 50e-6 },
-    oneWayBandwidthBytesPerSecond: link.oneWay ?? link.twoWay,
+    oneWayBandwidthBytesPerSecond: link.oneWay,
     devices: 2,
     mode: r.mode,
     memoryBandwidthBytesPerSecond: cpuRates.sumBytesPerSecond,
@@ -557,8 +558,8 @@ for (const rate of LINKS) {
       }
     }
     // One direction at a time: where the hosts' CPU, not the wire, sets the pace, one direction alone
-    // runs faster than both at once (over 10 Gbit/s here a plain connection carried 8.8 Gbit/s one way,
-    // and the largest probe's two-way exchange 5.2 per direction). Master mode's gathers and broadcasts
+    // runs faster than both at once (over 10 Gbit/s here a plain connection carried 9.58 Gbit/s one way,
+    // and the largest probe's two-way exchange 6.10 per direction). Master mode's gathers and broadcasts
     // outside a two-way pipeline (`sequential`'s) run at the plain connection's rate. A probe cannot
     // calibrate it: with one group its reduce, update and broadcast pipeline both ways.
     const twoWayMaster = linkRate.master ?? bytesPerSecond;

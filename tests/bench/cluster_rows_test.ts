@@ -1,7 +1,8 @@
 /**
  * `bench:cluster --rows FILE` refuses a file it cannot write in one line, with exit status 2, before
  * any work: no peak probe, no hosts, no report written. Mutation tried: without the early check the run
- * starts (peak probe, hosts) and is stopped by the minute's guard below, so the exit status is not 2.
+ * started (peak probe, hosts, transfers) and failed 42 s later on its first row, exit status 1, and this
+ * test failed; the minute's guard below stops a run that would go on.
  */
 import assert from "node:assert/strict";
 
