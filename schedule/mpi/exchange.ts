@@ -293,7 +293,12 @@ export class MpiExchange implements Exchange {
     // Named if mpirun stops this rank mid-step (see MpiTransportOptions.reportTermination).
     this.transport.activity = `${what} (step ${context.iteration})`;
     // While the device computes, waits leave the CPU to it; afterwards they may poll at full speed.
-    return { deadline: context.deadline, step: context.iteration, shareCpu: () => context.computing() };
+    return {
+      deadline: context.deadline,
+      since: context.started,
+      step: context.iteration,
+      shareCpu: () => context.computing(),
+    };
   }
 
   /**

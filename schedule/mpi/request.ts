@@ -46,6 +46,11 @@ export class TransportError extends TandemError {
 export interface WaitOptions {
   /** `performance.now()` milliseconds after which the wait throws a {@link TransportError}. */
   readonly deadline?: number;
+  /**
+   * `performance.now()` milliseconds from which `deadline` counts (a step's start), so that the error
+   * names the time the collective had; default the wait's own start, which may come later.
+   */
+  readonly since?: number;
   /** The training step, named in errors. */
   readonly step?: number;
   /**
@@ -175,7 +180,7 @@ export class MpiRequest {
             transport.rank,
             this.operation,
             `did not complete within ${
-              ((now - started) / 1000).toFixed(1)
+              ((now - (options.since ?? started)) / 1000).toFixed(1)
             } s: another rank stopped taking part (it died, hangs, or runs a different schedule)`,
             options.step,
           );

@@ -116,7 +116,7 @@ class SocketRequest implements BulkRequest {
           throw this.#mesh.fail(
             this.operation,
             `did not complete within ${
-              ((performance.now() - started) / 1000).toFixed(1)
+              ((performance.now() - (options.since ?? started)) / 1000).toFixed(1)
             } s: another rank stopped taking part (it died, hangs, or runs a different schedule)`,
             options.step,
           );

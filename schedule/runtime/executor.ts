@@ -147,6 +147,7 @@ export async function runIteration(run: IterationRun): Promise<DataParallelStepR
   const context: ExchangeContext = {
     iteration,
     deadline: started + run.timeoutMs,
+    started,
     computing: () => computing > 0,
     record: (device, name, start, end, bytes) => record(device, "comm", name, start, end, bytes),
   };

@@ -47,6 +47,8 @@ export interface ExchangeContext {
   readonly iteration: number;
   /** `performance.now()` by which a collective must have completed (else it fails, naming itself). */
   readonly deadline: number;
+  /** `performance.now()` when the step began, from which `deadline` counts (named in the failure). */
+  readonly started?: number;
   /** Whether a device of this process is still computing (a waiting collective then yields the CPU). */
   computing(): boolean;
   /**
