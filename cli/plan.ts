@@ -77,7 +77,11 @@ export async function choosePlan(
     const profile = accumulatedProfile(micro, args.accumulate);
     // Hybrid cannot carry BatchNorm statistics yet, nor split a graph with several losses.
     const allowHybrid = local.namedBuffers().length === 0 && (local.graph?.losses.length ?? 0) <= 1;
-    const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, { allowHybrid });
+    // Priced in the run's own reduction mode: master and allreduce move, sum and update differently.
+    const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, {
+      allowHybrid,
+      mode: args.reduce,
+    });
     say(
       `auto schedule: ${plan.name} over groups ${describeGroups(plan, local)} (priced at ${
         link

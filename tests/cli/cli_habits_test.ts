@@ -206,6 +206,42 @@ Deno.test("cli habits: the auto explanation names the groups and the split of th
   }
 });
 
+Deno.test("cli habits: auto prices its candidates in the --reduce mode the run uses", async () => {
+  // Mutation tried: choosePlan calling autoSchedule without the mode priced an allreduce run as
+  // master ("with 2 devices (master)"), and this test failed.
+  const spec: ModelSpec = { kind: "builtin", name: "alexnet-like", options: { seed: 1 } };
+  const local = await buildModel(spec);
+  try {
+    for (const reduce of ["master", "allreduce"]) {
+      const args = parseTrainArgs(
+        [
+          "--model",
+          "alexnet-like",
+          "--schedule",
+          "auto",
+          "--batch",
+          "8",
+          "--devices",
+          "2",
+          "--reduce",
+          reduce,
+        ],
+        {},
+        undefined,
+        root,
+      );
+      const lines: string[] = [];
+      await choosePlan(args, local, spec, undefined, (line) => lines.push(line));
+      const said = lines.join("\n");
+      const modes = [...said.matchAll(/with 2 devices \((\w+)\)/g)].map((m) => m[1]);
+      assert.ok(modes.length > 0, said);
+      assert.deepEqual([...new Set(modes)], [reduce], said);
+    }
+  } finally {
+    local.dispose();
+  }
+});
+
 Deno.test("cli habits: no ANSI escape reaches piped stdout or stderr", async () => {
   // Mutation tried: stderrStyle saying live (as on a terminal) put "\x1b[2K" in the piped stderr.
   const runs = [
