@@ -26,7 +26,7 @@
  *   one's (a second trainer on the same ranks and link; which of the two goes first alternates).
  *
  * Usage: `deno run -A bench/cluster/rank.ts '<json config>'`, config `{ net, schedule, mode, batch,
- * steps, warmup, linkBytesPerSecond, wire?, deviceThreads?, dataPlane?, pairedWith? }`; `net` is `alexnet-like`, `alexnet` or `probe:<MB>`.
+ * steps, warmup, linkBytesPerSecond, pricing?, wire?, deviceThreads?, dataPlane?, pairedWith? }`; `net` is `alexnet-like`, `alexnet` or `probe:<MB>`.
  *
  * @module
  */
@@ -51,7 +51,12 @@ import {
   parametersSha256,
 } from "../../schedule/devices/mod.ts";
 import { ddpBuckets } from "../../schedule/mod.ts";
-import { measureProfile } from "../../schedule/simulator/mod.ts";
+import {
+  type AutoPlan,
+  type CostOptions,
+  measureProfile,
+  type Profile,
+} from "../../schedule/simulator/mod.ts";
 import { type DataPlane, MpiTransport } from "../../schedule/mpi/mod.ts";
 import {
   type DataParallelStepResult,
@@ -78,8 +83,13 @@ export interface RankConfig {
   steps: number;
   /** Warm-up steps before them. */
   warmup: number;
-  /** The link's rate, for `auto` to price transfers. */
+  /** The link's rate, for `auto` to price transfers where `pricing` does not say more. */
   linkBytesPerSecond: number;
+  /**
+   * What `auto` prices its choice at, as the simulator's columns do: the link as calibrated on the
+   * probes, the CPU rates, the share of compute a transfer takes. Absent: the line rate alone.
+   */
+  pricing?: AutoPricing;
   /** How gradients travel (default fp32). */
   wire?: WireFormat;
   /** Kernel threads of each rank's device (default: the cores of its host). */
@@ -92,6 +102,30 @@ export interface RankConfig {
    * between the two (the hidden fraction) is not at the mercy of the machine's drift between launches.
    */
   pairedWith?: string;
+}
+
+/**
+ * The costs `auto` prices with, beside the reduction mode and the device count a run fixes: plain
+ * data, so that a config travels as JSON.
+ */
+export type AutoPricing = Pick<
+  CostOptions,
+  | "link"
+  | "oneWayBandwidthBytesPerSecond"
+  | "memoryBandwidthBytesPerSecond"
+  | "updateSecondsPerByte"
+  | "pipelineChunkBytes"
+  | "commCpuShare"
+>;
+
+/**
+ * What `auto` chooses for `config` on `devices` ranks from the net's per-layer `profile`: every
+ * candidate priced at `config.pricing` (else the line rate alone) in the config's reduction mode.
+ */
+export function autoChoice(profile: Profile, config: RankConfig, devices: number): AutoPlan {
+  const { link, ...costs } = config.pricing ??
+    { link: { bandwidthBytesPerSecond: config.linkBytesPerSecond, latencySeconds: 50e-6 } };
+  return autoSchedule(profile, link, devices, { ...costs, allowHybrid: true, mode: config.mode });
 }
 
 /** The model spec of a config's net. */
@@ -268,22 +302,14 @@ if (import.meta.main) {
     let plan: Plan;
     if (config.schedule === "auto") {
       // Measured on rank 0 and sent to every rank, as the train command does: ranks must agree.
-      const choice = transport.rank === 0
-        ? (() => {
-          const perRank = config.batch / transport.size;
-          const profile = measureProfile(reference, perRank, { description: config.net });
-          const auto = autoSchedule(
-            profile,
-            {
-              bandwidthBytesPerSecond: config.linkBytesPerSecond,
-              latencySeconds: 50e-6,
-            },
-            transport.size,
-            { allowHybrid: true },
-          );
-          return { plan: auto as Plan, assignment: auto.assignment };
-        })()
-        : null;
+      const auto = transport.rank === 0
+        ? autoChoice(
+          measureProfile(reference, config.batch / transport.size, { description: config.net }),
+          config,
+          transport.size,
+        )
+        : undefined;
+      const choice = auto ? { plan: auto as Plan, assignment: auto.assignment } : null;
       const shared = await transport.broadcastJson(
         choice,
         0,

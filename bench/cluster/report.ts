@@ -53,7 +53,7 @@ import {
   removeCluster,
 } from "../../cli/cluster.ts";
 import { pytorchAvailable, pytorchCommand, type PytorchResult } from "../peers/pytorch.ts";
-import { type RankConfig, specOf } from "./rank.ts";
+import { type AutoPricing, type RankConfig, specOf } from "./rank.ts";
 import { measureStamp, stampBlock } from "../stamp.ts";
 import { measureExchangeRates } from "../exchange_rates.ts";
 
@@ -350,17 +350,28 @@ function predictMs(
     backwardSeconds: Object.fromEntries(totals.map((t) => [t.group, t.backwardSeconds * scale])),
   });
   return simulate(r.plan, scaled, {
-    link: { bandwidthBytesPerSecond: link.twoWay, latencySeconds: 50e-6 },
-    oneWayBandwidthBytesPerSecond: link.oneWay,
+    ...pricingOf(link, commCpuShare),
     devices: 2,
     mode: r.mode,
+    // Measured in the row's own trace, as its compute is: the runtime, not the link.
+    handoffSeconds: (r.handoffMs ?? 0) / 1000,
+  }).stepSeconds * 1000;
+}
+
+/**
+ * The simulator's costs over `link`, with the CPU rates above and compute beside a transfer at
+ * `1 − commCpuShare` of its speed: what the `sim.` and `pred.` columns price with, and what an `auto`
+ * row chooses its plan by (so that its choice and the columns price one model).
+ */
+function pricingOf(link: LinkRates, commCpuShare = 0): AutoPricing {
+  return {
+    link: { bandwidthBytesPerSecond: link.twoWay, latencySeconds: 50e-6 },
+    oneWayBandwidthBytesPerSecond: link.oneWay,
     memoryBandwidthBytesPerSecond: cpuRates.sumBytesPerSecond,
     updateSecondsPerByte: cpuRates.updateSecondsPerByte,
     pipelineChunkBytes: DEFAULT_CHUNK_BYTES,
-    // Measured in the row's own trace, as its compute is: the runtime, not the link.
-    handoffSeconds: (r.handoffMs ?? 0) / 1000,
     commCpuShare,
-  }).stepSeconds * 1000;
+  };
 }
 
 /** The simulator's link: bytes per second per direction with both directions busy, and with one. */
@@ -465,7 +476,12 @@ say(
     `update does not follow its reduce, as in \`sequential\`, each averaged while the next arrives); its CPU ` +
     `rates are measured here on one kernel thread, a rank's share: SGD update ${
       (1 / cpuRates.updateSecondsPerByte / 1e9).toFixed(1)
-    } GB/s of parameters, device-order sum ${(cpuRates.sumBytesPerSecond / 1e9).toFixed(1)} GB/s per input.`,
+    } GB/s of parameters, device-order sum ${
+      (cpuRates.sumBytesPerSecond / 1e9).toFixed(1)
+    } GB/s per input. ` +
+    "An `auto` row chooses its plan with the same model as the **pred.** column: rank 0 measures the net's " +
+    "per-layer profile (no transfer beside it) and prices every candidate at the calibrated link, these CPU " +
+    "rates and the share s, in the row's own reduction mode.",
 );
 
 for (const rate of LINKS) {
@@ -608,6 +624,8 @@ for (const rate of LINKS) {
             steps,
             warmup,
             linkBytesPerSecond: bytesPerSecond,
+            // auto chooses at what the probes measured, as the pred. column prices; not the line rate.
+            pricing: schedule === "auto" ? pricingOf(links[mode], cpuShare[mode]) : undefined,
             wire,
           };
           // The row's own launch gives every column but hidden: its steps run alone, as the peer's do.
