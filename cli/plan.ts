@@ -11,6 +11,7 @@ import { accumulatedProfile, DEFAULT_LINK, measureProfile } from "../schedule/si
 import { layerParameterBytes, layoutOf, type ModelSpec } from "../schedule/devices/mod.ts";
 import type { Link } from "../schedule/runtime/mod.ts";
 import { ddpBuckets, loadSchedule } from "../schedule/mod.ts";
+import type { MeasuredLink } from "../schedule/mpi/mod.ts";
 import { SCHEDULE_NAMES, type TrainArgs } from "./args.ts";
 import { CliError, closest } from "./errors.ts";
 
@@ -45,7 +46,8 @@ export function describeGroups(
 
 /**
  * The plan `--schedule` names for `local` (the model as built here), with the model spec the devices
- * build: `auto` may regroup its layers. Prints what `auto` chose and why through `say`.
+ * build: `auto` may regroup its layers, priced at `measured` (the link between MPI ranks) where
+ * given, else at `link`, else at an assumed one. Prints what `auto` chose and why through `say`.
  */
 export async function choosePlan(
   args: TrainArgs,
@@ -53,6 +55,7 @@ export async function choosePlan(
   spec: ModelSpec,
   link: Link | undefined,
   say: (line: string) => void,
+  measured?: MeasuredLink,
 ): Promise<{ plan: Plan; spec: ModelSpec }> {
   const groups = layoutOf(local.namedParameters()).groups.map((g) => g.name);
   const name = args.schedule;
@@ -78,14 +81,18 @@ export async function choosePlan(
     // Hybrid cannot carry BatchNorm statistics yet, nor split a graph with several losses.
     const allowHybrid = local.namedBuffers().length === 0 && (local.graph?.losses.length ?? 0) <= 1;
     // Priced in the run's own reduction mode: master and allreduce move, sum and update differently.
-    const plan = autoSchedule(profile, link ?? DEFAULT_LINK, args.devices, {
+    // Across ranks, at the link measured between them: both ways, one way, and the cores it takes.
+    const priced = measured?.link ?? link;
+    const plan = autoSchedule(profile, priced ?? DEFAULT_LINK, args.devices, {
       allowHybrid,
       mode: args.reduce,
+      oneWayBandwidthBytesPerSecond: measured?.oneWayBytesPerSecond,
+      commCpuShare: measured?.commCpuShare,
     });
     say(
       `auto schedule: ${plan.name} over groups ${describeGroups(plan, local)} (priced at ${
-        link
-          ? link.label
+        priced
+          ? priced.label
           : `${DEFAULT_LINK.bandwidthBytesPerSecond / 1e9} GB/s, ${
             DEFAULT_LINK.latencySeconds * 1e6
           } µs (${DEFAULT_LINK.label}, assumed)`

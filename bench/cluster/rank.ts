@@ -67,7 +67,7 @@ import {
 } from "../../schedule/runtime/mod.ts";
 import { uniformValues } from "../../engine/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
-import { type CpuTimes, readCpuTimes } from "./cpu_use.ts";
+import { type CpuTimes, readCpuTimes } from "../../schedule/mpi/cpu_use.ts";
 
 /** What one run does. */
 export interface RankConfig {

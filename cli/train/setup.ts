@@ -26,7 +26,7 @@ import { BackendDevice, type ModelSpec, type ParameterLayout } from "../../sched
 import { type CaffeLayerWeights, parseCaffeModel } from "../../engine/caffe/mod.ts";
 import type { SafetensorsFile } from "../../engine/io/mod.ts";
 import type { ParameterEntry } from "../../engine/nn/mod.ts";
-import type { MpiTransport } from "../../schedule/mpi/mod.ts";
+import { measureLink, type MpiTransport } from "../../schedule/mpi/mod.ts";
 import { type Link, resumeResiduals } from "../../schedule/runtime/mod.ts";
 import { checkBuffersCarried } from "../../schedule/runtime/start.ts";
 import { checkDeviceCount, DEFAULTS, type TrainArgs } from "../args.ts";
@@ -113,10 +113,14 @@ async function chooseRunPlan(
   local: Network,
   baseSpec: ModelSpec,
 ): Promise<{ plan: Plan; spec: ModelSpec }> {
-  // A measured (auto) schedule could differ between ranks: rank 0 measures and decides for all.
+  // A measured (auto) schedule could differ between ranks: rank 0 measures and decides for all, at
+  // the link every rank measured together (nothing else says what joins the hosts).
+  const measured = transport && args.schedule === "auto" && transport.size > 1
+    ? await measureLink(transport, { bytes: 4 * local.parameterCount(), dataPlane: args.dataPlane })
+    : undefined;
   return transport && args.schedule === "auto"
     ? await transport.broadcastJson(
-      root ? await choosePlan(args, local, baseSpec, link, say) : null,
+      root ? await choosePlan(args, local, baseSpec, link, say, measured) : null,
       0,
       { deadline: performance.now() + 600_000 },
       "broadcast the automatic schedule",

@@ -22,6 +22,16 @@
 
 export { MpiError } from "./library.ts";
 export { type BulkCollectives, type BulkRequest, type DataPlane, SocketMesh } from "./sockets.ts";
+export {
+  describeMeasuredLink,
+  LINK_PROBE_BYTES,
+  LINK_PROBE_REPEATS,
+  linkProbeBytes,
+  type LinkProbeOptions,
+  type MeasuredLink,
+  measureLink,
+} from "./link_probe.ts";
+export { type CpuTimes, parseProcStat, readCpuTimes } from "./cpu_use.ts";
 export { detectMpiLaunch, inspectMpiLaunch, type MpiDetection, type MpiLaunch } from "./launch.ts";
 export { MpiRequest, TransportError, type WaitOptions } from "./request.ts";
 export { type GatherOptions, type MpiBuffer, MpiTransport, type MpiTransportOptions } from "./transport.ts";

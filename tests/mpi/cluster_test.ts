@@ -255,6 +255,46 @@ Deno.test({
   },
 });
 
+// Mutations tried, each failing this test: choosePlan saying the measured link but pricing at the
+// assumed one (12 GB/s in the why line; at batch 16 hybrid still wins there, so the choice alone
+// would not tell); the probe's rate over the sum of its timed transfers instead of their median (a
+// third of the link's rate); each rank's bytes counted twice (twice the link's rate).
+Deno.test({
+  name: "cluster: --schedule auto across hosts prices at the link it measured between them (100 Mbit/s)",
+  ignore: missing !== undefined,
+  fn: async () => {
+    const run = await deno("cli/cluster.ts", [
+      "--hosts",
+      "2",
+      "--rate",
+      "100mbit",
+      "--",
+      "--model",
+      "alexnet-like",
+      "--steps",
+      "1",
+      "--batch",
+      "16",
+      "--schedule",
+      "auto",
+    ]);
+    assert.equal(run.code, 0, run.stderr);
+    const priced =
+      /^auto schedule: (\S+) over groups .* \(priced at the link measured between the 2 ranks: ([\d.]+) Gbit\/s per direction both ways, ([\d.]+) one way, (\d+) µs/m
+        .exec(run.stdout);
+    assert.ok(priced, run.stdout);
+    const [, chosen, twoWay, oneWay] = priced;
+    // tc's token bucket holds each direction to 100 Mbit/s: what the probe measured is at most that
+    // (a few percent over for its burst and the clocks) and, with the cores idle but for it, most of it.
+    for (const rate of [Number(twoWay), Number(oneWay)]) assert.ok(rate >= 0.05 && rate <= 0.105, priced[0]);
+    // At 100 Mbit/s the FC gradients (4.2 MB) take a third of a second each way; their activations
+    // (0.5 MB at batch 16) far less: sharding the FC layers wins, as bench/CLUSTER.md measured at 1 Gbit/s.
+    assert.equal(chosen, "hybrid", run.stdout);
+    // And the candidates were priced at it (0.0125 GB/s), not at the assumed link (12 GB/s).
+    assert.match(run.stdout, /^ {2}why: hybrid: .* at 0\.0 GB\/s with 2 devices \(master\)/m);
+  },
+});
+
 // Mutation tried: the paired trainer skipping its last step (or stepping with another learning rate)
 // makes the digests differ, and a pairedWith the rank script ignores leaves no paired figures.
 Deno.test({

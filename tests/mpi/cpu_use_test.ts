@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { parseProcStat, readCpuTimes } from "../../bench/cluster/cpu_use.ts";
+import { parseProcStat, readCpuTimes } from "../../schedule/mpi/cpu_use.ts";
 
 // A 2-core /proc/stat: user 300, nice 10, system 120, idle 5000, iowait 70, irq 5, softirq 75, steal 40.
 const STAT = [

@@ -1,7 +1,8 @@
 /**
  * The machine's CPU time from Linux's `/proc/stat`, which every network namespace reads alike: what
- * `bench:cluster` charges an exchange for (its copies, TCP and the software switch run on the cores
- * the hosts compute on).
+ * a transfer costs the cores beside it (its copies, TCP, and on one machine's emulated hosts the
+ * software switch run on the cores the hosts compute on), for the link probe that `auto` prices with
+ * (`link_probe.ts`) and for `bench:cluster`.
  *
  * @module
  */
