@@ -26,7 +26,7 @@
  *   one's (a second trainer on the same ranks and link; which of the two goes first alternates).
  *
  * Usage: `deno run -A bench/cluster/rank.ts '<json config>'`, config `{ net, schedule, mode, batch,
- * steps, warmup, linkBytesPerSecond, pricing?, wire?, deviceThreads?, dataPlane?, pairedWith? }`; `net` is `alexnet-like`, `alexnet` or `probe:<MB>`.
+ * steps, warmup, linkBytesPerSecond, wire?, deviceThreads?, dataPlane?, pairedWith? }`; `net` is `alexnet-like`, `alexnet` or `probe:<MB>`.
  *
  * @module
  */
@@ -57,7 +57,7 @@ import {
   measureProfile,
   type Profile,
 } from "../../schedule/simulator/mod.ts";
-import { type DataPlane, MpiTransport } from "../../schedule/mpi/mod.ts";
+import { type DataPlane, type MeasuredLink, measureLink, MpiTransport } from "../../schedule/mpi/mod.ts";
 import {
   type DataParallelStepResult,
   spanKind,
@@ -83,13 +83,8 @@ export interface RankConfig {
   steps: number;
   /** Warm-up steps before them. */
   warmup: number;
-  /** The link's rate, for `auto` to price transfers where `pricing` does not say more. */
+  /** The link's nominal rate (`auto` measures the link itself, as the train command does). */
   linkBytesPerSecond: number;
-  /**
-   * What `auto` prices its choice at, as the simulator's columns do: the link as calibrated on the
-   * probes, the CPU rates, the share of compute a transfer takes. Absent: the line rate alone.
-   */
-  pricing?: AutoPricing;
   /** How gradients travel (default fp32). */
   wire?: WireFormat;
   /** Kernel threads of each rank's device (default: the cores of its host). */
@@ -105,27 +100,25 @@ export interface RankConfig {
 }
 
 /**
- * The costs `auto` prices with, beside the reduction mode and the device count a run fixes: plain
- * data, so that a config travels as JSON.
+ * What `auto` chooses for `config` on `devices` ranks from the net's per-layer `profile`, as the train
+ * command chooses across ranks: every candidate priced at the link `measured` between the ranks (both
+ * ways, one way, the share of the cores it takes; `measureLink`), else at the nominal rate, in the
+ * config's reduction mode.
  */
-export type AutoPricing = Pick<
-  CostOptions,
-  | "link"
-  | "oneWayBandwidthBytesPerSecond"
-  | "memoryBandwidthBytesPerSecond"
-  | "updateSecondsPerByte"
-  | "pipelineChunkBytes"
-  | "commCpuShare"
->;
-
-/**
- * What `auto` chooses for `config` on `devices` ranks from the net's per-layer `profile`: every
- * candidate priced at `config.pricing` (else the line rate alone) in the config's reduction mode.
- */
-export function autoChoice(profile: Profile, config: RankConfig, devices: number): AutoPlan {
-  const { link, ...costs } = config.pricing ??
-    { link: { bandwidthBytesPerSecond: config.linkBytesPerSecond, latencySeconds: 50e-6 } };
-  return autoSchedule(profile, link, devices, { ...costs, allowHybrid: true, mode: config.mode });
+export function autoChoice(
+  profile: Profile,
+  config: RankConfig,
+  devices: number,
+  measured?: MeasuredLink,
+): AutoPlan {
+  const link = measured?.link ??
+    { bandwidthBytesPerSecond: config.linkBytesPerSecond, latencySeconds: 50e-6 };
+  return autoSchedule(profile, link, devices, {
+    allowHybrid: true,
+    mode: config.mode,
+    oneWayBandwidthBytesPerSecond: measured?.oneWayBytesPerSecond,
+    commCpuShare: measured?.commCpuShare,
+  });
 }
 
 /** The model spec of a config's net. */
@@ -302,11 +295,17 @@ if (import.meta.main) {
     let plan: Plan;
     if (config.schedule === "auto") {
       // Measured on rank 0 and sent to every rank, as the train command does: ranks must agree.
+      // Every rank measures the link together, over the data plane training will use.
+      const measured = await measureLink(transport, {
+        bytes: 4 * reference.parameterCount(),
+        dataPlane: config.dataPlane,
+      });
       const auto = transport.rank === 0
         ? autoChoice(
           measureProfile(reference, config.batch / transport.size, { description: config.net }),
           config,
           transport.size,
+          measured,
         )
         : undefined;
       const choice = auto ? { plan: auto as Plan, assignment: auto.assignment } : null;

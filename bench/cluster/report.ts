@@ -31,6 +31,7 @@ import { parseArgs } from "node:util";
 import { CpuBackend, type Plan } from "../../mod.ts";
 import {
   calibrateProfile,
+  type CostOptions,
   measureProfile,
   type Profile,
   regroupProfile,
@@ -53,7 +54,7 @@ import {
   removeCluster,
 } from "../../cli/cluster.ts";
 import { pytorchAvailable, pytorchCommand, type PytorchResult } from "../peers/pytorch.ts";
-import { type AutoPricing, type RankConfig, specOf } from "./rank.ts";
+import { type RankConfig, specOf } from "./rank.ts";
 import { measureStamp, stampBlock } from "../stamp.ts";
 import { measureExchangeRates } from "../exchange_rates.ts";
 
@@ -360,10 +361,9 @@ function predictMs(
 
 /**
  * The simulator's costs over `link`, with the CPU rates above and compute beside a transfer at
- * `1 − commCpuShare` of its speed: what the `sim.` and `pred.` columns price with, and what an `auto`
- * row chooses its plan by (so that its choice and the columns price one model).
+ * `1 − commCpuShare` of its speed: what the `sim.` and `pred.` columns price with.
  */
-function pricingOf(link: LinkRates, commCpuShare = 0): AutoPricing {
+function pricingOf(link: LinkRates, commCpuShare = 0): Omit<CostOptions, "devices" | "mode"> {
   return {
     link: { bandwidthBytesPerSecond: link.twoWay, latencySeconds: 50e-6 },
     oneWayBandwidthBytesPerSecond: link.oneWay,
@@ -479,9 +479,10 @@ say(
     } GB/s of parameters, device-order sum ${
       (cpuRates.sumBytesPerSecond / 1e9).toFixed(1)
     } GB/s per input. ` +
-    "An `auto` row chooses its plan with the same model as the **pred.** column: rank 0 measures the net's " +
-    "per-layer profile (no transfer beside it) and prices every candidate at the calibrated link, these CPU " +
-    "rates and the share s, in the row's own reduction mode.",
+    "An `auto` row chooses its plan as `train --schedule auto` does across ranks: the ranks measure the link " +
+    "between them first (`schedule/mpi/link_probe.ts`: both ways, one way, latency, and the share of the cores " +
+    "the transfers keep busy), and rank 0 prices every candidate at it on the net's per-layer profile, in the " +
+    "row's reduction mode.",
 );
 
 for (const rate of LINKS) {
@@ -624,8 +625,6 @@ for (const rate of LINKS) {
             steps,
             warmup,
             linkBytesPerSecond: bytesPerSecond,
-            // auto chooses at what the probes measured, as the pred. column prices; not the line rate.
-            pricing: schedule === "auto" ? pricingOf(links[mode], cpuShare[mode]) : undefined,
             wire,
           };
           // The row's own launch gives every column but hidden: its steps run alone, as the peer's do.

@@ -28,7 +28,10 @@ export const LINK_PROBE_REPEATS = 3;
 const MESSAGE_BYTES = 1 << 20;
 
 /** Smallest and largest buffer a rank sends: 1 MiB and 32 MiB (about a second over 1 Gbit/s both ways). */
-export const LINK_PROBE_BYTES = Object.freeze({ min: 1 << 20, max: 32 << 20 });
+export const LINK_PROBE_BYTES: Readonly<{ min: number; max: number }> = Object.freeze({
+  min: 1 << 20,
+  max: 32 << 20,
+});
 
 /** The most of the cores a transfer is said to take: the simulator needs compute to move. */
 const MAX_SHARE = 0.95;

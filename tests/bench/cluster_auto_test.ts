@@ -1,17 +1,17 @@
 /**
- * `bench:cluster`'s `auto` rows choose their plan with the costs the report measured before them (the
- * link calibrated on the probes, one way and both ways, the CPU rates, the share of compute a
- * transfer takes), in the row's own reduction mode, as the `pred.` column prices, not at the line rate.
- * The profile is the AlexNet-like net's at 32 images per rank as measured on a 2-core machine
- * (milliseconds rounded to 10 µs), fixed here so that the choices are the same on every machine.
+ * `bench:cluster`'s `auto` rows choose their plan as `train --schedule auto` does across ranks: at the
+ * link measured between the ranks (both ways, one way, the share of the cores a transfer takes), in
+ * the row's own reduction mode, not at the nominal line rate. The profile is the AlexNet-like net's at
+ * 32 images per rank as measured on a 2-core machine (milliseconds rounded to 10 µs), fixed here so
+ * that the choices are the same on every machine.
  *
- * Mutations tried, each failing this test: `autoChoice` dropping the pricing's costs beside the link
- * (the share never reaches the simulator: overlap chosen in every case); pricing at the line rate
- * whatever `pricing` says (1.3 GB/s in the reason); the reduction mode left out (master priced for an
- * allreduce row).
+ * Mutations tried, each failing this test: `autoChoice` leaving out the measured share (overlap
+ * chosen in every case); pricing at the nominal rate whatever was measured (1.3 GB/s in the reason);
+ * the reduction mode left out (master priced for an allreduce row).
  */
 import assert from "node:assert/strict";
-import { autoChoice, type AutoPricing, type RankConfig } from "../../bench/cluster/rank.ts";
+import { autoChoice, type RankConfig } from "../../bench/cluster/rank.ts";
+import type { MeasuredLink } from "../../schedule/mpi/mod.ts";
 import type { LayerProfile, Profile } from "../../schedule/simulator/mod.ts";
 
 const layer = (
@@ -47,17 +47,15 @@ const PROFILE: Profile = {
   ],
 };
 
-/** The committed 10 Gbit/s run's calibration (bench/CLUSTER.md): 6.08 Gbit/s both ways, 9.58 one way. */
-const pricing = (commCpuShare: number): AutoPricing => ({
-  link: { bandwidthBytesPerSecond: 6.08e9 / 8, latencySeconds: 50e-6 },
-  oneWayBandwidthBytesPerSecond: 9.58e9 / 8,
-  memoryBandwidthBytesPerSecond: 8e9,
-  updateSecondsPerByte: 1 / 4e9,
-  pipelineChunkBytes: 4 << 20,
+/** A 10 Gbit/s link as 2 emulated hosts on 2 cores carry it: 6.08 Gbit/s both ways, 9.58 one way. */
+const measured = (commCpuShare: number): MeasuredLink => ({
+  link: { bandwidthBytesPerSecond: 6.08e9 / 8, latencySeconds: 50e-6, label: "measured" },
+  oneWayBytesPerSecond: 9.58e9 / 8,
   commCpuShare,
+  bytes: 4 << 20,
 });
 
-const config = (mode: "master" | "allreduce", priced?: AutoPricing): RankConfig => ({
+const config = (mode: "master" | "allreduce"): RankConfig => ({
   net: "alexnet-like",
   schedule: "auto",
   mode,
@@ -65,25 +63,24 @@ const config = (mode: "master" | "allreduce", priced?: AutoPricing): RankConfig 
   steps: 1,
   warmup: 0,
   linkBytesPerSecond: 10e9 / 8,
-  pricing: priced,
 });
 
 const pricedAt = (reason: string) => /at ([\d.]+ GB\/s with 2 devices \(\w+\))/.exec(reason)?.[1];
 
-Deno.test("bench:cluster auto rows: priced at the calibrated link, CPU rates and share, in the row's mode", () => {
+Deno.test("bench:cluster auto rows: priced at the measured link and share, in the row's mode", () => {
   for (const mode of ["master", "allreduce"] as const) {
-    // The line rate alone: a 10 Gbit/s link with nothing on the CPU; the split's overlap wins.
+    // The nominal rate alone: a 10 Gbit/s link with nothing on the CPU; the split's overlap wins.
     const line = autoChoice(PROFILE, config(mode), 2);
     assert.equal(pricedAt(line.judgement.reason), `1.3 GB/s with 2 devices (${mode})`);
     assert.equal(line.name, "overlap");
-    // The calibrated link with no share: slower, but the same choice.
-    const link = autoChoice(PROFILE, config(mode, pricing(0)), 2);
+    // The measured link with no share: slower, but the same choice.
+    const link = autoChoice(PROFILE, config(mode), 2, measured(0));
     assert.equal(pricedAt(link.judgement.reason), `0.8 GB/s with 2 devices (${mode})`);
     assert.equal(link.name, "overlap");
-    // With the share the probes measured there (0.95), compute beside a transfer runs at 5% of its
-    // speed: the overlap's predicted step grows by a fifth and hybrid, whose activations are a few
-    // hundred kilobytes, wins.
-    const shared = autoChoice(PROFILE, config(mode, pricing(0.95)), 2);
+    // With the share measured there (0.95, the most the simulator takes), compute beside a transfer
+    // runs at 5% of its speed: the overlap's predicted step grows by a fifth and hybrid, whose
+    // activations are a few hundred kilobytes, wins.
+    const shared = autoChoice(PROFILE, config(mode), 2, measured(0.95));
     assert.ok(shared.judgement.split!.overlapSeconds > 1.2 * link.judgement.split!.overlapSeconds);
     assert.equal(shared.name, "hybrid");
     assert.deepEqual(shared.groups, ["fc", "conv"]);
