@@ -51,12 +51,7 @@ import {
   parametersSha256,
 } from "../../schedule/devices/mod.ts";
 import { ddpBuckets } from "../../schedule/mod.ts";
-import {
-  type AutoPlan,
-  type CostOptions,
-  measureProfile,
-  type Profile,
-} from "../../schedule/simulator/mod.ts";
+import { type AutoPlan, measureProfile, type Profile } from "../../schedule/simulator/mod.ts";
 import { type DataPlane, type MeasuredLink, measureLink, MpiTransport } from "../../schedule/mpi/mod.ts";
 import {
   type DataParallelStepResult,
