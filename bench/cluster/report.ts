@@ -31,7 +31,6 @@ import { parseArgs } from "node:util";
 import { CpuBackend, type Plan } from "../../mod.ts";
 import {
   calibrateProfile,
-  type CostOptions,
   measureProfile,
   type Profile,
   regroupProfile,
@@ -351,27 +350,17 @@ function predictMs(
     backwardSeconds: Object.fromEntries(totals.map((t) => [t.group, t.backwardSeconds * scale])),
   });
   return simulate(r.plan, scaled, {
-    ...pricingOf(link, commCpuShare),
-    devices: 2,
-    mode: r.mode,
-    // Measured in the row's own trace, as its compute is: the runtime, not the link.
-    handoffSeconds: (r.handoffMs ?? 0) / 1000,
-  }).stepSeconds * 1000;
-}
-
-/**
- * The simulator's costs over `link`, with the CPU rates above and compute beside a transfer at
- * `1 − commCpuShare` of its speed: what the `sim.` and `pred.` columns price with.
- */
-function pricingOf(link: LinkRates, commCpuShare = 0): Omit<CostOptions, "devices" | "mode"> {
-  return {
     link: { bandwidthBytesPerSecond: link.twoWay, latencySeconds: 50e-6 },
     oneWayBandwidthBytesPerSecond: link.oneWay,
+    devices: 2,
+    mode: r.mode,
     memoryBandwidthBytesPerSecond: cpuRates.sumBytesPerSecond,
     updateSecondsPerByte: cpuRates.updateSecondsPerByte,
     pipelineChunkBytes: DEFAULT_CHUNK_BYTES,
+    // Measured in the row's own trace, as its compute is: the runtime, not the link.
+    handoffSeconds: (r.handoffMs ?? 0) / 1000,
     commCpuShare,
-  };
+  }).stepSeconds * 1000;
 }
 
 /** The simulator's link: bytes per second per direction with both directions busy, and with one. */
