@@ -37,7 +37,7 @@ Deno.test({
     assert.notEqual(serial.code, 0, `sequential opened the gate:\n${serial.stdout}`);
     assert.match(
       serial.stderr,
-      /tandem: device 0: conv backward of step 0 waited 2 s for that step's FC update, which never came: the runtime did not overlap the FC update with the conv backward \(MPI rank 0, step 0\)/,
+      /tandem: device 0: conv backward of step 0 waited 2 s for that step's FC update, which never came: the runtime did not overlap the FC update with the conv backward \(reports passed: fc; held: conv; the runtime's last event of step 0: none\) \(MPI rank 0, step 0\)/,
     );
     // The message is the gate's own (its 2 s wait), not the 60 s collective timeout: the job failed
     // on the cause, not on a hang.
