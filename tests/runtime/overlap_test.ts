@@ -140,7 +140,9 @@ for (const c of cases) {
   // runIteration: the runtime then never applies the FC update while device 0's conv
   // backward is held, and the step fails with the gate's "did not overlap" error after 30 s. (The
   // gate waited 10 s until a parallel CI run, every core busy, once failed it at step 2 and then
-  // passed again, alone and in the full suite: a slow wait or a rare hang, not yet known.)
+  // passed again, alone and in the full suite; with 30 s a fresh-clone CI run failed it at step 2
+  // once more (2026-12-05): a rare hang, not yet reproduced. The gate's message now says where the
+  // step stood: device 0's reports in order, device 1's, and the runtime's last lane event.)
   Deno.test({
     name: `overlap (${c.exchange}): the FC update is applied while device 0's conv backward waits for it`,
     ignore: c.ignore,
@@ -171,11 +173,16 @@ for (const c of cases) {
         await assert.rejects(trainer.step(tiny.batch(0)), (error: Error) => {
           assert.ok(error instanceof DeviceError, `not a DeviceError: ${error}`);
           assert.equal(error.device, 0);
-          assert.equal(
+          // Then where the step stood: device 0's reports, device 1's progress so far (how far it
+          // got in the 2 s varies with the machine's load), no lane event.
+          assert.match(
             error.message,
-            "device 0: conv backward of step 0 waited 2 s for that step's FC update, which never came: " +
-              "the runtime did not overlap the FC update with the conv backward " +
-              "(reports passed: fc; held: conv; the runtime's last event of step 0: none)",
+            new RegExp(
+              "^device 0: conv backward of step 0 waited 2 s for that step's FC update, which never came: " +
+                "the runtime did not overlap the FC update with the conv backward " +
+                "\\(reports passed: fc; held: conv; (device 1: reported fc(, reported conv(, finished)?)?; )?" +
+                "the runtime's last event of step 0: none\\)$",
+            ),
           );
           return true;
         });
