@@ -55,8 +55,10 @@ const tiny: Workload = {
 };
 
 /**
- * For the CPU trace: conv backward of 50–100 ms per 8-sample shard against well under 1 ms of FC
- * reduce and update, a margin the 2-core test machine running test files in parallel keeps.
+ * For the CPU trace: a conv backward of tens of milliseconds per 8-sample shard against well under
+ * 1 ms of FC reduce and update, a margin the 2-core test machine running test files in parallel
+ * keeps (in 11 full parallel runs on 2026-12-05 the FC update led the last conv backward by 10–215
+ * ms under overlap; sequential's never led).
  */
 const wide: Workload = {
   model: { kind: "module", url: networks, exportName: "wideConvNet", args: [1, 64] },
