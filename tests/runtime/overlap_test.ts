@@ -144,10 +144,11 @@ for (const c of cases) {
   // gate waited 10 s until a parallel CI run, every core busy, once failed it at step 2 and then
   // passed again, alone and in the full suite; with 30 s a fresh-clone CI run failed it at step 2
   // once more (2026-12-05): a rare hang, not yet reproduced. The gate's message now says where the
-  // step stood: device 0's reports in order, device 1's, and the runtime's last lane event. A lead:
-  // this file run alone, twice at once, aborted at exit on glibc heap corruption in about 4% of
-  // runs after passing (tokio threads exiting), and never once its WebGPU probe was removed: a
-  // teardown bug where a WebGPU adapter and CPU Workers share a `deno test` process.)
+  // step stood: device 0's reports in order, device 1's, and the runtime's last lane event. A lead
+  // ruled out: `deno test` processes that requested a WebGPU adapter (Mesa through EGL) abort at
+  // exit in 2-6% of short runs, Workers or not, and none of 300 without the adapter. The core
+  // dumps show libglvnd's libEGL destructor, run by exit(), freeing while a thread that used EGL
+  // exits: it happens only at exit, so it cannot stall a step.)
   Deno.test({
     name: `overlap (${c.exchange}): the FC update is applied while device 0's conv backward waits for it`,
     ignore: c.ignore,
