@@ -146,9 +146,10 @@ for (const c of cases) {
   // once more (2026-12-05): a rare hang, not yet reproduced. The gate's message now says where the
   // step stood: device 0's reports in order, device 1's, and the runtime's last lane event. A lead
   // ruled out: `deno test` processes that requested a WebGPU adapter (Mesa through EGL) abort at
-  // exit in 2-6% of short runs, Workers or not, and none of 300 without the adapter: Deno drops
-  // the test runtime on a tokio thread, which unloads EGL (dlclose), while the main thread's exit()
-  // runs libEGL's destructor (core dumps, gdb). It happens only at exit, so it cannot stall a step.)
+  // exit in 2-6% of short runs, Workers or not, and none of 300 without the adapter: at teardown a
+  // tokio thread unloads Mesa's EGL libraries (dlclose) while the main thread's exit() runs
+  // libEGL's destructor (gdb, core dumps). Only at exit, so it cannot stall a step; 249 runs of
+  // this test beside 7 full runs (2026-12-05) gave 6 such exits and no hang.)
   Deno.test({
     name: `overlap (${c.exchange}): the FC update is applied while device 0's conv backward waits for it`,
     ignore: c.ignore,
