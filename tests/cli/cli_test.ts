@@ -5,6 +5,7 @@
 
 import assert from "node:assert/strict";
 import { signalOnceTraining } from "../fixtures/process.ts";
+import "../fixtures/webgpu_driver.ts";
 
 import { runSlowTests, slowTest } from "../fixtures/slow.ts";
 
