@@ -1,15 +1,14 @@
 import assert from "node:assert/strict";
-import { chosenWebGpuBackend, lavapipeInstalled } from "../fixtures/webgpu_driver.ts";
+import { lavapipeInstalled } from "../fixtures/webgpu_driver.ts";
 import { moduleWebGpu } from "../fixtures/webgpu.ts";
 
+// After the fixture: "vulkan" (its choice, or the environment's), or a backend the environment named.
+const backend = Deno.env.get("DENO_WEBGPU_BACKEND");
 const lavapipe = lavapipeInstalled();
-const preset = chosenWebGpuBackend === undefined ? Deno.env.get("DENO_WEBGPU_BACKEND") : undefined;
+const checked = lavapipe && (backend === undefined || backend === "vulkan");
 if (!lavapipe) {
   console.log("webgpu driver: lavapipe (mesa-vulkan-drivers) not installed; WebGPU keeps wgpu's default");
-} else if (preset !== undefined) {
-  console.log(`webgpu driver: DENO_WEBGPU_BACKEND=${preset} set by the environment`);
-}
-const checked = lavapipe && preset === undefined;
+} else if (!checked) console.log(`webgpu driver: DENO_WEBGPU_BACKEND=${backend} set by the environment`);
 const gpu = checked ? await moduleWebGpu({ name: "webgpu:driver" }) : null;
 
 // Mutation tried: without the fixture's `Deno.env.set`, the adapter request opens libEGL (this
