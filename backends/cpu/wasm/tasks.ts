@@ -424,9 +424,25 @@ function runElementwise(x: KernelExports, args: Int32Array, t: number, threads: 
   else x.add_scale(a + at, b + at, out + at, e1 - e0, bitsFloat(extra));
 }
 
+/** Per field list, a record holding every field once: what {@link decode} copies. */
+const decodeTemplates = new Map<readonly string[], Record<string, number>>();
+
+/**
+ * A task's fields as a record, on every call of every thread's share. Built by copying a template
+ * that already has every field, not by adding fields one by one: V8 turns an object that gains more
+ * than about a dozen properties by computed keys into a slow dictionary. Measured on a 2-core EPYC:
+ * 10–16 µs per call in a loop of 256³ products (which take about 350 µs on 2 threads), against
+ * 1 µs for the copy; 2.4 against 1.7 µs per call in an AlexNet-like training step (53 calls).
+ */
 function decode(kind: TaskKind, args: Int32Array): Record<string, number> {
-  const out: Record<string, number> = {};
-  fieldsOf(kind).forEach((field, i) => (out[field] = args[i]));
+  const fields = fieldsOf(kind);
+  let template = decodeTemplates.get(fields);
+  if (!template) {
+    template = Object.fromEntries(fields.map((field) => [field, 0]));
+    decodeTemplates.set(fields, template);
+  }
+  const out = { ...template };
+  for (let i = 0; i < fields.length; i++) out[fields[i]] = args[i];
   return out;
 }
 
