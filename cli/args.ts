@@ -188,9 +188,8 @@ Parallelism
   --backend cpu|webgpu  device kind (default cpu: Workers; webgpu: one GPUDevice per device handle)
   --devices N           device handles, N >= 1 (default ${DEFAULTS.devices}; under MPI: the number of ranks);
                         at most what this machine's memory and cores hold for the model (said if exceeded)
-  --threads N           kernel threads of each CPU device (default: its share of the cores, cores /
-                        devices, or cores / ranks on the host under MPI); give each rank its share where
-                        hosts share one machine's cores (deno task cluster)
+  --threads N           kernel threads of each CPU device (default: its share of the cores it may run on,
+                        cores / devices, or cores / ranks on the host under MPI)
   --compute-nice N      nice value of the CPU devices' compute threads, 0..19 (Linux; default 10: below
                         the thread that exchanges gradients, so it runs the moment it wakes; 0: level)
   --transport T         local | mpi (default local, or mpi when started by mpirun): mpi runs one device

@@ -10,6 +10,9 @@
  * cli/train.ts …` (see {@link mpirunArguments}); here a launch agent enters each host's namespace
  * where mpirun would ssh to the host.
  *
+ * Each host runs on cores of its own (this machine's cores split evenly among the hosts, `taskset`),
+ * as a real host would: see {@link hostCores}.
+ *
  * Needs root, iproute2 (`ip`, `tc`) and Open MPI; without them it says which is missing and exits 2.
  *
  * @module
@@ -31,7 +34,8 @@ usage: deno task cluster --hosts N --rate R [--delay D] -- <train arguments>
 
 Every host's traffic to the others goes through its own shaped link (both directions), over TCP.
 Needs root, iproute2 (ip, tc) and Open MPI (mpirun). Everything it creates is removed when it ends.
-The hosts share this machine's cores: give each rank its share with the train command's --threads.
+Each host runs on cores of its own, this machine's cores split evenly (with fewer cores than hosts,
+the hosts share them all).
 On real machines the same run is:
   mpirun --host a,b -np 2 --bind-to none --mca btl self,tcp ./node_modules/.bin/deno run -A cli/train.ts …`;
 
@@ -109,6 +113,13 @@ export interface Cluster {
    * failed), or `undefined` where they arrive in order, as on a real link.
    */
   reorders?: string;
+  /**
+   * The cores each host runs on, rank order, as `taskset -c` lists (`"0"`, `"2-3"`); `undefined`
+   * where the hosts share every core ({@link hostCores}).
+   */
+  cores?: string[];
+  /** Why the hosts share every core (fewer cores than hosts, no `taskset`), or `undefined`. */
+  sharesCores?: string;
 }
 
 /** Runs a command, throwing a CliError with its stderr if it fails. */
@@ -193,12 +204,74 @@ export async function createCluster(hosts: number, rate: string, delay?: string)
         cluster.reorders ??= await keepFlowsInOrder(where, device);
       }
     }
-    cluster.agent = await writeAgent(namespaces, addresses);
+    const cores = allowedCores();
+    const split = hostCores(hosts, cores);
+    if (!split) {
+      cluster.sharesCores = `${hosts} hosts on ${cores.length} core${cores.length > 1 ? "s" : ""}`;
+    } else if (!(await found("taskset"))) {
+      cluster.sharesCores = "taskset is missing (apt-get install util-linux)";
+    } else cluster.cores = split.map(coreList);
+    cluster.agent = await writeAgent(namespaces, addresses, cluster.cores);
     return cluster;
   } catch (error) {
     await removeNamespaces(made);
     throw error;
   }
+}
+
+/**
+ * The cores this process may run on (`Cpus_allowed_list` of `/proc/self/status`), else 0 … n − 1 for
+ * the n that `navigator.hardwareConcurrency` reports.
+ */
+export function allowedCores(): number[] {
+  try {
+    const line = /^Cpus_allowed_list:\s*(\S+)/m.exec(Deno.readTextFileSync("/proc/self/status"));
+    if (line) {
+      const cores = line[1].split(",").flatMap((part) => {
+        const [from, to = from] = part.split("-").map(Number);
+        return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+      });
+      if (cores.length > 0 && cores.every(Number.isInteger)) return cores;
+    }
+  } catch {
+    // Not Linux: every core the runtime reports.
+  }
+  return Array.from({ length: Math.max(1, navigator.hardwareConcurrency || 1) }, (_, i) => i);
+}
+
+/**
+ * The cores each of `hosts` hosts runs on: `cores` split evenly, in order, ⌊cores / hosts⌋ each (the
+ * rest unused, so the hosts stay alike), or `undefined` where there are fewer cores than hosts and
+ * they must share them all. Why: a real host has cores of its own. Left to float over every core,
+ * two ranks that wake each other through the link were stacked on one core by Linux's wake-up
+ * placement while the other idled (2 cores, 2 hosts, 1 Gbit/s, 66.5 MB exchange: rank 0's main
+ * thread ran 0.92 s of 4 on core 0 beside rank 1's 0.76, core 1 idle 75% of the time; its event
+ * loop stalled 10–40 ms once a step, the link idling meanwhile). Pinned, the AlexNet-like step's
+ * median ran faster in 22 of 28 alternating launch pairs over 1 and 10 Gbit/s.
+ *
+ * @example
+ * ```ts
+ * import { hostCores } from "./cluster.ts";
+ * hostCores(2, [0, 1, 2, 3]); // [[0, 1], [2, 3]]
+ * hostCores(3, [0, 1]); // undefined
+ * ```
+ */
+export function hostCores(hosts: number, cores: readonly number[]): number[][] | undefined {
+  const each = Math.floor(cores.length / hosts);
+  if (each < 1) return undefined;
+  return Array.from({ length: hosts }, (_, i) => cores.slice(i * each, (i + 1) * each));
+}
+
+/** Cores as a `taskset -c` list: runs of consecutive cores as ranges (`[0, 1, 2, 5]` → `"0-2,5"`). */
+function coreList(cores: readonly number[]): string {
+  const runs: string[] = [];
+  for (let i = 0; i < cores.length;) {
+    let j = i;
+    while (j + 1 < cores.length && cores[j + 1] === cores[j] + 1) j++;
+    runs.push(j === i ? `${cores[i]}` : `${cores[i]}-${cores[j]}`);
+    i = j + 1;
+  }
+  return runs.join(",");
 }
 
 /**
@@ -308,22 +381,28 @@ async function keepFlowsInOrder(ns: string, device: string): Promise<string | un
   return `receive packet steering could not be set on ${device} (${reason || "no rps_cpus"})`;
 }
 
-/** The launch agent: mpirun calls it as `agent [options] host command…`; it enters host's namespace. */
-async function writeAgent(namespaces: string[], addresses: string[]): Promise<string> {
+/**
+ * The launch agent: mpirun calls it as `agent [options] host command…`; it enters host's namespace,
+ * on host's cores where it has its own (`cores`, taskset lists in rank order).
+ */
+async function writeAgent(namespaces: string[], addresses: string[], cores?: string[]): Promise<string> {
   const dir = await Deno.makeTempDir({ prefix: "tandem-cluster-" });
   const path = `${dir}/agent.sh`;
-  const cases = addresses.map((a, i) => `  ${a}) ns=${namespaces[i]} ;;`).join("\n");
+  const cases = addresses.map((a, i) => `  ${a}) ns=${namespaces[i]}; cpus=${cores?.[i] ?? ""} ;;`).join(
+    "\n",
+  );
   await Deno.writeTextFile(
     path,
     `#!/bin/sh
 # mpirun's launch agent for a cluster of network namespaces: "ssh host command" becomes
-# "ip netns exec <host's namespace> sh -c command".
+# "ip netns exec <host's namespace> sh -c command", on the host's own cores where it has them.
 while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
 host="$1"; shift
 case "$host" in
 ${cases}
   *) echo "tandem cluster agent: unknown host $host" >&2; exit 1 ;;
 esac
+if [ -n "$cpus" ]; then exec ip netns exec "$ns" taskset -c "$cpus" sh -c "$*"; fi
 exec ip netns exec "$ns" sh -c "$*"
 `,
   );
@@ -396,7 +475,8 @@ export function mpirunArguments(addresses: string[], subnet: string, agent?: str
     addresses.map((a) => `${a}:1`).join(","),
     "-np",
     String(addresses.length),
-    // Each rank runs a Worker beside its main thread: no pinning to one core.
+    // Each rank runs a Worker beside its main thread: no pinning to one core (a host of this
+    // machine gets its own cores from the launch agent, the rank all of them).
     "--bind-to",
     "none",
     ...(agent ? ["--mca", "plm_rsh_agent", agent] : []),
@@ -443,6 +523,8 @@ export function commandAcross(
       "netns",
       "exec",
       cluster.namespaces[0],
+      // mpirun starts host 0's rank itself: on host 0's cores (the agent places the others).
+      ...(cluster.cores ? ["taskset", "-c", cluster.cores[0]] : []),
       "mpirun",
       ...mpirunArguments(cluster.addresses, cluster.subnet, cluster.agent),
       // gloo (PyTorch's transport, for the benchmarks) must take the hosts' link, not the loopback
@@ -480,6 +562,9 @@ export async function runCluster(argv: string[]): Promise<number> {
     console.error(
       `tandem cluster: the links may reorder packets, which TCP takes for loss: ${cluster.reorders}`,
     );
+  }
+  if (cluster.sharesCores) {
+    console.error(`tandem cluster: the hosts share every core (${cluster.sharesCores})`);
   }
   let interrupted = false;
   let child: Deno.ChildProcess | undefined;

@@ -111,9 +111,8 @@ const DATA_PLANE_LABELS: Readonly<Record<DataPlane, string>> = {
   mpi: "MPI collectives",
 };
 /**
- * Kernel threads per rank: the hosts share this machine's cores, which each namespace would
- * otherwise take as its own (2 threads per rank on 2 shared cores ran the AlexNet-like step at
- * 123–131 ms against 112–115 ms with 1, medians, 10 Gbit/s, sequential, allreduce).
+ * Kernel threads per rank: its host's cores (`createCluster` gives each host ⌊cores / hosts⌋ of its
+ * own, so a rank's default would count the same).
  */
 const HOSTS = 2;
 const DEVICE_THREADS = Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / HOSTS));
@@ -420,12 +419,14 @@ say(
     `one rank per host, whose CPU device runs ${DEVICE_THREADS} kernel thread${
       DEVICE_THREADS > 1 ? "s" : ""
     } ` +
-    `(its share of the cores the hosts share, \`deviceThreads\`; PyTorch runs 1 thread per process); Open MPI's ` +
+    `(its host's cores: each host runs on ${DEVICE_THREADS} core${
+      DEVICE_THREADS > 1 ? "s" : ""
+    } of its own, \`deviceThreads\`; PyTorch runs 1 thread per process); Open MPI's ` +
     `TCP progress thread on; ` +
     `SGD momentum 0.9, weight decay 5e-4; one synthetic batch, made before the first step; ` +
     `the ranks meet at a barrier before each step, outside the timed span, Tandem's as PyTorch's. ` +
-    `Medians of the timed steps after warm-up. Both hosts share the machine's ${navigator.hardwareConcurrency} cores, ` +
-    `so compute is as on 2 cores, not 2 machines.`,
+    `Medians of the timed steps after warm-up. The hosts' network stacks still work on any of the machine's ` +
+    `${navigator.hardwareConcurrency} cores, so a transfer takes from compute, as it would not on 2 machines.`,
 );
 say();
 say(

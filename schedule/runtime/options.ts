@@ -76,9 +76,9 @@ export interface DataParallelOptions {
   accumulate?: number;
   /**
    * Kernel threads of each CPU device (default: its share of the cores, ⌊cores / devices⌋ in one
-   * process, ⌊cores / ranks on the host⌋ under MPI). Set it where hosts share cores that the launch
-   * cannot see, such as ranks in network namespaces of one machine (`deno task cluster`), or to
-   * leave cores to other work. Results do not depend on it.
+   * process, ⌊cores / ranks on the host⌋ under MPI; the cores the process may run on, so a rank
+   * that `deno task cluster` pins to its host's cores counts those). Set it where hosts share cores
+   * that the launch cannot see, or to leave cores to other work. Results do not depend on it.
    */
   deviceThreads?: number;
   /**

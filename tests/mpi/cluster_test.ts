@@ -7,8 +7,10 @@
 import assert from "node:assert/strict";
 import {
   allCoresMask,
+  allowedCores,
   commandAcross,
   createCluster,
+  hostCores,
   missingRequirement,
   removeCluster,
 } from "../../cli/cluster.ts";
@@ -185,6 +187,53 @@ Deno.test("cluster: the receive-steering mask names every core, in sysfs's 32-bi
   assert.equal(allCoresMask(32), "ffffffff");
   assert.equal(allCoresMask(33), "1,ffffffff");
   assert.equal(allCoresMask(72), "ff,ffffffff,ffffffff");
+});
+
+Deno.test("cluster: the hosts get this machine's cores split evenly, in order, or share them all when too few", () => {
+  assert.deepEqual(hostCores(2, [0, 1]), [[0], [1]]);
+  assert.deepEqual(hostCores(2, [4, 5, 6, 7]), [[4, 5], [6, 7]]);
+  // The rest unused, so the hosts stay alike.
+  assert.deepEqual(hostCores(2, [0, 1, 2]), [[0], [1]]);
+  assert.deepEqual(hostCores(4, [0, 1, 2, 3, 4, 5, 6, 7, 8]), [[0, 1], [2, 3], [4, 5], [6, 7]]);
+  assert.equal(hostCores(3, [0, 1]), undefined);
+  const own = allowedCores();
+  assert.ok(own.length >= 1 && own.every((c) => Number.isInteger(c) && c >= 0), `cores: ${own}`);
+  assert.equal(own.length, navigator.hardwareConcurrency);
+});
+
+// Every rank must run on its own host's cores, and the train command's default threads (from
+// `navigator.hardwareConcurrency`) must see that host's share, as on a real host. Mutations tried,
+// each failing it: the agent's taskset dropped (rank 1 inherits mpirun's core 0, the host 0's);
+// commandAcross's taskset dropped (rank 0 runs on every core and counts them all).
+Deno.test({
+  name: "cluster: each host's rank runs on that host's own cores, and counts only them",
+  ignore: missing !== undefined || navigator.hardwareConcurrency < 2,
+  fn: async () => {
+    const cluster = await createCluster(2, "1gbit");
+    try {
+      assert.equal(cluster.sharesCores, undefined);
+      const split = hostCores(2, allowedCores())!;
+      assert.equal(cluster.cores?.length, 2);
+      const script = "const r = Deno.env.get('OMPI_COMM_WORLD_RANK'); " +
+        "const cpus = /Cpus_allowed_list:\\s*(\\S+)/.exec(Deno.readTextFileSync('/proc/self/status'))[1]; " +
+        "console.log(JSON.stringify({ r: Number(r), cpus, threads: navigator.hardwareConcurrency }));";
+      const output = await commandAcross(cluster, [Deno.execPath(), "eval", script], {
+        stdin: "null",
+        stdout: "piped",
+        stderr: "piped",
+        signal: AbortSignal.timeout(60_000),
+      }).output();
+      assert.ok(output.success, decoder.decode(output.stderr));
+      const ranks = decoder.decode(output.stdout).trim().split("\n").map((l) => JSON.parse(l))
+        .sort((a, b) => a.r - b.r);
+      assert.deepEqual(
+        ranks,
+        split.map((cores, r) => ({ r, cpus: cluster.cores![r], threads: cores.length })),
+      );
+    } finally {
+      await removeCluster(cluster);
+    }
+  },
 });
 
 /** TCP counters of namespace `ns` from /proc (`TcpExt` and `Tcp` lines), by name. */
