@@ -38,6 +38,7 @@ import {
 } from "../../schedule/simulator/mod.ts";
 import { groupTimes } from "../../schedule/simulator/profile.ts";
 import { type GoalRow, hiddenShare, overlapGoal } from "./overlap_goal.ts";
+import { rateAtSize, type SizedRate } from "./sized_link.ts";
 import { wireBytesPerElement, type WireFormat } from "../../schedule/runtime/mod.ts";
 import { writeFileAtomic } from "../../engine/io/mod.ts";
 import { buildModel } from "../../schedule/devices/model_spec.ts";
@@ -455,8 +456,8 @@ say(
 say();
 say(
   "The simulator is calibrated, not fitted to the rows it predicts: its link runs at the rate at which its " +
-    "own model of the largest probe (below; same mode, same link) takes the step that probe measured, and " +
-    "one way (master mode's gathers and broadcasts outside a pipeline that carries both directions) at the " +
+    "own model of a probe (below; same mode, same link) takes the step that probe measured, at the row's FC " +
+    "bytes between the probes' sizes, and one way (master mode's gathers and broadcasts outside a pipeline that carries both directions) at the " +
     "median rate of one plain TCP connection between the hosts (the transfers alone, below) where that is " +
     "higher; the " +
     "exchange is the MPI runtime's pipeline " +
@@ -526,8 +527,8 @@ for (const rate of LINKS) {
     say();
     say("| FC gradients | mode | data plane | exchange | rate (of link) | cores busy beyond compute |");
     say("| --- | --- | --- | --- | --- | --- |");
-    /** The simulator's link per mode, calibrated on the largest probe. */
-    const linkRate: Partial<Record<(typeof MODES)[number], number>> = {};
+    /** The simulator's two-way link per mode, calibrated on each probe (its FC bytes, its rate). */
+    const calibrated: Record<(typeof MODES)[number], SizedRate[]> = { master: [], allreduce: [] };
     /** The share of compute speed a transfer takes per mode, measured on the largest probe. */
     const cpuShare: Partial<Record<(typeof MODES)[number], number>> = {};
     for (const megabytes of PROBES) {
@@ -544,12 +545,17 @@ for (const rate of LINKS) {
             dataPlane,
           });
           const achieved = r.fcBytes / (r.fcExchangeMs / 1000);
+          if (dataPlane === "sockets") {
+            calibrated[mode].push({
+              bytes: r.fcBytes,
+              bytesPerSecond: calibrateLink(
+                r,
+                await profileOf(`probe:${megabytes}`, PROBE_BATCH / 2),
+                bytesPerSecond,
+              ),
+            });
+          }
           if (megabytes === PROBES.at(-1) && dataPlane === "sockets") {
-            linkRate[mode] = calibrateLink(
-              r,
-              await profileOf(`probe:${megabytes}`, PROBE_BATCH / 2),
-              bytesPerSecond,
-            );
             if (r.exchangeCores !== undefined && r.cores) {
               cpuShare[mode] = Math.min(MAX_CPU_SHARE, r.exchangeCores / r.cores);
             }
@@ -569,24 +575,36 @@ for (const rate of LINKS) {
     // and the largest probe's two-way exchange 6.10 per direction). Master mode's gathers and broadcasts
     // outside a two-way pipeline (`sequential`'s) run at the plain connection's rate. A probe cannot
     // calibrate it: with one group its reduce, update and broadcast pipeline both ways.
-    const twoWayMaster = linkRate.master ?? bytesPerSecond;
-    const oneWay = on.rawTcp
-      ? Math.max(twoWayMaster, on.megabytes * 1e6 / (on.rawTcp.medianMs / 1000))
-      : twoWayMaster;
-    /** The simulator's link per mode: master mode's gathers and broadcasts alone run one way. */
-    const links = Object.fromEntries(
-      MODES.map((mode) => [mode, { twoWay: linkRate[mode] ?? bytesPerSecond, oneWay }]),
-    ) as Record<(typeof MODES)[number], LinkRates>;
+    const plainTcp = on.rawTcp ? on.megabytes * 1e6 / (on.rawTcp.medianMs / 1000) : 0;
+    /** The simulator's two-way rate in `mode` for an exchange of `bytes` (the line rate if uncalibrated). */
+    const twoWayAt = (mode: (typeof MODES)[number], bytes: number) =>
+      calibrated[mode].length ? rateAtSize(calibrated[mode], bytes) : bytesPerSecond;
+    /**
+     * The simulator's link for a row of `bytes` FC bytes in `mode`: master mode's gathers and broadcasts
+     * alone run one way, at the plain connection's rate where that is higher.
+     */
+    const linkAt = (mode: (typeof MODES)[number], bytes: number): LinkRates => ({
+      twoWay: twoWayAt(mode, bytes),
+      oneWay: Math.max(twoWayAt("master", bytes), plainTcp),
+    });
+    const gbitOf = (rate: number) => (rate * 8 / 1e9).toFixed(2);
     say();
     say(
-      `The simulator's link here, calibrated on the ${PROBES.at(-1)} MB probe: ${
-        MODES.map((mode) => `${((linkRate[mode] ?? bytesPerSecond) * 8 / 1e9).toFixed(2)} Gbit/s (${mode})`)
-          .join(", ")
-      } per direction with both busy, ${
-        (oneWay * 8 / 1e9).toFixed(2)
-      } Gbit/s one way (master mode's gathers and broadcasts outside a pipeline); the share of the cores the exchange kept busy beyond compute (last column), over the machine's ${navigator.hardwareConcurrency}, and so of the speed of compute beside a transfer (the \`pred.\` column): ${
-        MODES.map((mode) => `${cpuShare[mode]?.toFixed(2) ?? "not measured"} (${mode})`).join(", ")
-      }.`,
+      `The simulator's link here, calibrated on each probe, per direction with both busy: ${
+        calibrated.master.map(({ bytes }, i) =>
+          `${(bytes / 1e6).toFixed(1)} MB ${
+            MODES.map((mode) =>
+              `${calibrated[mode][i] ? gbitOf(calibrated[mode][i].bytesPerSecond) : "—"} Gbit/s (${mode})`
+            ).join(", ")
+          }`
+        ).join("; ") || "not calibrated"
+      }; a row's link is the rate at its FC bytes, interpolated in log bytes between the probes around it ` +
+        `(the nearest one's beyond them); one way (master mode's gathers and broadcasts outside a pipeline) ` +
+        `at the plain connection's ${
+          gbitOf(plainTcp)
+        } Gbit/s where that is higher; the share of the cores the exchange kept busy beyond compute (last column), over the machine's ${navigator.hardwareConcurrency}, and so of the speed of compute beside a transfer (the \`pred.\` column): ${
+          MODES.map((mode) => `${cpuShare[mode]?.toFixed(2) ?? "not measured"} (${mode})`).join(", ")
+        }.`,
     );
     for (const { net, batch, steps, warmup, launches } of NETS) {
       say();
@@ -630,7 +648,7 @@ for (const rate of LINKS) {
             : "—";
           const achieved = r.fcExchangeMs > 0 ? directionBytes(r) / (r.fcExchangeMs / 1000) : 0;
           if (schedule === "sequential") sequential = r;
-          const link = links[mode];
+          const link = linkAt(mode, r.fcBytes);
           const cell = (predicted: number) =>
             `${ms(predicted)} (${((predicted - r.stepMs) / r.stepMs * 100).toFixed(0)}%)`;
           let sim = "—", pred = "—";
