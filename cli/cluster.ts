@@ -244,10 +244,10 @@ export function allowedCores(): number[] {
  * rest unused, so the hosts stay alike), or `undefined` where there are fewer cores than hosts and
  * they must share them all. Why: a real host has cores of its own. Left to float over every core,
  * two ranks that wake each other through the link were stacked on one core by Linux's wake-up
- * placement while the other idled (2 cores, 2 hosts, 1 Gbit/s, 66.5 MB exchange: rank 0's main
- * thread ran 0.92 s of 4 on core 0 beside rank 1's 0.76, core 1 idle 75% of the time; its event
- * loop stalled 10–40 ms once a step, the link idling meanwhile). Pinned, the AlexNet-like step's
- * median ran faster in 22 of 28 alternating launch pairs over 1 and 10 Gbit/s.
+ * placement while the other idled (2 cores, 2 hosts, 1 Gbit/s, 66.5 MB exchange: one rank's main
+ * thread ran 0.92 s of 4 on core 0 beside the other's 0.76, core 1 idle 75% of the time; rank 0's
+ * event loop stalled 10–40 ms once a step, the link idling meanwhile). Pinned, the AlexNet-like step's
+ * median ran faster in 50 of 60 alternating launch pairs over 1 and 10 Gbit/s (PyTorch DDP's in 5 of 8).
  *
  * @example
  * ```ts
