@@ -236,6 +236,37 @@ Deno.test({
   },
 });
 
+// With more hosts than cores no host can have one of its own: the hosts share every core, and the
+// cluster says why. Mutation tried: hostCores handing out empty core lists instead of refusing (the
+// cluster then gives its hosts cores it does not have; the test fails on its first check).
+Deno.test({
+  name: "cluster: with more hosts than cores, every rank runs on every core, and the cluster says why",
+  ignore: missing !== undefined,
+  fn: async () => {
+    const hosts = navigator.hardwareConcurrency + 1;
+    const cluster = await createCluster(hosts, "1gbit");
+    try {
+      assert.equal(cluster.cores, undefined);
+      assert.equal(
+        cluster.sharesCores,
+        `${hosts} hosts on ${navigator.hardwareConcurrency} cores`.replace(/ 1 cores$/, " 1 core"),
+      );
+      const output = await commandAcross(
+        cluster,
+        [Deno.execPath(), "eval", "console.log(String(navigator.hardwareConcurrency))"],
+        { stdin: "null", stdout: "piped", stderr: "piped", signal: AbortSignal.timeout(60_000) },
+      ).output();
+      assert.ok(output.success, decoder.decode(output.stderr));
+      assert.deepEqual(
+        decoder.decode(output.stdout).trim().split("\n").map(Number),
+        Array(hosts).fill(navigator.hardwareConcurrency),
+      );
+    } finally {
+      await removeCluster(cluster);
+    }
+  },
+});
+
 /** TCP counters of namespace `ns` from /proc (`TcpExt` and `Tcp` lines), by name. */
 async function tcpCounters(ns: string): Promise<Record<string, number>> {
   const text = decoder.decode(
