@@ -152,7 +152,7 @@ if (missing) {
 // Taken before any host exists, so the peak probe has every core to itself.
 // A run narrower than the full one never replaces the full report: a quick run (no AlexNet tables)
 // writes its own file, and so does one limited to some links or AlexNet batches.
-const SOURCES = ["bench/cluster", "bench/peers", "cli/cluster.ts"];
+const SOURCES = ["bench/cluster", "bench/peers", "cli/cluster.ts", "cli/host_cores.ts"];
 const narrowed = flags.links !== undefined || flags["alexnet-batch"] !== undefined;
 const stamp = await measureStamp(
   flags.quick

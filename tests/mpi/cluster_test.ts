@@ -7,13 +7,12 @@
 import assert from "node:assert/strict";
 import {
   allCoresMask,
-  allowedCores,
   commandAcross,
   createCluster,
-  hostCores,
   missingRequirement,
   removeCluster,
 } from "../../cli/cluster.ts";
+import { allowedCores, coreList, hostCores } from "../../cli/host_cores.ts";
 
 import { runSlowTests } from "../fixtures/slow.ts";
 import { overlapGoal } from "../../bench/cluster/overlap_goal.ts";
@@ -196,6 +195,8 @@ Deno.test("cluster: the hosts get this machine's cores split evenly, in order, o
   assert.deepEqual(hostCores(2, [0, 1, 2]), [[0], [1]]);
   assert.deepEqual(hostCores(4, [0, 1, 2, 3, 4, 5, 6, 7, 8]), [[0, 1], [2, 3], [4, 5], [6, 7]]);
   assert.equal(hostCores(3, [0, 1]), undefined);
+  assert.equal(coreList([0, 1, 2, 5]), "0-2,5");
+  assert.equal(coreList([3]), "3");
   const own = allowedCores();
   assert.ok(own.length >= 1 && own.every((c) => Number.isInteger(c) && c >= 0), `cores: ${own}`);
   assert.equal(own.length, navigator.hardwareConcurrency);
