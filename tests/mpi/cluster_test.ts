@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import {
   allCoresMask,
+  type Cluster,
   commandAcross,
   createCluster,
   missingRequirement,
@@ -202,6 +203,18 @@ Deno.test("cluster: the hosts get this machine's cores split evenly, in order, o
   assert.equal(own.length, navigator.hardwareConcurrency);
 });
 
+/** The lines every rank of `cluster` prints running `script` (`deno eval`), in arrival order. */
+async function everyRankPrints(cluster: Cluster, script: string): Promise<string[]> {
+  const output = await commandAcross(cluster, [Deno.execPath(), "eval", script], {
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(60_000),
+  }).output();
+  assert.ok(output.success, decoder.decode(output.stderr));
+  return decoder.decode(output.stdout).trim().split("\n");
+}
+
 // Every rank must run on its own host's cores, and the train command's default threads (from
 // `navigator.hardwareConcurrency`) must see that host's share, as on a real host. Mutations tried,
 // each failing it: the agent's taskset dropped (rank 1 inherits mpirun's core 0, the host 0's);
@@ -218,14 +231,7 @@ Deno.test({
       const script = "const r = Deno.env.get('OMPI_COMM_WORLD_RANK'); " +
         "const cpus = /Cpus_allowed_list:\\s*(\\S+)/.exec(Deno.readTextFileSync('/proc/self/status'))[1]; " +
         "console.log(JSON.stringify({ r: Number(r), cpus, threads: navigator.hardwareConcurrency }));";
-      const output = await commandAcross(cluster, [Deno.execPath(), "eval", script], {
-        stdin: "null",
-        stdout: "piped",
-        stderr: "piped",
-        signal: AbortSignal.timeout(60_000),
-      }).output();
-      assert.ok(output.success, decoder.decode(output.stderr));
-      const ranks = decoder.decode(output.stdout).trim().split("\n").map((l) => JSON.parse(l))
+      const ranks = (await everyRankPrints(cluster, script)).map((l) => JSON.parse(l))
         .sort((a, b) => a.r - b.r);
       assert.deepEqual(
         ranks,
@@ -252,14 +258,8 @@ Deno.test({
         cluster.sharesCores,
         `${hosts} hosts on ${navigator.hardwareConcurrency} cores`.replace(/ 1 cores$/, " 1 core"),
       );
-      const output = await commandAcross(
-        cluster,
-        [Deno.execPath(), "eval", "console.log(String(navigator.hardwareConcurrency))"],
-        { stdin: "null", stdout: "piped", stderr: "piped", signal: AbortSignal.timeout(60_000) },
-      ).output();
-      assert.ok(output.success, decoder.decode(output.stderr));
       assert.deepEqual(
-        decoder.decode(output.stdout).trim().split("\n").map(Number),
+        (await everyRankPrints(cluster, "console.log(String(navigator.hardwareConcurrency))")).map(Number),
         Array(hosts).fill(navigator.hardwareConcurrency),
       );
     } finally {
