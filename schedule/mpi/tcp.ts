@@ -24,10 +24,20 @@ export const TCP_EAGER_LIMIT = 1024 * 1024;
  * - **A progress thread.** Without one, bytes move between the sockets and MPI's buffers only
  *   inside `MPI_Test`, so while this rank averages, updates, or sleeps between polls beside a
  *   computing device, its transfers stall once the socket buffers are full. Open MPI's TCP
- *   progress thread moves them meanwhile. Measured here (2 namespaces, 10 Gbit/s): bvlc_alexnet at
- *   global batch 16 under `overlap` (master) took 1,841 ms a step with it, 2,175 ms without (one
- *   run each). With nothing else to do, the transfers ran slower with it in `bench/CLUSTER.md`'s
- *   10 Gbit/s run (medians 5.65–7.34 Gbit/s against 6.79–8.78), so the default wants a wider A/B.
+ *   progress thread moves them meanwhile, but on a host short of cores it competes with the
+ *   devices' threads and delays small collectives. Interleaved launches off/on, 3–4 each, 2
+ *   namespaces on one 2-core machine, gradients over sockets unless marked `mpi`, medians in ms:
+ *   - 10 Gbit/s: AlexNet-like `hybrid` 36.0/40.4 (master), 39.6/44.3 (allreduce); `overlap`
+ *     allreduce `mpi` 41.7/43.9; bvlc_alexnet (global batch 16) `hybrid` 670/681 (master),
+ *     622/617 (allreduce); `overlap` master `mpi` 938/978.
+ *   - 1 Gbit/s: AlexNet-like `hybrid` 36.0/37.5 (master), 36.1/38.5 and 40.4/40.8 (allreduce,
+ *     two sessions); `overlap` allreduce 57.9/60.9; bvlc_alexnet `hybrid` master 780/737,
+ *     `overlap` master `mpi` 2,491/2,450.
+ *
+ *   Off wins at 10 Gbit/s and on the small net, on wins on bvlc_alexnet over 1 Gbit/s (by 2–6%,
+ *   inside the launches' spread of up to 19%), and a rank cannot know its link before `MPI_Init`,
+ *   so the default stays on. The MPI transfers alone, with no compute beside them, run faster
+ *   with it off over 10 Gbit/s (`bench/CLUSTER.md`).
  *
  * @internal Called by {@link MpiTransport.init} before `MPI_Init`; exported for tests.
  */
