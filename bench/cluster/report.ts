@@ -53,6 +53,7 @@ import {
   rateBitsPerSecond,
   removeCluster,
 } from "../../cli/cluster.ts";
+import { allowedCores, hostCores } from "../../cli/host_cores.ts";
 import { pytorchAvailable, pytorchCommand, type PytorchResult } from "../peers/pytorch.ts";
 import { type RankConfig, specOf } from "./rank.ts";
 import { measureStamp, stampBlock } from "../stamp.ts";
@@ -112,11 +113,11 @@ const DATA_PLANE_LABELS: Readonly<Record<DataPlane, string>> = {
   mpi: "MPI collectives",
 };
 /**
- * Kernel threads per rank: its host's cores (`createCluster` gives each host ⌊cores / hosts⌋ of its
- * own, so a rank's default would count the same).
+ * Kernel threads per rank: its host's cores, as `createCluster` splits the cores this process may
+ * run on (`hostCores`), or 1 where the hosts must share them.
  */
 const HOSTS = 2;
-const DEVICE_THREADS = Math.max(1, Math.floor((navigator.hardwareConcurrency || 1) / HOSTS));
+const DEVICE_THREADS = hostCores(HOSTS, allowedCores())?.[0].length ?? 1;
 /** The probes' global batch (the FC layer's compute is small at any batch). */
 const PROBE_BATCH = 8;
 /**
