@@ -15,6 +15,8 @@
  *   rank's in each step: what an overlapping schedule can hide the FC exchange behind;
  * - `hiddenFraction`: rank 0's communication that overlapped compute (trace);
  * - `activationMs`: a hybrid schedule's all-gathers and reduce-scatters on rank 0 (its FC traffic);
+ *   `meetingMs` and `arrivalMs`: that time on every rank split into the collectives' own, once the
+ *   last rank has entered, and the ranks' arrivals apart ({@link collectiveTimes});
  * - `handoffMs`: a hybrid step's handoff around each of those collectives ({@link handoffMs});
  * - `wireBytes`: the bytes rank 0's transfers carried per step, from the trace (gradients as sent:
  *   half as many under `wire: "fp16"`; activations for a hybrid schedule);
@@ -130,6 +132,9 @@ export function specOf(net: string): ModelSpec {
   throw new Error(`unknown net "${net}"`);
 }
 
+/** A hybrid step's activation all-gathers and reduce-scatters, by their span names. */
+const ACTIVATION_COLLECTIVE = /^(gather|scatter) /;
+
 /**
  * A hybrid step's handoff around each activation collective, median over every rank and collective:
  * from the compute span before it ends to the collective's start, plus from the collective's end to
@@ -142,7 +147,7 @@ export function handoffMs(spans: readonly TraceSpan[]): number {
   for (const key of keys) {
     const mine = spans
       .filter((s) => `${s.step}/${s.device}` === key)
-      .filter((s) => s.lane === "compute" || /^(gather|scatter) /.test(s.name))
+      .filter((s) => s.lane === "compute" || ACTIVATION_COLLECTIVE.test(s.name))
       .sort((a, b) => a.start - b.start);
     for (let i = 1; i + 1 < mine.length; i++) {
       const [before, collective, after] = [mine[i - 1], mine[i], mine[i + 1]];
@@ -151,6 +156,50 @@ export function handoffMs(spans: readonly TraceSpan[]): number {
     }
   }
   return median(handoffs);
+}
+
+/**
+ * Where one hybrid step's time at its activation collectives went, from every rank's spans of that
+ * step (the ranks' clocks aligned, as the trace gathers them): `meetingMs`, the sum over the
+ * collectives of the time from when the last rank entered one to when the first rank left it (the
+ * transfer once both can move data; 0 where it overlapped nothing), and `arrivalMs`, the sum of the
+ * time from the first rank's entry to the last's (one rank waiting for another that was still
+ * computing or handing its activation over). Collectives are matched by name; a step without them
+ * gives zeros.
+ *
+ * @example
+ * ```ts
+ * import { collectiveTimes } from "./rank.ts";
+ * const span = (device: number, start: number, end: number) =>
+ *   ({ step: 1, device, lane: "comm", name: "gather fc6 input", start, end }) as const;
+ * collectiveTimes([span(0, 0, 5), span(1, 4, 5.5)]); // { meetingMs: 1, arrivalMs: 4 }
+ * ```
+ */
+export function collectiveTimes(spans: readonly TraceSpan[]): { meetingMs: number; arrivalMs: number } {
+  const byName = new Map<string, TraceSpan[]>();
+  for (const s of spans) {
+    if (s.lane === "comm" && ACTIVATION_COLLECTIVE.test(s.name)) {
+      byName.set(s.name, [...byName.get(s.name) ?? [], s]);
+    }
+  }
+  let meetingMs = 0, arrivalMs = 0;
+  for (const meeting of byName.values()) {
+    if (meeting.length < 2) continue;
+    const lastIn = Math.max(...meeting.map((s) => s.start)),
+      firstIn = Math.min(...meeting.map((s) => s.start));
+    meetingMs += Math.max(0, Math.min(...meeting.map((s) => s.end)) - lastIn);
+    arrivalMs += lastIn - firstIn;
+  }
+  return { meetingMs, arrivalMs };
+}
+
+/** {@link collectiveTimes} of each step's spans, each figure's median over the steps. */
+function collectiveMedians(steps: readonly (readonly TraceSpan[])[]) {
+  const times = steps.map(collectiveTimes);
+  return {
+    meetingMs: median(times.map((t) => t.meetingMs)),
+    arrivalMs: median(times.map((t) => t.arrivalMs)),
+  };
 }
 
 const median = (values: number[]) => {
@@ -232,7 +281,7 @@ function stepFiguresOf(
           ...devices.map((d) => Math.min(...everyRank.filter((s) => s.device === d).map((s) => s.start))),
         )
       : 0;
-    const activations = spans.filter((s) => s.lane === "comm" && /^(gather|scatter) /.test(s.name));
+    const activations = spans.filter((s) => s.lane === "comm" && ACTIVATION_COLLECTIVE.test(s.name));
     return {
       fcComm: fcComm.reduce((n, s) => n + s.end - s.start, 0),
       exchange,
@@ -274,6 +323,7 @@ function stepFiguresOf(
     fcCommMs: median(perStep.map((s) => s.fcComm)),
     fcExchangeMs: median(perStep.map((s) => s.exchange)),
     activationMs: median(perStep.map((s) => s.activation)),
+    ...collectiveMedians(timed.map((r) => trace.spans.filter((s) => s.step === r.iteration))),
     handoffMs: handoffMs(trace.spans.filter((s) => timed.some((r) => r.iteration === s.step))),
     wireBytes: median(perStep.map((s) => s.bytes)),
     imagesPerSecond: config.batch / (stepMs / 1000),

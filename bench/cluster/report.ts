@@ -191,6 +191,10 @@ interface RankResult {
   activationMs: number;
   /** A hybrid step's handoff around each activation collective (0 for data-parallel rows). */
   handoffMs: number;
+  /** A hybrid step's activation collectives once the last rank entered each, summed (`collectiveTimes`). */
+  meetingMs?: number;
+  /** The time between the first and the last rank's entry into each of them, summed. */
+  arrivalMs?: number;
   /** The cores the machine kept busy beyond the devices' compute, per second of FC exchange (Linux). */
   exchangeCores?: number;
   /** The machine's cores (Linux). */
@@ -621,6 +625,7 @@ for (const rate of LINKS) {
       say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
       const profile = await profileOf(net, batch / 2);
       const goals: string[] = [];
+      const meetings: string[] = [];
       for (const mode of MODES) {
         const overlapping: { name: string; r: RankResult; seq: GoalRow }[] = [];
         /** This mode's `sequential` row (the first): its compute has no transfer beside it. */
@@ -670,6 +675,9 @@ for (const rate of LINKS) {
             ? `${r.schedule}, ${r.wire} wire`
             : r.schedule;
           if (p && seq && r.schedule !== "hybrid" && r.wire === "fp32") overlapping.push({ name, r: p, seq });
+          if (r.schedule === "hybrid" && r.meetingMs !== undefined && r.arrivalMs !== undefined) {
+            meetings.push(`${name} ${mode}: ${ms(r.meetingMs)} and ${ms(r.arrivalMs)}`);
+          }
           const fcComm = r.schedule === "hybrid" ? `${ms(r.activationMs)} act.` : ms(r.fcCommMs);
           const rate = r.schedule === "hybrid" ? "—" : `${(100 * achieved / bytesPerSecond).toFixed(0)}%`;
           say(
@@ -715,6 +723,18 @@ for (const rate of LINKS) {
         say(`PyTorch's libraries (rank 0): ${result.blas}.`);
       }
       say();
+      if (meetings.length) {
+        say(
+          "**Activation collectives** (`hybrid` rows, per step, median over steps, the ranks' clocks aligned): the " +
+            "time inside them once the last rank had entered each, and the time between the first and the last " +
+            "rank's entry (one rank waiting for the other to finish computing or hand its activation over), each " +
+            `summed over the step's collectives: ${
+              meetings.join("; ")
+            }. The simulator prices the first from the link ` +
+            "and has no term for the second (its devices are alike).",
+        );
+        say();
+      }
       // One paragraph per mode: consecutive lines would run together in Markdown.
       for (const goal of goals) {
         say(goal);
