@@ -15,8 +15,8 @@
  *   rank's in each step: what an overlapping schedule can hide the FC exchange behind;
  * - `hiddenFraction`: rank 0's communication that overlapped compute (trace);
  * - `activationMs`: a hybrid schedule's all-gathers and reduce-scatters on rank 0 (its FC traffic);
- *   `meetingMs` and `arrivalMs`: that time on every rank split into the collectives' own, once the
- *   last rank has entered, and the ranks' arrivals apart ({@link collectiveTimes});
+ *   `meetingMs` and `arrivalMs`: that time on every rank split into the collectives' own (the last
+ *   rank to enter waits for the transfer alone) and the ranks' arrivals apart ({@link collectiveTimes});
  * - `handoffMs`: a hybrid step's handoff around each of those collectives ({@link handoffMs});
  * - `wireBytes`: the bytes rank 0's transfers carried per step, from the trace (gradients as sent:
  *   half as many under `wire: "fp16"`; activations for a hybrid schedule);
@@ -160,35 +160,35 @@ export function handoffMs(spans: readonly TraceSpan[]): number {
 
 /**
  * Where one hybrid step's time at its activation collectives went, from every rank's spans of that
- * step (the ranks' clocks aligned, as the trace gathers them): `meetingMs`, the sum over the
- * collectives of the time from when the last rank entered one to when the first rank left it (the
- * transfer once both can move data; 0 where it overlapped nothing), and `arrivalMs`, the sum of the
- * time from the first rank's entry to the last's (one rank waiting for another that was still
- * computing or handing its activation over). Collectives are matched by name; a step without them
- * gives zeros.
+ * step, each rank's on its own clock (no clock need agree with another's): a rank that enters a
+ * collective first waits there for the others, then for the transfer; the last to enter waits for
+ * the transfer alone. So for each collective the shortest of the ranks' spans is `meetingMs`, the
+ * collective's own time (the transfer once every rank takes part), and the longest less the
+ * shortest is `arrivalMs`, the ranks' arrivals apart (one rank still computing or handing its
+ * activation over while another waits), each summed over the step's collectives. Collectives are
+ * matched by name; a step without them, or with one rank's alone, gives zeros.
  *
  * @example
  * ```ts
  * import { collectiveTimes } from "./rank.ts";
  * const span = (device: number, start: number, end: number) =>
  *   ({ step: 1, device, lane: "comm", name: "gather fc6 input", start, end }) as const;
- * collectiveTimes([span(0, 0, 5), span(1, 4, 5.5)]); // { meetingMs: 1, arrivalMs: 4 }
+ * collectiveTimes([span(0, 0, 5), span(1, 4, 5.5)]); // { meetingMs: 1.5, arrivalMs: 3.5 }
  * ```
  */
 export function collectiveTimes(spans: readonly TraceSpan[]): { meetingMs: number; arrivalMs: number } {
-  const byName = new Map<string, TraceSpan[]>();
+  const lengths = new Map<string, number[]>();
   for (const s of spans) {
     if (s.lane === "comm" && ACTIVATION_COLLECTIVE.test(s.name)) {
-      byName.set(s.name, [...byName.get(s.name) ?? [], s]);
+      lengths.set(s.name, [...lengths.get(s.name) ?? [], s.end - s.start]);
     }
   }
   let meetingMs = 0, arrivalMs = 0;
-  for (const meeting of byName.values()) {
-    if (meeting.length < 2) continue;
-    const lastIn = Math.max(...meeting.map((s) => s.start)),
-      firstIn = Math.min(...meeting.map((s) => s.start));
-    meetingMs += Math.max(0, Math.min(...meeting.map((s) => s.end)) - lastIn);
-    arrivalMs += lastIn - firstIn;
+  for (const each of lengths.values()) {
+    if (each.length < 2) continue;
+    const shortest = Math.min(...each);
+    meetingMs += shortest;
+    arrivalMs += Math.max(...each) - shortest;
   }
   return { meetingMs, arrivalMs };
 }

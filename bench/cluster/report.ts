@@ -191,9 +191,9 @@ interface RankResult {
   activationMs: number;
   /** A hybrid step's handoff around each activation collective (0 for data-parallel rows). */
   handoffMs: number;
-  /** A hybrid step's activation collectives once the last rank entered each, summed (`collectiveTimes`). */
+  /** A hybrid step's activation collectives as the last rank to enter each spent it, summed (`collectiveTimes`). */
   meetingMs?: number;
-  /** The time between the first and the last rank's entry into each of them, summed. */
+  /** How much longer the first rank to enter each of them spent in it, summed. */
   arrivalMs?: number;
   /** The cores the machine kept busy beyond the devices' compute, per second of FC exchange (Linux). */
   exchangeCores?: number;
@@ -725,13 +725,14 @@ for (const rate of LINKS) {
       say();
       if (meetings.length) {
         say(
-          "**Activation collectives** (`hybrid` rows, per step, median over steps, the ranks' clocks aligned): the " +
-            "time inside them once the last rank had entered each, and the time between the first and the last " +
-            "rank's entry (one rank waiting for the other to finish computing or hand its activation over), each " +
-            `summed over the step's collectives: ${
+          "**Activation collectives** (`hybrid` rows, per step, median over steps, each rank's spans on its own " +
+            "clock): for each collective, the shortest rank's time inside it (the last to enter waits for the " +
+            "transfer alone) and how much longer the longest rank's was (the first to enter waits for the other to " +
+            "finish computing or hand its activation over), each summed over the step's collectives: " +
+            `${
               meetings.join("; ")
-            }. The simulator prices the first from the link ` +
-            "and has no term for the second (its devices are alike).",
+            }. The simulator prices the first from the link and has no term for the second ` +
+            "(its devices are alike).",
         );
         say();
       }

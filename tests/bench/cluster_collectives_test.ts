@@ -1,9 +1,9 @@
 /**
  * `collectiveTimes` (`bench/cluster/rank.ts`) splits a hybrid step's time at its activation
- * collectives into the collectives' own (from the last rank's entry to the first rank's exit) and
- * the ranks' arrivals apart. Mutations tried, each failing this test: measuring the meeting from the
- * first rank's entry (meeting 5 instead of 1 in the first case), and summing rank 0's spans alone
- * (arrival 0).
+ * collectives into the collectives' own (the shortest rank's span: the last to enter waits for the
+ * transfer alone) and the ranks' arrivals apart (the longest span less the shortest), from each
+ * rank's spans on its own clock. Mutations tried, each failing this test: taking the longest span as
+ * the meeting (5.5 instead of 1.75 in the first case), and reading rank 0's spans alone (zeros).
  */
 import assert from "node:assert/strict";
 import { collectiveTimes } from "../../bench/cluster/rank.ts";
@@ -13,10 +13,11 @@ const span = (device: number, name: string, start: number, end: number, lane = "
   ({ step: 4, device, lane, name, start, end }) as TraceSpan;
 
 Deno.test("bench:cluster collectiveTimes: the collectives' own time and the ranks' arrivals apart", () => {
-  // Rank 1 enters the gather 4 ms after rank 0, both leave within 0.5 ms; the scatter meets at once.
+  // Rank 1 enters the gather 3.5 ms after rank 0, both then wait 1.5 ms for the transfer; rank 1's
+  // clock runs 100 ms ahead of rank 0's, which changes nothing. The scatter meets at once.
   const spans = [
     span(0, "gather fc6 input", 10, 15),
-    span(1, "gather fc6 input", 14, 15.5),
+    span(1, "gather fc6 input", 113.5, 115),
     span(0, "scatter fc6 input gradients", 20, 20.25),
     span(1, "scatter fc6 input gradients", 20, 20.5),
     // Neither compute nor the data-parallel exchange is a meeting.
@@ -25,7 +26,7 @@ Deno.test("bench:cluster collectiveTimes: the collectives' own time and the rank
     span(0, "reduce conv", 30, 40),
     span(1, "reduce conv", 31, 40),
   ];
-  assert.deepEqual(collectiveTimes(spans), { meetingMs: 1 + 0.25, arrivalMs: 4 });
+  assert.deepEqual(collectiveTimes(spans), { meetingMs: 1.5 + 0.25, arrivalMs: 3.5 + 0.25 });
 });
 
 Deno.test("bench:cluster collectiveTimes: a step without collectives, or one rank's alone, gives zeros", () => {
