@@ -15,8 +15,8 @@
  *   rank's in each step: what an overlapping schedule can hide the FC exchange behind;
  * - `hiddenFraction`: rank 0's communication that overlapped compute (trace);
  * - `activationMs`: a hybrid schedule's all-gathers and reduce-scatters on rank 0 (its FC traffic);
- *   `meetingMs` and `arrivalMs`: that time on every rank split into the collectives' own (the last
- *   rank to enter waits for the transfer alone) and the ranks' arrivals apart ({@link collectiveTimes});
+ *   `lastInMs` and `waitMs`: that time as the last rank to enter each collective spent it, and how
+ *   much longer the first rank spent ({@link collectiveTimes});
  * - `handoffMs`: a hybrid step's handoff around each of those collectives ({@link handoffMs});
  * - `wireBytes`: the bytes rank 0's transfers carried per step, from the trace (gradients as sent:
  *   half as many under `wire: "fp16"`; activations for a hybrid schedule);
@@ -160,45 +160,44 @@ export function handoffMs(spans: readonly TraceSpan[]): number {
 
 /**
  * Where one hybrid step's time at its activation collectives went, from every rank's spans of that
- * step, each rank's on its own clock (no clock need agree with another's): a rank that enters a
- * collective first waits there for the others, then for the transfer; the last to enter waits for
- * the transfer alone. So for each collective the shortest of the ranks' spans is `meetingMs`, the
- * collective's own time (the transfer once every rank takes part), and the longest less the
- * shortest is `arrivalMs`, the ranks' arrivals apart (one rank still computing or handing its
- * activation over while another waits), each summed over the step's collectives. Collectives are
- * matched by name; a step without them, or with one rank's alone, gives zeros.
+ * step, each rank's on its own clock (no clock need agree with another's). For each collective the
+ * shortest of the ranks' spans, `lastInMs`, is the last rank to enter's: its peers' pieces, sent
+ * eagerly, may be there already. The longest less the shortest, `waitMs`, is how much longer the
+ * first rank to enter spent: waiting for the others to enter (still computing, or handing their
+ * activation over) and for their pieces to cross the link. Each is summed over the step's
+ * collectives, matched by name; a step without them, or with one rank's alone, gives zeros.
  *
  * @example
  * ```ts
  * import { collectiveTimes } from "./rank.ts";
  * const span = (device: number, start: number, end: number) =>
  *   ({ step: 1, device, lane: "comm", name: "gather fc6 input", start, end }) as const;
- * collectiveTimes([span(0, 0, 5), span(1, 4, 5.5)]); // { meetingMs: 1.5, arrivalMs: 3.5 }
+ * collectiveTimes([span(0, 0, 5), span(1, 4, 5.5)]); // { lastInMs: 1.5, waitMs: 3.5 }
  * ```
  */
-export function collectiveTimes(spans: readonly TraceSpan[]): { meetingMs: number; arrivalMs: number } {
+export function collectiveTimes(spans: readonly TraceSpan[]): { lastInMs: number; waitMs: number } {
   const lengths = new Map<string, number[]>();
   for (const s of spans) {
     if (s.lane === "comm" && ACTIVATION_COLLECTIVE.test(s.name)) {
       lengths.set(s.name, [...lengths.get(s.name) ?? [], s.end - s.start]);
     }
   }
-  let meetingMs = 0, arrivalMs = 0;
+  let lastInMs = 0, waitMs = 0;
   for (const each of lengths.values()) {
     if (each.length < 2) continue;
     const shortest = Math.min(...each);
-    meetingMs += shortest;
-    arrivalMs += Math.max(...each) - shortest;
+    lastInMs += shortest;
+    waitMs += Math.max(...each) - shortest;
   }
-  return { meetingMs, arrivalMs };
+  return { lastInMs, waitMs };
 }
 
 /** {@link collectiveTimes} of each step's spans, each figure's median over the steps. */
 function collectiveMedians(steps: readonly (readonly TraceSpan[])[]) {
   const times = steps.map(collectiveTimes);
   return {
-    meetingMs: median(times.map((t) => t.meetingMs)),
-    arrivalMs: median(times.map((t) => t.arrivalMs)),
+    lastInMs: median(times.map((t) => t.lastInMs)),
+    waitMs: median(times.map((t) => t.waitMs)),
   };
 }
 

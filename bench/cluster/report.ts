@@ -191,10 +191,10 @@ interface RankResult {
   activationMs: number;
   /** A hybrid step's handoff around each activation collective (0 for data-parallel rows). */
   handoffMs: number;
-  /** A hybrid step's activation collectives as the last rank to enter each spent it, summed (`collectiveTimes`). */
-  meetingMs?: number;
+  /** A hybrid step's activation collectives as the last rank to enter each spent them, summed (`collectiveTimes`). */
+  lastInMs?: number;
   /** How much longer the first rank to enter each of them spent in it, summed. */
-  arrivalMs?: number;
+  waitMs?: number;
   /** The cores the machine kept busy beyond the devices' compute, per second of FC exchange (Linux). */
   exchangeCores?: number;
   /** The machine's cores (Linux). */
@@ -625,7 +625,7 @@ for (const rate of LINKS) {
       say("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
       const profile = await profileOf(net, batch / 2);
       const goals: string[] = [];
-      const meetings: string[] = [];
+      const collectives: string[] = [];
       for (const mode of MODES) {
         const overlapping: { name: string; r: RankResult; seq: GoalRow }[] = [];
         /** This mode's `sequential` row (the first): its compute has no transfer beside it. */
@@ -675,8 +675,8 @@ for (const rate of LINKS) {
             ? `${r.schedule}, ${r.wire} wire`
             : r.schedule;
           if (p && seq && r.schedule !== "hybrid" && r.wire === "fp32") overlapping.push({ name, r: p, seq });
-          if (r.schedule === "hybrid" && r.meetingMs !== undefined && r.arrivalMs !== undefined) {
-            meetings.push(`${name} ${mode}: ${ms(r.meetingMs)} and ${ms(r.arrivalMs)}`);
+          if (r.schedule === "hybrid" && r.lastInMs !== undefined && r.waitMs !== undefined) {
+            collectives.push(`${name} ${mode}: ${ms(r.lastInMs)} and ${ms(r.waitMs)}`);
           }
           const fcComm = r.schedule === "hybrid" ? `${ms(r.activationMs)} act.` : ms(r.fcCommMs);
           const rate = r.schedule === "hybrid" ? "—" : `${(100 * achieved / bytesPerSecond).toFixed(0)}%`;
@@ -723,16 +723,16 @@ for (const rate of LINKS) {
         say(`PyTorch's libraries (rank 0): ${result.blas}.`);
       }
       say();
-      if (meetings.length) {
+      if (collectives.length) {
         say(
           "**Activation collectives** (`hybrid` rows, per step, median over steps, each rank's spans on its own " +
-            "clock): for each collective, the shortest rank's time inside it (the last to enter waits for the " +
-            "transfer alone) and how much longer the longest rank's was (the first to enter waits for the other to " +
-            "finish computing or hand its activation over), each summed over the step's collectives: " +
-            `${
-              meetings.join("; ")
-            }. The simulator prices the first from the link and has no term for the second ` +
-            "(its devices are alike).",
+            "clock): for each collective, the time the last rank to enter it spent inside (its peer's piece, " +
+            "sent eagerly, may be there already), and how much longer the first rank to enter spent (waiting for " +
+            "the other to finish computing or hand its activation over, and for its piece to cross the link), each " +
+            `summed over the step's collectives: ${
+              collectives.join("; ")
+            }. The simulator prices each piece's ` +
+            "transfer from the link; it has no term for one rank waiting for the other (its devices are alike).",
         );
         say();
       }

@@ -1,9 +1,9 @@
 /**
  * `collectiveTimes` (`bench/cluster/rank.ts`) splits a hybrid step's time at its activation
- * collectives into the collectives' own (the shortest rank's span: the last to enter waits for the
- * transfer alone) and the ranks' arrivals apart (the longest span less the shortest), from each
- * rank's spans on its own clock. Mutations tried, each failing this test: taking the longest span as
- * the meeting (5.5 instead of 1.75 in the first case), and reading rank 0's spans alone (zeros).
+ * collectives into the last rank to enter's time inside them (the shortest span) and how much longer
+ * the first rank spent (the longest less the shortest), from each rank's spans on its own clock.
+ * Mutations tried, each failing this test: taking the longest span as the last rank's (5.5 instead
+ * of 1.75 in the first case), and reading rank 0's spans alone (zeros).
  */
 import assert from "node:assert/strict";
 import { collectiveTimes } from "../../bench/cluster/rank.ts";
@@ -13,8 +13,8 @@ const span = (device: number, name: string, start: number, end: number, lane = "
   ({ step: 4, device, lane, name, start, end }) as TraceSpan;
 
 Deno.test("bench:cluster collectiveTimes: the collectives' own time and the ranks' arrivals apart", () => {
-  // Rank 1 enters the gather 3.5 ms after rank 0, both then wait 1.5 ms for the transfer; rank 1's
-  // clock runs 100 ms ahead of rank 0's, which changes nothing. The scatter meets at once.
+  // Rank 1 enters the gather 3.5 ms after rank 0 and spends 1.5 ms in it, rank 0 3.5 ms more; rank 1's
+  // clock runs 100 ms ahead of rank 0's, which changes nothing. The scatter's spans differ by 0.25 ms.
   const spans = [
     span(0, "gather fc6 input", 10, 15),
     span(1, "gather fc6 input", 113.5, 115),
@@ -26,10 +26,10 @@ Deno.test("bench:cluster collectiveTimes: the collectives' own time and the rank
     span(0, "reduce conv", 30, 40),
     span(1, "reduce conv", 31, 40),
   ];
-  assert.deepEqual(collectiveTimes(spans), { meetingMs: 1.5 + 0.25, arrivalMs: 3.5 + 0.25 });
+  assert.deepEqual(collectiveTimes(spans), { lastInMs: 1.5 + 0.25, waitMs: 3.5 + 0.25 });
 });
 
 Deno.test("bench:cluster collectiveTimes: a step without collectives, or one rank's alone, gives zeros", () => {
-  assert.deepEqual(collectiveTimes([span(0, "forward", 0, 5, "compute")]), { meetingMs: 0, arrivalMs: 0 });
-  assert.deepEqual(collectiveTimes([span(0, "gather fc6 input", 0, 5)]), { meetingMs: 0, arrivalMs: 0 });
+  assert.deepEqual(collectiveTimes([span(0, "forward", 0, 5, "compute")]), { lastInMs: 0, waitMs: 0 });
+  assert.deepEqual(collectiveTimes([span(0, "gather fc6 input", 0, 5)]), { lastInMs: 0, waitMs: 0 });
 });
