@@ -12,7 +12,7 @@ import type { TraceSpan } from "../../schedule/runtime/mod.ts";
 const span = (device: number, name: string, start: number, end: number, lane = "comm"): TraceSpan =>
   ({ step: 4, device, lane, name, start, end }) as TraceSpan;
 
-Deno.test("bench:cluster collectiveTimes: the collectives' own time and the ranks' arrivals apart", () => {
+Deno.test("bench:cluster collectiveTimes: the last rank in's time in the collectives and how much longer the first one's was", () => {
   // Rank 1 enters the gather 3.5 ms after rank 0 and spends 1.5 ms in it, rank 0 3.5 ms more; rank 1's
   // clock runs 100 ms ahead of rank 0's, which changes nothing. The scatter's spans differ by 0.25 ms.
   const spans = [
@@ -20,7 +20,7 @@ Deno.test("bench:cluster collectiveTimes: the collectives' own time and the rank
     span(1, "gather fc6 input", 113.5, 115),
     span(0, "scatter fc6 input gradients", 20, 20.25),
     span(1, "scatter fc6 input gradients", 20, 20.5),
-    // Neither compute nor the data-parallel exchange is a meeting.
+    // Neither compute nor the data-parallel exchange is an activation collective.
     span(0, "forward fc6", 15.5, 19, "compute"),
     span(1, "forward fc6", 15.6, 19, "compute"),
     span(0, "reduce conv", 30, 40),
