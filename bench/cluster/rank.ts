@@ -15,8 +15,9 @@
  *   rank's in each step: what an overlapping schedule can hide the FC exchange behind;
  * - `hiddenFraction`: rank 0's communication that overlapped compute (trace);
  * - `activationMs`: a hybrid schedule's all-gathers and reduce-scatters on rank 0 (its FC traffic);
- *   `lastInMs` and `waitMs`: that time as the last rank to enter each collective spent it, and how
- *   much longer the first rank spent ({@link collectiveTimes});
+ *   `lastInMs`, `waitMs` and `turnsMs`: that time as the last rank to enter each collective spent
+ *   it, how much longer the first rank spent, and what the ranks being late by turns cost
+ *   ({@link collectiveTimes});
  * - `handoffMs`: a hybrid step's handoff around each of those collectives ({@link handoffMs});
  * - `wireBytes`: the bytes rank 0's transfers carried per step, from the trace (gradients as sent:
  *   half as many under `wire: "fp16"`; activations for a hybrid schedule);
@@ -167,15 +168,23 @@ export function handoffMs(spans: readonly TraceSpan[]): number {
  * activation over) and for their pieces to cross the link. Each is summed over the step's
  * collectives, matched by name; a step without them, or with one rank's alone, gives zeros.
  *
+ * `turnsMs` is what the ranks being late by turns costs: a rank's stretch before each collective
+ * runs from when it left the one before (or began the step) to when it enters this one (compute and
+ * both handoffs), the step waits at each collective for the longest, and the sum of those longest
+ * stretches less the slower rank's own sum is the time no one rank's pace explains (0 where one rank
+ * is the slower every time; 0 too where the ranks' collectives differ).
+ *
  * @example
  * ```ts
  * import { collectiveTimes } from "./rank.ts";
  * const span = (device: number, start: number, end: number) =>
  *   ({ step: 1, device, lane: "comm", name: "gather fc6 input", start, end }) as const;
- * collectiveTimes([span(0, 0, 5), span(1, 4, 5.5)]); // { lastInMs: 1.5, waitMs: 3.5 }
+ * collectiveTimes([span(0, 0, 5), span(1, 4, 5.5)]); // { lastInMs: 1.5, waitMs: 3.5, turnsMs: 0 }
  * ```
  */
-export function collectiveTimes(spans: readonly TraceSpan[]): { lastInMs: number; waitMs: number } {
+export function collectiveTimes(
+  spans: readonly TraceSpan[],
+): { lastInMs: number; waitMs: number; turnsMs: number } {
   const lengths = new Map<string, number[]>();
   for (const s of spans) {
     if (s.lane === "comm" && ACTIVATION_COLLECTIVE.test(s.name)) {
@@ -189,7 +198,24 @@ export function collectiveTimes(spans: readonly TraceSpan[]): { lastInMs: number
     lastInMs += shortest;
     waitMs += Math.max(...each) - shortest;
   }
-  return { lastInMs, waitMs };
+  return { lastInMs, waitMs, turnsMs: turns(spans) };
+}
+
+/** The `turnsMs` of {@link collectiveTimes}. */
+function turns(spans: readonly TraceSpan[]): number {
+  const stretches = [...new Set(spans.map((s) => s.device))].map((device) => {
+    const mine = spans.filter((s) => s.device === device).sort((a, b) => a.start - b.start);
+    let left = mine[0].start;
+    return mine.filter((s) => s.lane === "comm" && ACTIVATION_COLLECTIVE.test(s.name)).map((collective) => {
+      const stretch = collective.start - left;
+      left = collective.end;
+      return stretch;
+    });
+  });
+  if (stretches.length < 2 || stretches.some((s) => s.length !== stretches[0].length)) return 0;
+  const sum = (values: number[]) => values.reduce((n, v) => n + v, 0);
+  const paced = sum(stretches[0].map((_, i) => Math.max(...stretches.map((s) => s[i]))));
+  return paced - Math.max(...stretches.map(sum));
 }
 
 /** {@link collectiveTimes} of each step's spans, each figure's median over the steps. */
@@ -198,6 +224,7 @@ function collectiveMedians(steps: readonly (readonly TraceSpan[])[]) {
   return {
     lastInMs: median(times.map((t) => t.lastInMs)),
     waitMs: median(times.map((t) => t.waitMs)),
+    turnsMs: median(times.map((t) => t.turnsMs)),
   };
 }
 

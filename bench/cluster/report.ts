@@ -195,6 +195,8 @@ interface RankResult {
   lastInMs?: number;
   /** How much longer the first rank to enter each of them spent in it, summed. */
   waitMs?: number;
+  /** What the ranks being late by turns between those collectives cost, beyond the slower rank's pace. */
+  turnsMs?: number;
   /** The cores the machine kept busy beyond the devices' compute, per second of FC exchange (Linux). */
   exchangeCores?: number;
   /** The machine's cores (Linux). */
@@ -676,7 +678,7 @@ for (const rate of LINKS) {
             : r.schedule;
           if (p && seq && r.schedule !== "hybrid" && r.wire === "fp32") overlapping.push({ name, r: p, seq });
           if (r.schedule === "hybrid" && r.lastInMs !== undefined && r.waitMs !== undefined) {
-            collectives.push(`${name} ${mode}: ${ms(r.lastInMs)} and ${ms(r.waitMs)}`);
+            collectives.push(`${name} ${mode}: ${ms(r.lastInMs)}, ${ms(r.waitMs)} and ${ms(r.turnsMs ?? 0)}`);
           }
           const fcComm = r.schedule === "hybrid" ? `${ms(r.activationMs)} act.` : ms(r.fcCommMs);
           const rate = r.schedule === "hybrid" ? "—" : `${(100 * achieved / bytesPerSecond).toFixed(0)}%`;
@@ -727,12 +729,15 @@ for (const rate of LINKS) {
         say(
           "**Activation collectives** (`hybrid` rows, per step, median over steps, each rank's spans on its own " +
             "clock): for each collective, the time the last rank to enter it spent inside (its peer's piece, " +
-            "sent eagerly, may be there already), and how much longer the first rank to enter spent (waiting for " +
+            "sent eagerly, may be there already) and how much longer the first rank to enter spent (waiting for " +
             "the other to finish computing or hand its activation over, and for its piece to cross the link), each " +
-            `summed over the step's collectives: ${
+            "summed over the step's collectives; then what the ranks being late by turns cost: the sum over the " +
+            "collectives of the longer rank's stretch before each (from leaving the one before: compute and both " +
+            `handoffs) less the slower rank's own sum: ${
               collectives.join("; ")
-            }. The simulator prices each piece's ` +
-            "transfer from the link; it has no term for one rank waiting for the other (its devices are alike).",
+            }. The simulator prices each ` +
+            "piece's transfer from the link, the handoffs at their median and the step at the slower rank's " +
+            "compute; it has no term for the third (its devices are alike).",
         );
         say();
       }
