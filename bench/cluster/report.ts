@@ -192,11 +192,11 @@ interface RankResult {
   /** A hybrid step's handoff around each activation collective (0 for data-parallel rows). */
   handoffMs: number;
   /** A hybrid step's activation collectives as the last rank to enter each spent them, summed (`collectiveTimes`). */
-  lastInMs?: number;
+  lastInMs: number;
   /** How much longer the first rank to enter each of them spent in it, summed. */
-  waitMs?: number;
+  waitMs: number;
   /** What the ranks being late by turns between those collectives cost, beyond the slower rank's pace. */
-  turnsMs?: number;
+  turnsMs: number;
   /** The cores the machine kept busy beyond the devices' compute, per second of FC exchange (Linux). */
   exchangeCores?: number;
   /** The machine's cores (Linux). */
@@ -677,8 +677,8 @@ for (const rate of LINKS) {
             ? `${r.schedule}, ${r.wire} wire`
             : r.schedule;
           if (p && seq && r.schedule !== "hybrid" && r.wire === "fp32") overlapping.push({ name, r: p, seq });
-          if (r.schedule === "hybrid" && r.lastInMs !== undefined && r.waitMs !== undefined) {
-            collectives.push(`${name} ${mode}: ${ms(r.lastInMs)}, ${ms(r.waitMs)} and ${ms(r.turnsMs ?? 0)}`);
+          if (r.schedule === "hybrid") {
+            collectives.push(`${name} ${mode}: ${ms(r.lastInMs)}, ${ms(r.waitMs)} and ${ms(r.turnsMs)}`);
           }
           const fcComm = r.schedule === "hybrid" ? `${ms(r.activationMs)} act.` : ms(r.fcCommMs);
           const rate = r.schedule === "hybrid" ? "—" : `${(100 * achieved / bytesPerSecond).toFixed(0)}%`;
