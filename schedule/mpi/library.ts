@@ -218,10 +218,17 @@ export class MpiLibrary {
   /** The predefined handles. */
   readonly handles: MpiHandles;
 
-  private constructor(path: string, symbols: MpiSymbols, handles: MpiHandles) {
+  /**
+   * libc's `sched_yield`: lets another thread that is ready to run on this core go first (Open
+   * MPI's TCP progress thread, beside a thread that polls `MPI_Test`). Returns 0.
+   */
+  readonly yieldCore: () => number;
+
+  private constructor(path: string, symbols: MpiSymbols, handles: MpiHandles, yieldCore: () => number) {
     this.path = path;
     this.symbols = symbols;
     this.handles = handles;
+    this.yieldCore = yieldCore;
   }
 
   /**
@@ -235,7 +242,9 @@ export class MpiLibrary {
       dlopen: { parameters: ["buffer", "i32"], result: "pointer" },
       dlsym: { parameters: ["pointer", "buffer"], result: "pointer" },
       dlerror: { parameters: [], result: "pointer" },
+      sched_yield: { parameters: [], result: "i32" },
     });
+    let loaded = false;
     try {
       const fromEnv = Deno.env.get("TANDEM_MPI_LIBRARY");
       const candidates = path ? [path] : fromEnv ? [fromEnv] : MPI_LIBRARY_CANDIDATES;
@@ -262,7 +271,8 @@ export class MpiLibrary {
         }
         // Same file, now also global: Deno's handle just adds a reference to the loaded library.
         const library = Deno.dlopen(candidate, MPI_FUNCTIONS);
-        opened = new MpiLibrary(candidate, library.symbols, handles);
+        opened = new MpiLibrary(candidate, library.symbols, handles, () => libc.symbols.sched_yield());
+        loaded = true;
         return opened;
       }
       throw new MpiError(
@@ -274,8 +284,9 @@ export class MpiLibrary {
         }); install it (Debian/Ubuntu: apt-get install openmpi-bin libopenmpi-dev) or point TANDEM_MPI_LIBRARY at libmpi.so`,
       );
     } finally {
-      // libmpi stays loaded: dlopen's own reference is never closed.
-      libc.close();
+      // libmpi stays loaded: dlopen's own reference is never closed. libc stays open with it, for
+      // `sched_yield`.
+      if (!loaded) libc.close();
     }
   }
 

@@ -88,6 +88,11 @@ export interface RequestTransport {
   readonly rank: number;
   /** See {@link MpiTransportOptions.spinMs}. */
   readonly spinMs: number;
+  /**
+   * Gives this core to a thread that moves the bytes while this one polls (Open MPI's TCP progress
+   * thread), between full-speed polls; absent where `MPI_Test` moves them itself.
+   */
+  readonly yieldCore?: () => void;
   /** What this rank is waiting on now, for the termination message. */
   activity: string | undefined;
   /** Throws an `MpiError` for a non-zero return `code` of `call`. */
@@ -188,6 +193,9 @@ export class MpiRequest {
           throw error;
         }
         if (now - started < (sharing() ? transport.spinMs : alone)) {
+          // With a progress thread, the bytes move only when it runs, and a poll that never leaves
+          // the core holds it off for a scheduler slice: see `tcp.ts`.
+          transport.yieldCore?.();
           channel ??= new MessageChannel();
           const port = channel.port1;
           await new Promise((resolve) => {

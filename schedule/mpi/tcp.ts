@@ -26,7 +26,8 @@ export const TCP_EAGER_LIMIT = 1024 * 1024;
  *   computing device, its transfers stall once the socket buffers are full. Open MPI's TCP
  *   progress thread moves them meanwhile, but on a host short of cores it competes with the
  *   devices' threads and delays small collectives. Interleaved launches off/on, 3–4 each, 2
- *   namespaces on one 2-core machine, gradients over sockets unless marked `mpi`, medians in ms:
+ *   namespaces on one 2-core machine, gradients over sockets unless marked `mpi`, medians in ms
+ *   (before the yield below):
  *   - 10 Gbit/s: AlexNet-like `hybrid` 36.0/40.4 (master), 39.6/44.3 (allreduce); `overlap`
  *     allreduce `mpi` 41.7/43.9; bvlc_alexnet (global batch 16) `hybrid` 670/681 (master),
  *     622/617 (allreduce); `overlap` master `mpi` 938/978.
@@ -38,6 +39,20 @@ export const TCP_EAGER_LIMIT = 1024 * 1024;
  *   inside the launches' spread of up to 19%), and a rank cannot know its link before `MPI_Init`,
  *   so the default stays on. The MPI transfers alone, with no compute beside them, run faster
  *   with it off over 10 Gbit/s (`bench/CLUSTER.md`).
+ * - **Yielding the core to it.** With the thread on, `MPI_Test` on the main thread no longer moves
+ *   the bytes: the thread does, when it gets a core. A wait polling at full speed (a hybrid step's
+ *   activation collectives, any wait with the CPU to itself) held its host's one core for a
+ *   scheduler slice while the thread that would move its bytes waited: a piece of a hybrid
+ *   step's collective arrived 2–9 ms after both ranks had entered (about 0.2 ms otherwise), 2 to
+ *   14 times per launch of 10 AlexNet-like steps over 10 Gbit/s (median 6 of 20 launches, both
+ *   modes), and 0 to 7 times with the yield (median 1.5). So the transport calls `sched_yield`
+ *   between full-speed polls where the thread is on (`MpiRequest.wait`). Interleaved launches with the
+ *   yield / without / thread off, medians in ms, 5 each over 10 Gbit/s: AlexNet-like `hybrid`
+ *   38.7 / 44.2 / 42.6 (master), 37.9 / 48.4 / 37.6 (allreduce); `overlap` allreduce `mpi`
+ *   47.6 / 55.9 / 42.7; bvlc_alexnet (global batch 16) `hybrid` 580 / 576 / 700 (master),
+ *   588 / 618 / 588 (allreduce). 3 each over 1 Gbit/s: AlexNet-like `hybrid` 36.0 / 37.8 / 38.3
+ *   (master), 45.2 / 38.9 / 37.9 (allreduce: the launches spread 36–48 in each column);
+ *   `overlap` master `mpi` 59.4 / 66.4 / 73.1; bvlc_alexnet `hybrid` master 646 / 655 / 650.
  *
  * @internal Called by {@link MpiTransport.init} before `MPI_Init`; exported for tests.
  */

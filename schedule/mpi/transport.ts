@@ -19,7 +19,7 @@
 
 import { MPI_THREAD_FUNNELED, MpiError, MpiLibrary } from "./library.ts";
 import { MpiRequest, TransportError, type WaitOptions } from "./request.ts";
-import { tuneTcpTransport } from "./tcp.ts";
+import { TCP_PROGRESS_THREAD, tuneTcpTransport } from "./tcp.ts";
 
 /** Options of {@link MpiTransport.gather}. */
 export interface GatherOptions {
@@ -89,6 +89,8 @@ export class MpiTransport {
   readonly size: number;
   /** See {@link MpiTransportOptions.spinMs}. */
   readonly spinMs: number;
+  /** Between full-speed polls, where Open MPI's TCP progress thread runs: see `request.ts`. */
+  readonly yieldCore: (() => void) | undefined;
   /** What this rank is waiting on now, for the termination message. */
   activity: string | undefined;
   #failure: TransportError | undefined;
@@ -100,6 +102,7 @@ export class MpiTransport {
     this.rank = rank;
     this.size = size;
     this.spinMs = options.spinMs ?? 2;
+    this.yieldCore = Deno.env.get(TCP_PROGRESS_THREAD) === "1" ? () => void library.yieldCore() : undefined;
     if (options.reportTermination ?? true) {
       this.#onTerminate = () => {
         const doing = this.activity ? ` while ${this.activity}` : "";

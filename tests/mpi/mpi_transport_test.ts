@@ -47,16 +47,19 @@ Deno.test("mpi transport: asks Open MPI for a 1 MiB TCP eager limit and a TCP pr
 
 /**
  * A request on a stand-in transport whose `MPI_Test` reports completion at the `completeAt`-th
- * call; counts the 1 ms sleeps between polls (timers) and the polls.
+ * call; counts the 1 ms sleeps between polls (timers), the polls, and the yields of the core to a
+ * progress thread (where `progressThread`).
  */
 async function pollsAndSleeps(
   completeAt: number,
   shareCpu: boolean | (() => boolean),
-): Promise<{ polls: number; sleeps: number }> {
-  let polls = 0, sleeps = 0;
+  { progressThread = false } = {},
+): Promise<{ polls: number; sleeps: number; yields: number }> {
+  let polls = 0, sleeps = 0, yields = 0;
   const transport = {
     rank: 0,
     spinMs: 0,
+    yieldCore: progressThread ? () => void yields++ : undefined,
     activity: "",
     check: () => {},
     poison: () => {},
@@ -84,7 +87,7 @@ async function pollsAndSleeps(
   } finally {
     globalThis.setTimeout = realSetTimeout;
   }
-  return { polls, sleeps };
+  return { polls, sleeps, yields };
 }
 
 Deno.test("mpi transport: a wait sleeps between polls while the device computes, and polls at full speed once it is done", async () => {
@@ -100,4 +103,20 @@ Deno.test("mpi transport: a wait sleeps between polls while the device computes,
   const flips = await pollsAndSleeps(200, () => ++polled <= 5);
   assert.ok(flips.sleeps <= 5, `slept ${flips.sleeps} times after the device finished computing`);
   assert.equal(flips.polls, 200);
+});
+
+Deno.test("mpi transport: a wait polling at full speed yields the core between polls where a progress thread moves the bytes", async () => {
+  // Over 10 Gbit/s a hybrid step's small collectives stalled 2-9 ms, 5 to 18 times per 10 steps,
+  // while the waiting rank polled without yielding and Open MPI's progress thread waited for its
+  // core (0 to 1 times with the yield: see tcp.ts). Mutations seen caught: no yield (0 yields);
+  // yielding only before a 1 ms sleep (0 here, where the wait never sleeps).
+  const alone = await pollsAndSleeps(20, false, { progressThread: true });
+  assert.equal(alone.sleeps, 0);
+  assert.equal(alone.yields, 19, "one yield after every poll that found the operation still running");
+  // Without a progress thread MPI_Test moves the bytes itself: nothing to yield to.
+  assert.equal((await pollsAndSleeps(20, false)).yields, 0);
+  // Sleeping between polls already leaves the core: no yield there.
+  const computing = await pollsAndSleeps(20, true, { progressThread: true });
+  assert.equal(computing.sleeps, 19);
+  assert.equal(computing.yields, 0);
 });
