@@ -53,6 +53,9 @@ export const TCP_EAGER_LIMIT = 1024 * 1024;
  *   588 / 618 / 588 (allreduce). 3 each over 1 Gbit/s: AlexNet-like `hybrid` 36.0 / 37.8 / 38.3
  *   (master), 45.2 / 38.9 / 37.9 (allreduce: the launches spread 36–48 in each column);
  *   `overlap` master `mpi` 59.4 / 66.4 / 73.1; bvlc_alexnet `hybrid` master 646 / 655 / 650.
+ *   With the yield the thread on is faster than off by more than 1% in 4 of these 9 rows, within
+ *   1% either way in 3, and slower by more than 1% in 2 (`overlap` `mpi` over 10 Gbit/s,
+ *   AlexNet-like `hybrid` allreduce over 1 Gbit/s): the default stays on.
  *
  * @internal Called by {@link MpiTransport.init} before `MPI_Init`; exported for tests.
  */

@@ -89,7 +89,10 @@ export class MpiTransport {
   readonly size: number;
   /** See {@link MpiTransportOptions.spinMs}. */
   readonly spinMs: number;
-  /** Between full-speed polls, where Open MPI's TCP progress thread runs: see `request.ts`. */
+  /**
+   * Yields this core between full-speed polls where Open MPI's TCP progress thread is on (see
+   * `RequestTransport.yieldCore` in `request.ts`); `undefined` where it is off.
+   */
   readonly yieldCore: (() => void) | undefined;
   /** What this rank is waiting on now, for the termination message. */
   activity: string | undefined;
