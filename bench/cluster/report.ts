@@ -468,7 +468,9 @@ say(
     "median rate of one plain TCP connection between the hosts (the transfers alone, below) where that is " +
     "higher; the " +
     "exchange is the MPI runtime's pipeline " +
-    `of chunks (a 32nd of the group, 64 KiB to ${
+    `of chunks (in master mode a 32nd of the group, 64 KiB to ${
+      DEFAULT_CHUNK_BYTES / (1 << 20)
+    } MiB, in allreduce mode ${
       DEFAULT_CHUNK_BYTES / (1 << 20)
     } MiB; each averaged and updated, then sent back in master mode, while the next arrives; where a plan's ` +
     `update does not follow its reduce, as in \`sequential\`, each averaged while the next arrives); its CPU ` +

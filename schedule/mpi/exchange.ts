@@ -455,9 +455,14 @@ export class MpiExchange implements Exchange {
     return this.sockets ? chunk : Math.min(eagerMessageBytes(), chunk);
   }
 
-  /** Bytes of `group`'s chunks (as float32): a 32nd of it within bounds ({@link pipelineChunkBytes}). */
+  /**
+   * Bytes of `group`'s chunks (as float32): in master mode a 32nd of it within bounds, in allreduce
+   * mode, where nothing is sent back, the maximum ({@link pipelineChunkBytes}).
+   */
   #chunkOf(group: string): number {
-    return pipelineChunkBytes(4 * groupRange(this.#layout, group).size, this.#chunkBytes);
+    return pipelineChunkBytes(4 * groupRange(this.#layout, group).size, this.#chunkBytes, {
+      sentBack: this.#mode === "master",
+    });
   }
 
   /** `group`'s flat range in messages. */

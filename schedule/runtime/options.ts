@@ -61,7 +61,8 @@ export interface DataParallelOptions {
   /**
    * MPI: gradients and parameters travel in chunks of at most this many bytes, pipelined so that
    * averaging, updating and sending back one chunk overlap the transfer of the next (default 1 MiB;
-   * a group's chunks are a 32nd of it where that is smaller, down to 64 KiB: `pipelineChunkBytes`).
+   * in master mode a group's chunks are a 32nd of it where that is smaller, down to 64 KiB:
+   * `pipelineChunkBytes`).
    */
   chunkBytes?: number;
   /** Run seed for dropout (default 0). */

@@ -303,8 +303,12 @@ export function pipelineSeconds(
   const n = o.devices;
   if (!(o.pipelineChunkBytes > 0)) throw new ValueError("pipelineSeconds", "pipelineChunkBytes is not set");
   if (bytes <= 0) return 0;
-  // The runtime's chunks for this group (a 32nd of it, within bounds), as the MPI exchange cuts them.
-  const chunk = Math.min(pipelineChunkBytes(bytes, o.pipelineChunkBytes), bytes);
+  // The runtime's chunks for this group, as the MPI exchange cuts them: in master mode a 32nd of
+  // it within bounds, in allreduce mode (nothing sent back) the maximum.
+  const chunk = Math.min(
+    pipelineChunkBytes(bytes, o.pipelineChunkBytes, { sentBack: o.mode === "master" }),
+    bytes,
+  );
   const chunks = Math.ceil(bytes / chunk);
   const peers = o.topology === "shared" || o.mode === "allreduce" ? n - 1 : 1;
   // Both directions busy: an all-reduce, or a master pipeline that sends parameters back.

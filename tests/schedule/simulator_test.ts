@@ -962,3 +962,27 @@ Deno.test("simulate: a group's pipeline runs in chunks of a 32nd of it, 64 KiB u
     1e-6,
   );
 });
+
+// Mutations tried, each made this test fail: the allreduce rule ignored (a 32nd of the group, as in
+// master mode: 32 chunks); pipelineSeconds not passing the mode (its allreduce chunk 128 KiB).
+Deno.test("simulate: in allreduce mode, where nothing is sent back, a group's pipeline runs in chunks of the maximum", () => {
+  assert.equal(pipelineChunkBytes(4 << 20, 1 << 20, { sentBack: false }), 1 << 20);
+  assert.equal(pipelineChunkBytes(234_524_576, 1 << 20, { sentBack: false }), 1 << 20);
+  assert.equal(pipelineChunkBytes(4 << 20, 1 << 20, { sentBack: true }), 128 << 10);
+  // 4 MiB in allreduce mode over 1 Gbit/s (both ways at once), an update at 1 GB/s: the link paces
+  // the 4 chunks of 1 MiB, and the last one's update (1 ms; 0.13 ms for a 128 KiB chunk) follows.
+  const costs: CostOptions = {
+    link: { bandwidthBytesPerSecond: 125e6, latencySeconds: 0 },
+    devices: 2,
+    mode: "allreduce",
+    pipelineChunkBytes: 1 << 20,
+    memoryBandwidthBytesPerSecond: 1e15,
+    updateSecondsPerByte: 1e-9,
+  };
+  near(
+    pipelineSeconds(4 << 20, { update: true, broadcast: false }, costs),
+    (4 << 20) / 125e6 + (1 << 20) * 1e-9,
+    "4 MiB allreduce pipeline",
+    1e-6,
+  );
+});

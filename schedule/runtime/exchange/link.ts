@@ -270,27 +270,44 @@ export async function waitUntil(deadline: number): Promise<"clock" | "timer" | "
   return endedBy;
 }
 
-/** The smallest chunk {@link pipelineChunkBytes} picks (unless the maximum is smaller). */
+/** The smallest chunk {@link pipelineChunkBytes} picks where chunks are sent back (unless the maximum is smaller). */
 const MIN_PIPELINE_CHUNK_BYTES = 64 * 1024;
 
 /**
  * Bytes of each chunk when a group of `groupBytes` is exchanged as a pipeline of chunks of at most
- * `maxChunkBytes` (each averaged, updated and sent back while the next arrives): a 32nd of the
- * group, at least 64 KiB, at most the maximum. The link carries the group once and then the last
- * chunk's return, which a chunk small next to its group keeps short: on 2 hosts over 1 Gbit/s, a
- * 4.2 MB group in 1 MiB chunks reached its last parameters back 38–44 ms after its first gradients
- * left (76–88% of the link), in 128 KiB chunks (this rule) 36 ms, median of 15 (92%,
- * `bench/CLUSTER.md` at c55d52d). Per-chunk costs bound it from below: 256 KiB chunks slowed a
- * 66.5 MB exchange over 10 Gbit/s, where the 2 cores, not the link, set its pace, by 13–32% against
- * 1 MiB (master, allreduce).
+ * `maxChunkBytes` (each averaged, updated and, in master mode, sent back while the next arrives).
+ *
+ * - **Sent back** (master mode, the default): a 32nd of the group, at least 64 KiB, at most the
+ *   maximum. The link carries the group once and then the last chunk's return, which a chunk small
+ *   next to its group keeps short: on 2 hosts over 1 Gbit/s, a 4.2 MB group in 1 MiB chunks reached
+ *   its last parameters back 38–44 ms after its first gradients left (76–88% of the link), in
+ *   128 KiB chunks (this rule) 36 ms, median of 15 (92%, `bench/CLUSTER.md` at c55d52d).
+ * - **Not sent back** (`sentBack: false`, allreduce mode: every rank updates its own replica): the
+ *   maximum. Nothing returns after the last chunk, so only per-chunk costs remain, and they set the
+ *   pace where the link is fast: the 4.2 MB group's exchange alone over 10 Gbit/s reached 40% of
+ *   the link in 128 KiB chunks and 63% in 1 MiB ones, over 1 Gbit/s 93% and 94% (allreduce, 3
+ *   interleaved launches each, medians). Master mode there: 39% and 57% over 10 Gbit/s, 92% and
+ *   77% over 1 Gbit/s, where the return tail decides. AlexNet-like allreduce steps over 10 Gbit/s
+ *   (4 interleaved launches each, medians, 32nd → maximum): `sequential` 43.0 → 33.8 ms,
+ *   `overlap` 40.9 → 39.7, `bucketed` 48.4 → 41.5; over 1 Gbit/s (6 each) 64.8 → 65.3 and
+ *   57.0 → 57.2 (`sequential`, `overlap`; 4 each: `bucketed` 56.0 → 52.5).
+ *
+ * Per-chunk costs bound both from below: 256 KiB chunks slowed a 66.5 MB exchange over 10 Gbit/s,
+ * where the 2 cores, not the link, set its pace, by 13–32% against 1 MiB (master, allreduce).
  *
  * @example
  * ```ts
  * import { pipelineChunkBytes } from "./link.ts";
  * console.log(pipelineChunkBytes(4_194_304, 1 << 20)); // 131072: 32 chunks
+ * console.log(pipelineChunkBytes(4_194_304, 1 << 20, { sentBack: false })); // 1048576: 4 chunks
  * console.log(pipelineChunkBytes(234_524_576, 1 << 20)); // 1048576: the maximum
  * ```
  */
-export function pipelineChunkBytes(groupBytes: number, maxChunkBytes: number): number {
+export function pipelineChunkBytes(
+  groupBytes: number,
+  maxChunkBytes: number,
+  { sentBack = true }: { sentBack?: boolean } = {},
+): number {
+  if (!sentBack) return maxChunkBytes;
   return Math.min(maxChunkBytes, Math.max(MIN_PIPELINE_CHUNK_BYTES, Math.ceil(groupBytes / 32)));
 }
