@@ -460,9 +460,7 @@ export class MpiExchange implements Exchange {
    * mode, where nothing is sent back, the maximum ({@link pipelineChunkBytes}).
    */
   #chunkOf(group: string): number {
-    return pipelineChunkBytes(4 * groupRange(this.#layout, group).size, this.#chunkBytes, {
-      sentBack: this.#mode === "master",
-    });
+    return pipelineChunkBytes(4 * groupRange(this.#layout, group).size, this.#chunkBytes, this.#mode);
   }
 
   /** `group`'s flat range in messages. */

@@ -306,7 +306,7 @@ export function pipelineSeconds(
   // The runtime's chunks for this group, as the MPI exchange cuts them: in master mode a 32nd of
   // it within bounds, in allreduce mode (nothing sent back) the maximum.
   const chunk = Math.min(
-    pipelineChunkBytes(bytes, o.pipelineChunkBytes, { sentBack: o.mode === "master" }),
+    pipelineChunkBytes(bytes, o.pipelineChunkBytes, o.mode),
     bytes,
   );
   const chunks = Math.ceil(bytes / chunk);

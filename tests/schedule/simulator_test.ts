@@ -966,9 +966,9 @@ Deno.test("simulate: a group's pipeline runs in chunks of a 32nd of it, 64 KiB u
 // Mutations tried, each made this test fail: the allreduce rule ignored (a 32nd of the group, as in
 // master mode: 32 chunks); pipelineSeconds not passing the mode (its allreduce chunk 128 KiB).
 Deno.test("simulate: in allreduce mode, where nothing is sent back, a group's pipeline runs in chunks of the maximum", () => {
-  assert.equal(pipelineChunkBytes(4 << 20, 1 << 20, { sentBack: false }), 1 << 20);
-  assert.equal(pipelineChunkBytes(234_524_576, 1 << 20, { sentBack: false }), 1 << 20);
-  assert.equal(pipelineChunkBytes(4 << 20, 1 << 20, { sentBack: true }), 128 << 10);
+  assert.equal(pipelineChunkBytes(4 << 20, 1 << 20, "allreduce"), 1 << 20);
+  assert.equal(pipelineChunkBytes(234_524_576, 1 << 20, "allreduce"), 1 << 20);
+  assert.equal(pipelineChunkBytes(4 << 20, 1 << 20, "master"), 128 << 10);
   // 4 MiB in allreduce mode over 1 Gbit/s (both ways at once), an update at 1 GB/s: the link paces
   // the 4 chunks of 1 MiB, and the last one's update (1 ms; 0.13 ms for a 128 KiB chunk) follows.
   const costs: CostOptions = {

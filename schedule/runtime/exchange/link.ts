@@ -10,6 +10,7 @@
  */
 
 import { ValueError } from "../../../engine/mod.ts";
+import type { ReductionMode } from "../../plan/plan.ts";
 
 /**
  * A point-to-point link: what the simulator prices, the runtime emulates and `--link` names.
@@ -277,12 +278,12 @@ const MIN_PIPELINE_CHUNK_BYTES = 64 * 1024;
  * Bytes of each chunk when a group of `groupBytes` is exchanged as a pipeline of chunks of at most
  * `maxChunkBytes` (each averaged, updated and, in master mode, sent back while the next arrives).
  *
- * - **Sent back** (master mode, the default): a 32nd of the group, at least 64 KiB, at most the
- *   maximum. The link carries the group once and then the last chunk's return, which a chunk small
- *   next to its group keeps short: on 2 hosts over 1 Gbit/s, a 4.2 MB group in 1 MiB chunks reached
+ * - **Master mode** (the default), where chunks are sent back: a 32nd of the group, at least
+ *   64 KiB, at most the maximum. The link carries the group once and then the last chunk's return,
+ *   which a chunk small next to its group keeps short: on 2 hosts over 1 Gbit/s, a 4.2 MB group in 1 MiB chunks reached
  *   its last parameters back 38–44 ms after its first gradients left (76–88% of the link), in
  *   128 KiB chunks (this rule) 36 ms, median of 15 (92%, `bench/CLUSTER.md` at c55d52d).
- * - **Not sent back** (`sentBack: false`, allreduce mode: every rank updates its own replica): the
+ * - **Allreduce mode**, where every rank updates its own replica and nothing is sent back: the
  *   maximum. Nothing returns after the last chunk, so only per-chunk costs remain, and they set the
  *   pace where the link is fast: the 4.2 MB group's exchange alone over 10 Gbit/s reached 40% of
  *   the link in 128 KiB chunks and 63% in 1 MiB ones, over 1 Gbit/s 93% and 94% (allreduce, 3
@@ -299,15 +300,15 @@ const MIN_PIPELINE_CHUNK_BYTES = 64 * 1024;
  * ```ts
  * import { pipelineChunkBytes } from "./link.ts";
  * console.log(pipelineChunkBytes(4_194_304, 1 << 20)); // 131072: 32 chunks
- * console.log(pipelineChunkBytes(4_194_304, 1 << 20, { sentBack: false })); // 1048576: 4 chunks
+ * console.log(pipelineChunkBytes(4_194_304, 1 << 20, "allreduce")); // 1048576: 4 chunks
  * console.log(pipelineChunkBytes(234_524_576, 1 << 20)); // 1048576: the maximum
  * ```
  */
 export function pipelineChunkBytes(
   groupBytes: number,
   maxChunkBytes: number,
-  { sentBack = true }: { sentBack?: boolean } = {},
+  mode: ReductionMode = "master",
 ): number {
-  if (!sentBack) return maxChunkBytes;
+  if (mode === "allreduce") return maxChunkBytes;
   return Math.min(maxChunkBytes, Math.max(MIN_PIPELINE_CHUNK_BYTES, Math.ceil(groupBytes / 32)));
 }
