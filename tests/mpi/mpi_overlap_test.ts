@@ -11,6 +11,8 @@ import { TRACE_STEPS } from "../fixtures/mpi_overlap.ts";
 import { mpi, type MpiRun, probeMpirun, rank0Report as report } from "../fixtures/mpirun.ts";
 
 import { runSlowTests } from "../fixtures/slow.ts";
+import { pipelineChunkBytes } from "../../schedule/runtime/exchange/link.ts";
+import { DEFAULT_CHUNK_BYTES } from "../../schedule/mpi/exchange.ts";
 
 const mpirun = await probeMpirun("mpi overlap");
 
@@ -97,5 +99,25 @@ Deno.test({
       `overlap: update fc ended first in only ${ahead(leads.overlap)} of ${TRACE_STEPS} steps`,
     );
     assert.equal(ahead(leads.sequential), 0, `sequential: update fc ended before the conv backward`);
+  },
+});
+
+// Catches the exchange cutting allreduce groups by the master rule (MpiExchange passing no mode, or
+// always "master": 3 ranges here, where allreduce takes 1): in allreduce mode nothing is sent back, so
+// a group's chunks are the maximum; in master mode a 32nd of the group, at least 64 KiB.
+Deno.test({
+  name:
+    "mpi: the FC group is updated chunk by chunk, a 32nd of it (64 KiB up) in master mode and the maximum in allreduce mode",
+  ignore: !mpirun,
+  fn: async () => {
+    const run = report<{ fcBytes: number; master: number; allreduce: number }>(await mpiScenario("chunks"));
+    const chunks = (mode: "master" | "allreduce") =>
+      Math.ceil(run.fcBytes / pipelineChunkBytes(run.fcBytes, DEFAULT_CHUNK_BYTES, mode));
+    assert.ok(
+      chunks("master") > 1,
+      `the FC group (${run.fcBytes} bytes) is too small to tell the modes apart`,
+    );
+    assert.equal(run.master, chunks("master"), `master: ${JSON.stringify(run)}`);
+    assert.equal(run.allreduce, chunks("allreduce"), `allreduce: ${JSON.stringify(run)}`);
   },
 });
