@@ -271,7 +271,10 @@ export async function waitUntil(deadline: number): Promise<"clock" | "timer" | "
   return endedBy;
 }
 
-/** The smallest chunk {@link pipelineChunkBytes} picks where chunks are sent back (unless the maximum is smaller). */
+/**
+ * The smallest chunk {@link pipelineChunkBytes} picks where chunks are sent back (unless the maximum
+ * is smaller).
+ */
 const MIN_PIPELINE_CHUNK_BYTES = 64 * 1024;
 
 /**
@@ -280,9 +283,10 @@ const MIN_PIPELINE_CHUNK_BYTES = 64 * 1024;
  *
  * - **Master mode** (the default), where chunks are sent back: a 32nd of the group, at least
  *   64 KiB, at most the maximum. The link carries the group once and then the last chunk's return,
- *   which a chunk small next to its group keeps short: on 2 hosts over 1 Gbit/s, a 4.2 MB group in 1 MiB chunks reached
- *   its last parameters back 38–44 ms after its first gradients left (76–88% of the link), in
- *   128 KiB chunks (this rule) 36 ms, median of 15 (92%, `bench/CLUSTER.md` at c55d52d).
+ *   which a chunk small next to its group keeps short: on 2 hosts over 1 Gbit/s, a 4.2 MB group in
+ *   1 MiB chunks reached its last parameters back 38–44 ms after its first gradients left (76–88%
+ *   of the link), in 128 KiB chunks (this rule) 36 ms, median of 15 (92%, `bench/CLUSTER.md` at
+ *   c55d52d).
  * - **Allreduce mode**, where every rank updates its own replica and nothing is sent back: the
  *   maximum. Nothing returns after the last chunk, so only per-chunk costs remain, and they set the
  *   pace where the link is fast: the 4.2 MB group's exchange alone over 10 Gbit/s reached 40% of
