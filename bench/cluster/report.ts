@@ -118,6 +118,8 @@ const DATA_PLANE_LABELS: Readonly<Record<DataPlane, string>> = {
  */
 const HOSTS = 2;
 const DEVICE_THREADS = hostCores(HOSTS, allowedCores())?.[0].length ?? 1;
+/** The MPI exchange's largest chunk, in MiB, as the report describes it. */
+const CHUNK_MIB = DEFAULT_CHUNK_BYTES / (1 << 20);
 /** The probes' global batch (the FC layer's compute is small at any batch). */
 const PROBE_BATCH = 8;
 /**
@@ -468,11 +470,8 @@ say(
     "median rate of one plain TCP connection between the hosts (the transfers alone, below) where that is " +
     "higher; the " +
     "exchange is the MPI runtime's pipeline " +
-    `of chunks (in master mode a 32nd of the group, 64 KiB to ${
-      DEFAULT_CHUNK_BYTES / (1 << 20)
-    } MiB, in allreduce mode ${
-      DEFAULT_CHUNK_BYTES / (1 << 20)
-    } MiB; each averaged and updated, then sent back in master mode, while the next arrives; where a plan's ` +
+    `of chunks (in master mode a 32nd of the group, 64 KiB to ${CHUNK_MIB} MiB, in allreduce mode ` +
+    `${CHUNK_MIB} MiB; each averaged and updated, then sent back in master mode, while the next arrives; where a plan's ` +
     `update does not follow its reduce, as in \`sequential\`, each averaged while the next arrives); its CPU ` +
     `rates are measured here on one kernel thread, a rank's share: SGD update ${
       (1 / cpuRates.updateSecondsPerByte / 1e9).toFixed(1)

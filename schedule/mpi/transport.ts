@@ -105,7 +105,7 @@ export class MpiTransport {
     this.rank = rank;
     this.size = size;
     this.spinMs = options.spinMs ?? 2;
-    this.yieldCore = Deno.env.get(TCP_PROGRESS_THREAD) === "1" ? () => void library.yieldCore() : undefined;
+    this.yieldCore = Deno.env.get(TCP_PROGRESS_THREAD) === "1" ? library.yieldCore : undefined;
     if (options.reportTermination ?? true) {
       this.#onTerminate = () => {
         const doing = this.activity ? ` while ${this.activity}` : "";
