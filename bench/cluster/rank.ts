@@ -364,6 +364,8 @@ if (import.meta.main) {
     const reference = await buildModel(spec);
     const groups = layoutOf(reference.namedParameters()).groups.map((g) => g.name);
     let plan: Plan;
+    /** The link `auto` measured, which the exchange's master-mode chunks then follow (as in `train`). */
+    let measuredBytesPerSecond: number | undefined;
     if (config.schedule === "auto") {
       // Measured on rank 0 and sent to every rank, as the train command does: ranks must agree.
       // Every rank measures the link together, over the data plane training will use.
@@ -371,6 +373,7 @@ if (import.meta.main) {
         bytes: 4 * reference.parameterCount(),
         dataPlane: config.dataPlane,
       });
+      measuredBytesPerSecond = measured.link.bandwidthBytesPerSecond;
       const auto = transport.rank === 0
         ? autoChoice(
           measureProfile(reference, config.batch / transport.size, { description: config.net }),
@@ -413,6 +416,7 @@ if (import.meta.main) {
         wire,
         deviceThreads: config.deviceThreads,
         dataPlane: config.dataPlane,
+        linkBytesPerSecond: measuredBytesPerSecond,
       });
       return {
         plan,

@@ -470,7 +470,8 @@ say(
     "median rate of one plain TCP connection between the hosts (the transfers alone, below) where that is " +
     "higher; the " +
     "exchange is the MPI runtime's pipeline " +
-    `of chunks (in master mode a 32nd of the group, 64 KiB to ${CHUNK_MIB} MiB, in allreduce mode ` +
+    `of chunks (in master mode a 32nd of the group, 64 KiB to ${CHUNK_MIB} MiB and at least 1 ms on the link: at the rate the ` +
+    `ranks measure when they start, and in the simulator at its link's; in allreduce mode ` +
     `${CHUNK_MIB} MiB; each averaged and updated, then sent back in master mode, while the next arrives; where a plan's ` +
     `update does not follow its reduce, as in \`sequential\`, each averaged while the next arrives); its CPU ` +
     `rates are measured here on one kernel thread, a rank's share: SGD update ${

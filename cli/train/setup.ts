@@ -112,20 +112,21 @@ async function chooseRunPlan(
   { args, root, say, transport, link }: RunRequest,
   local: Network,
   baseSpec: ModelSpec,
-): Promise<{ plan: Plan; spec: ModelSpec }> {
+): Promise<{ plan: Plan; spec: ModelSpec; linkBytesPerSecond?: number }> {
   // A measured (auto) schedule could differ between ranks: rank 0 measures and decides for all, at
   // the link every rank measured together (nothing else says what joins the hosts).
   const measured = transport && args.schedule === "auto" && transport.size > 1
     ? await measureLink(transport, { bytes: 4 * local.parameterCount(), dataPlane: args.dataPlane })
     : undefined;
-  return transport && args.schedule === "auto"
-    ? await transport.broadcastJson(
-      root ? await choosePlan(args, local, baseSpec, link, say, measured) : null,
-      0,
-      { deadline: performance.now() + 600_000 },
-      "broadcast the automatic schedule",
-    ) as { plan: Plan; spec: ModelSpec }
-    : await choosePlan(args, local, baseSpec, link, say);
+  if (!transport || args.schedule !== "auto") return await choosePlan(args, local, baseSpec, link, say);
+  const chosen = await transport.broadcastJson(
+    root ? await choosePlan(args, local, baseSpec, link, say, measured) : null,
+    0,
+    { deadline: performance.now() + 600_000 },
+    "broadcast the automatic schedule",
+  ) as { plan: Plan; spec: ModelSpec };
+  // The exchange's master-mode chunks follow the same rate (it would measure it again otherwise).
+  return { ...chosen, linkBytesPerSecond: measured?.link.bandwidthBytesPerSecond };
 }
 
 /** The training and held-out loaders of `data`, with the steps per epoch (refused when none). */
@@ -201,6 +202,7 @@ function createTrainer(
   plan: Plan,
   trace: TraceRecorder | undefined,
   optimizerFor: (parameters: ParameterEntry[]) => SGD,
+  linkBytesPerSecond: number | undefined,
 ): Promise<DataParallelTrainer> {
   return DataParallelTrainer.create({
     model: spec,
@@ -221,6 +223,7 @@ function createTrainer(
     link,
     transport,
     dataPlane: args.dataPlane,
+    linkBytesPerSecond,
     wire: args.wire,
     errorFeedback: args.errorFeedback,
   });
@@ -239,7 +242,7 @@ export async function startRun(request: RunRequest): Promise<TrainingRun> {
   const local = await buildLocal(baseSpec);
   try {
     checkDeviceCount(args, local);
-    const { plan, spec } = await chooseRunPlan(request, local, baseSpec);
+    const { plan, spec, linkBytesPerSecond } = await chooseRunPlan(request, local, baseSpec);
     validatePlan(plan, { mode: args.reduce });
     checkBuffersSupported(local, args, plan);
     const { trainLoader, testLoader, perEpoch } = makeLoaders(args, data);
@@ -261,7 +264,7 @@ export async function startRun(request: RunRequest): Promise<TrainingRun> {
       : link
       ? link.label
       : "shared memory";
-    const trainer = await createTrainer(request, spec, plan, trace, optimizerFor);
+    const trainer = await createTrainer(request, spec, plan, trace, optimizerFor, linkBytesPerSecond);
     return {
       ...asked,
       data,

@@ -77,6 +77,7 @@ import { type BulkCollectives, type BulkRequest, bytesOf, SocketMesh } from "./s
 import { detectMpiLaunch } from "./launch.ts";
 import { TransportError, type WaitOptions } from "./request.ts";
 import { eagerMessageBytes } from "./tcp.ts";
+import { measureLink } from "./link_probe.ts";
 import { MpiTransport } from "./transport.ts";
 
 /** Kernel threads for one of `ranksOnHost` ranks sharing this host's cores (at least 1). */
@@ -95,6 +96,12 @@ interface Piece {
 
 /** Default chunk (averaged, updated and sent back as one): 1 MiB keeps per-update costs small. */
 export const DEFAULT_CHUNK_BYTES = 1024 * 1024;
+
+/**
+ * Bytes each rank sends when the ranks measure their link for master mode's chunks: 4 MiB, about
+ * 34 ms each way over 1 Gbit/s, long enough that the ends of a transfer weigh little.
+ */
+const LINK_RATE_PROBE_BYTES = 4 << 20;
 
 /** See the module notes. */
 export class MpiExchange implements Exchange {
@@ -121,6 +128,8 @@ export class MpiExchange implements Exchange {
   readonly #gathered: Float32Array | undefined;
   readonly #timeoutMs: number;
   readonly #chunkBytes: number;
+  /** The link's rate both ways (master mode), which sets the chunks' least size; rank 0's on every rank. */
+  readonly #linkBytesPerSecond: number | undefined;
   /** `performance.now()` just after a barrier all ranks left together: the ranks' common zero. */
   readonly #clockZero: number;
   /** The gradients' wire format, where compressed (`undefined`: fp32, exact); this rank's residual. */
@@ -151,6 +160,7 @@ export class MpiExchange implements Exchange {
     timeoutMs: number,
     clockZero: number,
     chunkBytes: number,
+    linkBytesPerSecond: number | undefined,
     wire: GradientWire | undefined,
     plan: Plan,
     sockets: SocketMesh | undefined,
@@ -164,6 +174,7 @@ export class MpiExchange implements Exchange {
       ? first.group
       : undefined;
     this.#chunkBytes = chunkBytes;
+    this.#linkBytesPerSecond = linkBytesPerSecond;
     this.#device = device;
     this.local = [device];
     this.#layout = layout;
@@ -258,6 +269,17 @@ export class MpiExchange implements Exchange {
       // speed, and twice over (the first gathers the ranks, the second starts them level), so that
       // no rank leaves it late by a sleep between polls: with 1 ms sleeps, rank 1's clock sat 2–5 ms
       // off rank 0's on 2 hosts, and its FC exchange spans looked shorter than the link allows.
+      // Master-mode chunks are sent back, and their size follows the link's rate: measured where
+      // not given, and rank 0's for every rank (their chunks must match).
+      const linkBytesPerSecond = mode === "master" && transport.size > 1
+        ? options.linkBytesPerSecond ??
+          (await measureLink(transport, {
+            bytes: LINK_RATE_PROBE_BYTES,
+            dataPlane: options.dataPlane,
+            mesh: sockets,
+            deadline: within().deadline,
+          })).link.bandwidthBytesPerSecond
+        : undefined;
       for (let round = 0; round < 2; round++) {
         await transport.barrier("synchronise clocks").wait({ ...within(), spin: true });
       }
@@ -271,6 +293,7 @@ export class MpiExchange implements Exchange {
         timeoutSeconds * 1000,
         clockZero,
         options.chunkBytes ?? DEFAULT_CHUNK_BYTES,
+        linkBytesPerSecond,
         GradientWire.create(options, layout.total, [rank]),
         options.plan,
         sockets,
@@ -456,11 +479,16 @@ export class MpiExchange implements Exchange {
   }
 
   /**
-   * Bytes of `group`'s chunks (as float32): in master mode a 32nd of it within bounds, in allreduce
-   * mode, where nothing is sent back, the maximum ({@link pipelineChunkBytes}).
+   * Bytes of `group`'s chunks (as float32): in master mode a 32nd of it within bounds, at least 1 ms
+   * on the link; in allreduce mode, where nothing is sent back, the maximum ({@link pipelineChunkBytes}).
    */
   #chunkOf(group: string): number {
-    return pipelineChunkBytes(4 * groupRange(this.#layout, group).size, this.#chunkBytes, this.#mode);
+    return pipelineChunkBytes(
+      4 * groupRange(this.#layout, group).size,
+      this.#chunkBytes,
+      this.#mode,
+      this.#linkBytesPerSecond,
+    );
   }
 
   /** `group`'s flat range in messages. */

@@ -62,6 +62,11 @@ export interface LinkProbeOptions {
   readonly dataPlane?: DataPlane;
   /** `performance.now()` milliseconds by which the whole probe must finish (default 2 minutes). */
   readonly deadline?: number;
+  /**
+   * The sockets between the ranks, where they are open already (with the `sockets` data plane):
+   * measured over, and left open. Default: the probe opens its own and closes them.
+   */
+  readonly mesh?: SocketMesh;
 }
 
 /**
@@ -127,10 +132,10 @@ export async function measureLink(transport: MpiTransport, options: LinkProbeOpt
   // Shared memory: MPI reads and writes it while the event loop runs on.
   const mine = new Float32Array(new SharedArrayBuffer(bytes)).fill(rank + 1);
   const all = new Float32Array(new SharedArrayBuffer(bytes * size));
-  const mesh = (options.dataPlane ?? "sockets") === "sockets"
+  const own = !options.mesh && (options.dataPlane ?? "sockets") === "sockets"
     ? await SocketMesh.open(transport, wait)
     : undefined;
-  const bulk: BulkCollectives = mesh ?? transport;
+  const bulk: BulkCollectives = options.mesh ?? own ?? transport;
   try {
     /** The buffer's messages, `[from, to)` in floats. */
     const messages: [number, number][] = [];
@@ -206,7 +211,7 @@ export async function measureLink(transport: MpiTransport, options: LinkProbeOpt
       bytes,
     };
   } finally {
-    mesh?.close();
+    own?.close();
   }
 }
 

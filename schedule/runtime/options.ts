@@ -61,10 +61,17 @@ export interface DataParallelOptions {
   /**
    * MPI: gradients and parameters travel in chunks of at most this many bytes, pipelined so that
    * averaging, updating and sending back one chunk overlap the transfer of the next (default 1 MiB;
-   * in master mode a group's chunks are a 32nd of it where that is smaller, down to 64 KiB:
-   * `pipelineChunkBytes`).
+   * in master mode a group's chunks are a 32nd of it where that is smaller, down to 64 KiB or 1 ms
+   * on the link, whichever is larger: `pipelineChunkBytes`).
    */
   chunkBytes?: number;
+  /**
+   * MPI, master mode: the link's rate in bytes per second per direction with both directions busy,
+   * as `measureLink` gives it, which sets the chunks' least size (see {@link chunkBytes}). It must
+   * be the same on every rank. Default: measured over the data plane when the ranks start (4 MiB
+   * each, a few transfers: about a quarter of a second over 1 Gbit/s).
+   */
+  linkBytesPerSecond?: number;
   /** Run seed for dropout (default 0). */
   seed?: number;
   /**

@@ -304,9 +304,10 @@ export function pipelineSeconds(
   if (!(o.pipelineChunkBytes > 0)) throw new ValueError("pipelineSeconds", "pipelineChunkBytes is not set");
   if (bytes <= 0) return 0;
   // The runtime's chunks for this group, as the MPI exchange cuts them: in master mode a 32nd of
-  // it within bounds, in allreduce mode (nothing sent back) the maximum.
+  // it within bounds, at least 1 ms on the link (the runtime's measured rate; here the link's), in
+  // allreduce mode (nothing sent back) the maximum.
   const chunk = Math.min(
-    pipelineChunkBytes(bytes, o.pipelineChunkBytes, o.mode),
+    pipelineChunkBytes(bytes, o.pipelineChunkBytes, o.mode, o.link.bandwidthBytesPerSecond),
     bytes,
   );
   const chunks = Math.ceil(bytes / chunk);

@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { TRACE_STEPS } from "../fixtures/mpi_overlap.ts";
+import { FAST_LINK, SLOW_LINK, TRACE_STEPS } from "../fixtures/mpi_overlap.ts";
 import { mpi, type MpiRun, probeMpirun, rank0Report as report } from "../fixtures/mpirun.ts";
 
 import { runSlowTests } from "../fixtures/slow.ts";
@@ -104,20 +104,33 @@ Deno.test({
 
 // Catches the exchange cutting allreduce groups by the master rule (MpiExchange passing no mode, or
 // always "master": 3 ranges here, where allreduce takes 1): in allreduce mode nothing is sent back, so
-// a group's chunks are the maximum; in master mode a 32nd of the group, at least 64 KiB.
+// a group's chunks are the maximum; in master mode a 32nd of the group, at least 64 KiB and at least
+// 1 ms on the link. Also catches the link's rate not reaching the rule (MpiExchange passing none: 3
+// ranges at the fast rate given, where 100 KB chunks take 2) and the ranks not measuring it where it
+// is not given (3 ranges, where any rate above 66 MB/s, as loopback TCP between 2 ranks gives, takes
+// at most 2). Mutations seen failing: each of the three.
 Deno.test({
   name:
-    "mpi: the FC group is updated chunk by chunk, a 32nd of it (64 KiB up) in master mode and the maximum in allreduce mode",
+    "mpi: the FC group is updated chunk by chunk, in master mode a 32nd of it (64 KiB up, 1 ms on the measured link up), in allreduce mode the maximum",
   ignore: !mpirun,
   fn: async () => {
-    const run = report<{ fcBytes: number; master: number; allreduce: number }>(await mpiScenario("chunks"));
-    const chunks = (mode: "master" | "allreduce") =>
-      Math.ceil(run.fcBytes / pipelineChunkBytes(run.fcBytes, DEFAULT_CHUNK_BYTES, mode));
+    const run = report<{
+      fcBytes: number;
+      master: number;
+      masterFastLink: number;
+      masterMeasured: number;
+      allreduce: number;
+    }>(await mpiScenario("chunks"));
+    const chunks = (mode: "master" | "allreduce", rate?: number) =>
+      Math.ceil(run.fcBytes / pipelineChunkBytes(run.fcBytes, DEFAULT_CHUNK_BYTES, mode, rate));
     assert.ok(
-      chunks("master") > 1,
-      `the FC group (${run.fcBytes} bytes) is too small to tell the modes apart`,
+      chunks("master", SLOW_LINK) > chunks("master", FAST_LINK) && chunks("master", FAST_LINK) > 1,
+      `the FC group (${run.fcBytes} bytes) is too small to tell the rules apart`,
     );
-    assert.equal(run.master, chunks("master"), `master: ${JSON.stringify(run)}`);
-    assert.equal(run.allreduce, chunks("allreduce"), `allreduce: ${JSON.stringify(run)}`);
+    const got = JSON.stringify(run);
+    assert.equal(run.master, chunks("master", SLOW_LINK), `master, slow link: ${got}`);
+    assert.equal(run.masterFastLink, chunks("master", FAST_LINK), `master, fast link: ${got}`);
+    assert.ok(run.masterMeasured < chunks("master", SLOW_LINK), `master, measured link: ${got}`);
+    assert.equal(run.allreduce, chunks("allreduce"), `allreduce: ${got}`);
   },
 });

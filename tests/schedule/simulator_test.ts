@@ -937,6 +937,25 @@ Deno.test("measureProfile: a parameter-free first layer has no backward to time"
   assert.ok(profile.layers[1].backwardSeconds > 0 && profile.layers[2].backwardSeconds > 0);
 });
 
+/**
+ * Costs of a pipelined exchange between 2 devices in 1 MiB chunks at most, over a link of
+ * `bytesPerSecond` without latency, with free sums and updates of `updateSecondsPerByte`.
+ */
+function pipelineCosts(
+  mode: "master" | "allreduce",
+  bytesPerSecond: number,
+  updateSecondsPerByte = 0,
+): CostOptions {
+  return {
+    link: { bandwidthBytesPerSecond: bytesPerSecond, latencySeconds: 0 },
+    devices: 2,
+    mode,
+    pipelineChunkBytes: 1 << 20,
+    memoryBandwidthBytesPerSecond: 1e15,
+    updateSecondsPerByte,
+  };
+}
+
 // Mutations tried, each made this test fail: pipelineSeconds cutting every group into chunks of the
 // maximum (the rule before: 1 MiB whatever the group); the floor of 64 KiB dropped; a 16th instead of
 // a 32nd.
@@ -946,17 +965,8 @@ Deno.test("simulate: a group's pipeline runs in chunks of a 32nd of it, 64 KiB u
   assert.equal(pipelineChunkBytes(234_524_576, 1 << 20), 1 << 20);
   assert.equal(pipelineChunkBytes(4 << 20, 1000), 1000); // a smaller maximum wins over the floor
   // 4 MiB in master mode over 1 Gbit/s, free CPU: the gathers, then the last 128 KiB chunk's return.
-  const link = { bandwidthBytesPerSecond: 125e6, latencySeconds: 0 };
-  const costs: CostOptions = {
-    link,
-    devices: 2,
-    mode: "master",
-    pipelineChunkBytes: 1 << 20,
-    memoryBandwidthBytesPerSecond: 1e15,
-    updateSecondsPerByte: 0,
-  };
   near(
-    pipelineSeconds(4 << 20, { update: true, broadcast: true }, costs),
+    pipelineSeconds(4 << 20, { update: true, broadcast: true }, pipelineCosts("master", 125e6)),
     ((4 << 20) + (128 << 10)) / 125e6,
     "4 MiB pipeline",
     1e-6,
@@ -971,18 +981,31 @@ Deno.test("simulate: in allreduce mode, where nothing is sent back, a group's pi
   assert.equal(pipelineChunkBytes(4 << 20, 1 << 20, "master"), 128 << 10);
   // 4 MiB in allreduce mode over 1 Gbit/s (both ways at once), an update at 1 GB/s: the link paces
   // the 4 chunks of 1 MiB, and the last one's update (1 ms; 0.13 ms for a 128 KiB chunk) follows.
-  const costs: CostOptions = {
-    link: { bandwidthBytesPerSecond: 125e6, latencySeconds: 0 },
-    devices: 2,
-    mode: "allreduce",
-    pipelineChunkBytes: 1 << 20,
-    memoryBandwidthBytesPerSecond: 1e15,
-    updateSecondsPerByte: 1e-9,
-  };
   near(
-    pipelineSeconds(4 << 20, { update: true, broadcast: false }, costs),
+    pipelineSeconds(4 << 20, { update: true, broadcast: false }, pipelineCosts("allreduce", 125e6, 1e-9)),
     (4 << 20) / 125e6 + (1 << 20) * 1e-9,
     "4 MiB allreduce pipeline",
+    1e-6,
+  );
+});
+
+// Mutations tried, each made this test fail: the link's rate ignored (a 32nd of the group at
+// 10 Gbit/s too: 128 KiB); pipelineSeconds not passing its link's rate (the same); the floor applied
+// in allreduce mode as a cap (875,000 bytes there instead of the maximum).
+Deno.test("simulate: in master mode a chunk spends at least 1 ms on the link where its rate is known, within the maximum", () => {
+  // 7 Gbit/s both ways (the rate 2 hosts measured over a 10 Gbit/s link): 875,000 bytes a ms.
+  assert.equal(pipelineChunkBytes(4 << 20, 1 << 20, "master", 875e6), 875_000);
+  // Over 1 Gbit/s the 32nd is longer than 1 ms (125,000 bytes): it stays.
+  assert.equal(pipelineChunkBytes(4 << 20, 1 << 20, "master", 125e6), 128 << 10);
+  assert.equal(pipelineChunkBytes(4 << 20, 1 << 20, "master", 100e9), 1 << 20); // the maximum caps it
+  assert.equal(pipelineChunkBytes(4 << 20, 1 << 20, "allreduce", 125e6), 1 << 20);
+  // 4 MiB in master mode at 875 MB/s both ways, free CPU: 5 chunks of 875,000 bytes (the pipeline
+  // prices the short last one whole), 1 ms each, then the last one's return; 128 KiB chunks would
+  // take 33 · 0.15 ms.
+  near(
+    pipelineSeconds(4 << 20, { update: true, broadcast: true }, pipelineCosts("master", 875e6)),
+    (5 + 1) * 875_000 / 875e6,
+    "4 MiB pipeline at 7 Gbit/s",
     1e-6,
   );
 });

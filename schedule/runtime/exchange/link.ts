@@ -278,21 +278,38 @@ export async function waitUntil(deadline: number): Promise<"clock" | "timer" | "
 const MIN_PIPELINE_CHUNK_BYTES = 64 * 1024;
 
 /**
+ * Where chunks are sent back and the link's rate is known, the least time each chunk spends on the
+ * link (see {@link pipelineChunkBytes}): 1 ms.
+ */
+const MIN_PIPELINE_CHUNK_SECONDS = 1e-3;
+
+/**
  * Bytes of each chunk when a group of `groupBytes` is exchanged as a pipeline of chunks of at most
  * `maxChunkBytes` (each averaged, updated and, in master mode, sent back while the next arrives).
  *
  * - **Master mode** (the default), where chunks are sent back: a 32nd of the group, at least
- *   64 KiB, at most the maximum. The link carries the group once and then the last chunk's return,
- *   which a chunk small next to its group keeps short: on 2 hosts over 1 Gbit/s, a 4.2 MB group in
- *   1 MiB chunks reached its last parameters back 38–44 ms after its first gradients left (76–88%
- *   of the link), in 128 KiB chunks (this rule) 36 ms, median of 15 (92%, `bench/CLUSTER.md` at
- *   c55d52d).
+ *   64 KiB and, where `linkBytesPerSecond` (the link's rate per direction with both busy, as
+ *   `measureLink` gives it) is known, at least 1 ms on the link; at
+ *   most the maximum. The link carries the group once and then the last chunk's return, which a
+ *   chunk small next to its group keeps short: on 2 hosts over 1 Gbit/s, a 4.2 MB group in 1 MiB
+ *   chunks reached its last parameters back 38–44 ms after its first gradients left (76–88% of the
+ *   link), in 128 KiB chunks (a 32nd) 36 ms, median of 15 (92%, `bench/CLUSTER.md` at c55d52d). On
+ *   a fast link per-chunk costs set the pace instead, and a chunk must be long on the link to
+ *   amortize them: over 10 Gbit/s the same exchange alone reached 39% of the link in 128 KiB chunks,
+ *   55% in 512 KiB and 57% in 1 MiB (3 interleaved launches each, medians), and AlexNet-like master
+ *   steps in 1 MiB chunks against a 32nd took 47.2 against 51.6 ms (`overlap`) and 43.3 against
+ *   56.2 (`bucketed`), where over 1 Gbit/s they took 62.8 against 58.1 and 69.6 against 56.3
+ *   (4 interleaved launches each, medians). The ranks measured 6.8–7.1 Gbit/s both ways over the
+ *   first link and 0.92–0.95 over the second: 1 ms of them is 0.85–0.89 MB and 115–119 KB. With
+ *   this floor (against the 32nd alone; 4 interleaved launches each, medians) AlexNet-like master
+ *   steps over 10 Gbit/s took 32.9 against 35.7 ms (`overlap`), 34.1 against 41.1 (`bucketed`) and
+ *   31.7 against 33.5 (`sequential`); over 1 Gbit/s, where the FC group's 32nd is longer than 1 ms,
+ *   55.5 against 54.1, 54.8 against 55.7 and 98.5 against 98.2, within the launches' spread.
  * - **Allreduce mode**, where every rank updates its own replica and nothing is sent back: the
  *   maximum. Nothing returns after the last chunk, so only per-chunk costs remain, and they set the
  *   pace where the link is fast: the 4.2 MB group's exchange alone over 10 Gbit/s reached 40% of
  *   the link in 128 KiB chunks and 63% in 1 MiB ones, over 1 Gbit/s 93% and 94% (allreduce, 3
- *   interleaved launches each, medians). Master mode there: 39% and 57% over 10 Gbit/s, 92% and
- *   77% over 1 Gbit/s, where the return tail decides. AlexNet-like allreduce steps over 10 Gbit/s
+ *   interleaved launches each, medians). AlexNet-like allreduce steps over 10 Gbit/s
  *   (4 interleaved launches each, medians, 32nd → maximum): `sequential` 43.0 → 33.8 ms,
  *   `overlap` 40.9 → 39.7, `bucketed` 48.4 → 41.5; over 1 Gbit/s (6 each) 64.8 → 65.3 and
  *   57.0 → 57.2 (`sequential`, `overlap`; 4 each: `bucketed` 56.0 → 52.5).
@@ -304,6 +321,7 @@ const MIN_PIPELINE_CHUNK_BYTES = 64 * 1024;
  * ```ts
  * import { pipelineChunkBytes } from "./link.ts";
  * console.log(pipelineChunkBytes(4_194_304, 1 << 20)); // 131072: 32 chunks
+ * console.log(pipelineChunkBytes(4_194_304, 1 << 20, "master", 875e6)); // 875000: 1 ms at 7 Gbit/s
  * console.log(pipelineChunkBytes(4_194_304, 1 << 20, "allreduce")); // 1048576: 4 chunks
  * console.log(pipelineChunkBytes(234_524_576, 1 << 20)); // 1048576: the maximum
  * ```
@@ -312,7 +330,9 @@ export function pipelineChunkBytes(
   groupBytes: number,
   maxChunkBytes: number,
   mode: ReductionMode = "master",
+  linkBytesPerSecond?: number,
 ): number {
   if (mode === "allreduce") return maxChunkBytes;
-  return Math.min(maxChunkBytes, Math.max(MIN_PIPELINE_CHUNK_BYTES, Math.ceil(groupBytes / 32)));
+  const onLink = linkBytesPerSecond ? Math.ceil(linkBytesPerSecond * MIN_PIPELINE_CHUNK_SECONDS) : 0;
+  return Math.min(maxChunkBytes, Math.max(MIN_PIPELINE_CHUNK_BYTES, Math.ceil(groupBytes / 32), onLink));
 }
