@@ -214,6 +214,9 @@ export class MpiExchange implements Exchange {
       mode,
       wire: options.wire ?? "fp32",
       errorFeedback: options.errorFeedback ?? false,
+      // Chunks must match between ranks: their maximum, and the link's rate where given.
+      chunkBytes: options.chunkBytes ?? DEFAULT_CHUNK_BYTES,
+      linkBytesPerSecond: options.linkBytesPerSecond ?? null,
       model: reference.modelName,
       plan: options.plan.actions.map(actionLabel),
       slots: layout.slots.map((s) => `${s.name}:${s.group}:${s.size}`),
@@ -227,7 +230,7 @@ export class MpiExchange implements Exchange {
         "compare configurations",
         `found that rank${differing.length > 1 ? "s" : ""} ${differing.join(", ")} run${
           differing.length > 1 ? "" : "s"
-        } another plan, reduction mode, wire format or model than rank 0`,
+        } another plan, reduction mode, wire format, chunk size, link rate or model than rank 0`,
       );
     }
 

@@ -67,8 +67,8 @@ export interface DataParallelOptions {
   chunkBytes?: number;
   /**
    * MPI, master mode: the link's rate in bytes per second per direction with both directions busy,
-   * as `measureLink` gives it, which sets the chunks' least size (see {@link chunkBytes}). It must
-   * be the same on every rank. Default: measured over the data plane when the ranks start (4 MiB
+   * as `measureLink` gives it, which sets the chunks' least size (see {@link chunkBytes}). Ranks
+   * that give different ones (or chunk sizes) refuse to start. Default: measured over the data plane when the ranks start (4 MiB
    * each, a few transfers: about a quarter of a second over 1 Gbit/s).
    */
   linkBytesPerSecond?: number;
@@ -200,6 +200,20 @@ export function checkOptions(options: DataParallelOptions): number {
   const nice = options.computeNice;
   if (nice !== undefined && (!Number.isInteger(nice) || nice < 0 || nice > 19)) {
     throw new ValueError("DataParallelTrainer", `computeNice must be an integer in [0, 19], got ${nice}`);
+  }
+  const chunk = options.chunkBytes;
+  if (chunk !== undefined && (!Number.isInteger(chunk) || chunk < 4)) {
+    throw new ValueError(
+      "DataParallelTrainer",
+      `chunkBytes must be an integer of at least 4 (one float), got ${chunk}`,
+    );
+  }
+  const rate = options.linkBytesPerSecond;
+  if (rate !== undefined && !(Number.isFinite(rate) && rate > 0)) {
+    throw new ValueError(
+      "DataParallelTrainer",
+      `linkBytesPerSecond must be a finite number > 0, got ${rate}`,
+    );
   }
   checkWireOptions(options);
   return count;

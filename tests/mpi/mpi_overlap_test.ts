@@ -134,3 +134,18 @@ Deno.test({
     assert.equal(run.allreduce, chunks("allreduce"), `allreduce: ${got}`);
   },
 });
+
+// Catches ranks cutting chunks differently unnoticed (the link rate left out of the configurations
+// the ranks compare when they start: mutation seen failing, the step then ran with each rank cutting
+// its own chunks): ranks whose chunks would differ refuse to start, all of them, naming the cause.
+Deno.test({
+  name: "mpi: ranks given different link rates refuse to start, before any gradient moves",
+  ignore: !mpirun,
+  fn: async () => {
+    const run = report<{ error: string | null }>(await mpiScenario("mismatched-rates"));
+    assert.match(
+      run.error ?? "no error",
+      /compare configurations.*rank 1 runs another plan, reduction mode, wire format, chunk size, link rate or model than rank 0/,
+    );
+  },
+});

@@ -132,6 +132,14 @@ Deno.test("bad configurations are refused with clear errors", async () => {
     /deviceThreads must be a positive integer, got 1.5/,
   );
   await assert.rejects(
+    DataParallelTrainer.create({ ...base, chunkBytes: 0 }),
+    /chunkBytes must be an integer of at least 4 \(one float\), got 0/,
+  );
+  await assert.rejects(
+    DataParallelTrainer.create({ ...base, linkBytesPerSecond: NaN }),
+    /linkBytesPerSecond must be a finite number > 0, got NaN/,
+  );
+  await assert.rejects(
     DataParallelTrainer.create({ ...base, plan: sequentialPlan(["fc", "head"]) }),
     /names groups \[fc,head\] but the model has \[fc,conv\]/,
   );
