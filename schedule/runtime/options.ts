@@ -68,8 +68,8 @@ export interface DataParallelOptions {
   /**
    * MPI, master mode: the link's rate in bytes per second per direction with both directions busy,
    * as `measureLink` gives it, which sets the chunks' least size (see {@link chunkBytes}). Ranks
-   * that give different ones (or chunk sizes) refuse to start. Default: measured over the data plane when the ranks start (4 MiB
-   * each, a few transfers: about a quarter of a second over 1 Gbit/s).
+   * that give different ones (or chunk sizes) refuse to start. Default: measured over the data
+   * plane when the ranks start (4 MiB each, a few transfers: a quarter of a second over 1 Gbit/s).
    */
   linkBytesPerSecond?: number;
   /** Run seed for dropout (default 0). */
