@@ -268,10 +268,6 @@ export class MpiExchange implements Exchange {
       const sockets = (options.dataPlane ?? "sockets") === "sockets"
         ? await SocketMesh.open(transport, within())
         : undefined;
-      // The ranks' common zero for traces: the moment they leave a barrier together. Polled at full
-      // speed, and twice over (the first gathers the ranks, the second starts them level), so that
-      // no rank leaves it late by a sleep between polls: with 1 ms sleeps, rank 1's clock sat 2–5 ms
-      // off rank 0's on 2 hosts, and its FC exchange spans looked shorter than the link allows.
       // Master-mode chunks are sent back, and their size follows the link's rate: measured where
       // not given, and rank 0's for every rank (their chunks must match).
       const linkBytesPerSecond = mode === "master" && transport.size > 1
@@ -283,6 +279,10 @@ export class MpiExchange implements Exchange {
             deadline: within().deadline,
           })).link.bandwidthBytesPerSecond
         : undefined;
+      // The ranks' common zero for traces: the moment they leave a barrier together. Polled at full
+      // speed, and twice over (the first gathers the ranks, the second starts them level), so that
+      // no rank leaves it late by a sleep between polls: with 1 ms sleeps, rank 1's clock sat 2–5 ms
+      // off rank 0's on 2 hosts, and its FC exchange spans looked shorter than the link allows.
       for (let round = 0; round < 2; round++) {
         await transport.barrier("synchronise clocks").wait({ ...within(), spin: true });
       }

@@ -289,9 +289,9 @@ const MIN_PIPELINE_CHUNK_SECONDS = 1e-3;
  *
  * - **Master mode** (the default), where chunks are sent back: a 32nd of the group, at least
  *   64 KiB and, where `linkBytesPerSecond` (the link's rate per direction with both busy, as
- *   `measureLink` gives it) is known, at least 1 ms on the link; at
- *   most the maximum. The link carries the group once and then the last chunk's return, which a
- *   chunk small next to its group keeps short: on 2 hosts over 1 Gbit/s, a 4.2 MB group in 1 MiB
+ *   `measureLink` gives it) is known, at least 1 ms on the link; at most the maximum. The link
+ *   carries the group once and then the last chunk's return, which a chunk small next to its group
+ *   keeps short: on 2 hosts over 1 Gbit/s, a 4.2 MB group in 1 MiB
  *   chunks reached its last parameters back 38–44 ms after its first gradients left (76–88% of the
  *   link), in 128 KiB chunks (a 32nd) 36 ms, median of 15 (92%, `bench/CLUSTER.md` at c55d52d). On
  *   a fast link per-chunk costs set the pace instead, and a chunk must be long on the link to
