@@ -21,7 +21,8 @@
  */
 
 import { type FunctionWriter, type ModuleBuilder, ValType } from "./encoder.ts";
-import { QUAD_ROWS } from "../gemm.ts";
+import { QUAD_ROWS, ROWS_TILE_ROWS } from "../gemm.ts";
+import { emitRowsMacro, ROWS_MACRO } from "./gemm_rows_kernels.ts";
 
 const { i32, v128 } = ValType;
 
@@ -54,6 +55,8 @@ export const GEMM_EXPORTS = {
    * layout Winograd's transforms write directly, four tiles or outputs to a vector.
    */
   quadMacro: "gemm_macro_quads",
+  /** A few rows of X times Wᵀ with W read in place: see `ROWS_MACRO` in `gemm_rows_kernels.ts`. */
+  rowsMacro: ROWS_MACRO,
   /** `(src, laneStrideBytes, depthStrideBytes, lanes, depth, dst)`: packs op(A) into MR-row panels. */
   packA: "gemm_pack_a",
   /** Same for op(B) into NR-column panels. */
@@ -275,6 +278,32 @@ function writePack(f: FunctionWriter, width: number): void {
 }
 
 /**
+ * A 4×4 transpose of the vectors in locals `r` (row q = r[q]) with 8 shuffles through the 4 scratch
+ * locals `t`: `use(l, push)` is called for each column l in order, and `push()` leaves column l
+ * (r[0][l], r[1][l], r[2][l], r[3][l]) on the stack.
+ */
+export function writeTranspose4(
+  f: FunctionWriter,
+  r: readonly number[],
+  t: readonly number[],
+  use: (column: number, push: () => void) => void,
+): void {
+  f.localGet(r[0]).localGet(r[1]).shuffleF32Lanes([0, 4, 1, 5]).localSet(t[0]); // a0 b0 a1 b1
+  f.localGet(r[0]).localGet(r[1]).shuffleF32Lanes([2, 6, 3, 7]).localSet(t[1]); // a2 b2 a3 b3
+  f.localGet(r[2]).localGet(r[3]).shuffleF32Lanes([0, 4, 1, 5]).localSet(t[2]); // c0 d0 c1 d1
+  f.localGet(r[2]).localGet(r[3]).shuffleF32Lanes([2, 6, 3, 7]).localSet(t[3]); // c2 d2 c3 d3
+  const columns: [number, number, [number, number, number, number]][] = [
+    [t[0], t[2], [0, 1, 4, 5]],
+    [t[0], t[2], [2, 3, 6, 7]],
+    [t[1], t[3], [0, 1, 4, 5]],
+    [t[1], t[3], [2, 3, 6, 7]],
+  ];
+  columns.forEach(([x, y, lanes], column) =>
+    use(column, () => f.localGet(x).localGet(y).shuffleF32Lanes(lanes))
+  );
+}
+
+/**
  * A full panel whose lanes are rows of contiguous depth (row-major A, transposed B): four depth
  * steps at a time, each group of four lanes is loaded as four vectors along the depth and
  * transposed with shuffles into four vectors across the lanes; a trailing pair of lanes (a 4k + 2
@@ -299,18 +328,10 @@ function writeTransposingPack(
   let g = 0;
   for (; g + 4 <= width; g += 4) {
     for (let q = 0; q < 4; q++) f.localGet(rows[g + q]).v128Load().localSet(r[q]);
-    f.localGet(r[0]).localGet(r[1]).shuffleF32Lanes([0, 4, 1, 5]).localSet(t[0]); // a0 b0 a1 b1
-    f.localGet(r[0]).localGet(r[1]).shuffleF32Lanes([2, 6, 3, 7]).localSet(t[1]); // a2 b2 a3 b3
-    f.localGet(r[2]).localGet(r[3]).shuffleF32Lanes([0, 4, 1, 5]).localSet(t[2]); // c0 d0 c1 d1
-    f.localGet(r[2]).localGet(r[3]).shuffleF32Lanes([2, 6, 3, 7]).localSet(t[3]); // c2 d2 c3 d3
-    const columns: [number, number, [number, number, number, number]][] = [
-      [t[0], t[2], [0, 1, 4, 5]],
-      [t[0], t[2], [2, 3, 6, 7]],
-      [t[1], t[3], [0, 1, 4, 5]],
-      [t[1], t[3], [2, 3, 6, 7]],
-    ];
-    columns.forEach(([x, y, lanes], step) => {
-      f.localGet(dst).localGet(x).localGet(y).shuffleF32Lanes(lanes).v128Store((step * width + g) * 4);
+    writeTranspose4(f, r, t, (step, push) => {
+      f.localGet(dst);
+      push();
+      f.v128Store((step * width + g) * 4);
     });
   }
   if (width - g === 1) {
@@ -449,6 +470,7 @@ export function emitGemmKernels(builder: ModuleBuilder, shape: GemmKernelShape):
   }
   emitMacro(builder, shape, GEMM_EXPORTS.macro);
   emitMacro(builder, { ...shape, mr: QUAD_ROWS }, GEMM_EXPORTS.quadMacro);
+  emitRowsMacro(builder, { ...shape, mr: ROWS_TILE_ROWS });
   builder.addFunction(GEMM_EXPORTS.packA, Array(6).fill(i32), [], (f) => writePack(f, shape.mr));
   builder.addFunction(GEMM_EXPORTS.packB, Array(6).fill(i32), [], (f) => writePack(f, shape.nr));
   builder.addFunction(GEMM_EXPORTS.packBRows, Array(5).fill(i32), [], (f) => writeRowBlockPack(f, shape.nr));
