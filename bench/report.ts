@@ -42,7 +42,7 @@ import { CpuBackend } from "../backends/cpu/backend.ts";
 import { describeWasmFeatures } from "../backends/cpu/wasm/features.ts";
 import { measureWasmPeak, type WasmPeak } from "../backends/cpu/wasm/peak.ts";
 import { describeMachineBlocks, machineGemmBlocks } from "../backends/cpu/wasm/blocking.ts";
-import { GEMM_TILE, ROWS_TILE_ROWS } from "../backends/cpu/wasm/gemm.ts";
+import { GEMM_TILE } from "../backends/cpu/wasm/gemm.ts";
 import { cpuModel, measureStamp, readForEmbedding, repositoryState, stampBlock } from "./stamp.ts";
 import { getBackend, registerBackend, SGD, tensor, trainStep } from "../mod.ts";
 import { builtinModels } from "../engine/models/mod.ts";
@@ -670,7 +670,7 @@ const markdown = [
   "Tandem's default CPU backend runs GEMM as WebAssembly SIMD kernels generated at run time " +
   `(\`backends/cpu/wasm/\`: ${GEMM_TILE.mr}×${GEMM_TILE.nr} register tile, packed panels` +
   " for every transpose layout, except that a product of few rows by a transposed matrix (the FC " +
-  `forward X·Wᵀ) reads W in place in ${ROWS_TILE_ROWS}×${GEMM_TILE.nr} tiles; threads split the ` +
+  `forward X·Wᵀ) reads W in place, in tiles of the in-place rows above × ${GEMM_TILE.nr}; threads split the ` +
   "output), shown on all cores, on one thread, on one thread with plain SIMD128 (`f32x4.mul` + " +
   "`f32x4.add`, as on a runtime without relaxed SIMD), and beside its pure-TypeScript kernels " +
   "(`backends/cpu/gemm.ts`, the oracle). Operands are uploaded once, as a model's tensors are. Peers: " +

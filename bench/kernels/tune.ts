@@ -1,6 +1,8 @@
 /**
  * `deno task tune [--pairs N] [--dry-run] [--report]`: measures the WebAssembly GEMM in a range of cache
- * blocks (MC rows of A, NC columns of B per packed block) on this machine, one thread, and files
+ * blocks (MC rows of A, NC columns of B per packed block) on this machine, one thread, then the rows
+ * of W per tile with which the FC forward product reads W in place (`inPlaceRows` in
+ * `backends/cpu/wasm/gemm.ts`: 5, 6, or 0 to pack W), and files
  * the fastest under this machine's key (CPU model and cache sizes) in the tuning file
  * (`$TANDEM_CACHE_DIR`, `$XDG_CACHE_HOME/tandem` or `~/.cache/tandem`, `gemm-blocks.json`), where
  * every later process finds it (`backends/cpu/wasm/blocking.ts`). Blocks never change a result's
@@ -28,7 +30,12 @@ import {
   tuningFile,
   writeTunedBlocks,
 } from "../../backends/cpu/wasm/blocking.ts";
-import { GEMM_BLOCK_LIMITS, type GemmBlocks } from "../../backends/cpu/wasm/gemm.ts";
+import {
+  DEFAULT_IN_PLACE_ROWS,
+  GEMM_BLOCK_LIMITS,
+  type GemmBlocks,
+  IN_PLACE_ROWS,
+} from "../../backends/cpu/wasm/gemm.ts";
 import { writeFileAtomic } from "../../engine/io/mod.ts";
 import { benchPeak, filled } from "./kernel_timing.ts";
 import { measureStamp, stampBlock } from "../stamp.ts";
@@ -76,7 +83,8 @@ if (!values["dry-run"] && file === undefined) {
 const current = machineGemmBlocks();
 // What this machine would use without a tuning: the lookup without the file.
 const untuned = resolveMachineBlocks({ caches: current.caches }).blocks;
-const label = (b: GemmBlocks) => `${b.mc}×${b.nc}`;
+const label = (b: GemmBlocks) =>
+  `${b.mc}×${b.nc}${b.inPlaceRows === undefined ? "" : `, in-place rows ${b.inPlaceRows}`}`;
 
 const lines: string[] = [];
 /** Prints a line and keeps it for `--report`. */
@@ -131,10 +139,15 @@ const baseBest = SHAPES.map(() => Infinity);
  * first): both calls of a pair see the same stretch of the machine, so the median ratio is the
  * candidate's speedup even while the machine's speed drifts by 2× over seconds.
  */
-function compare(blocks: GemmBlocks, again = false, count = pairs): Measured {
-  if (!again && label(blocks) === label(untuned)) return measured(blocks, SHAPES.map(() => 1));
+function compare(
+  blocks: GemmBlocks,
+  again = false,
+  count = pairs,
+  shapes = SHAPES.map((_, s) => s),
+): Measured {
+  if (!again && label(blocks) === label(untuned)) return measured(blocks, shapes.map(() => 1));
   const candidate = trial(blocks);
-  const speedups = SHAPES.map((_, s) => {
+  const speedups = shapes.map((s) => {
     const ratios: number[] = [];
     for (let p = 0; p < count; p++) {
       const first = p % 2 === 0;
@@ -179,6 +192,23 @@ const winner = label(chosen) === label(untuned)
   ? results.find((r) => label(r.blocks) === label(untuned))!
   : confirmation;
 
+// The in-place rows: only the FC forward product (X·Wᵀ) reads W in place, so each choice is timed
+// on that product alone, in the chosen MC×NC, against the untuned blocks; one replaces the default
+// only by clearing the margin over the default's own speedup, twice (again with twice the pairs).
+const fcForward = SHAPES.findIndex((s) => s.transB && !s.transA && s.m < s.n);
+const rowsChoice = (rows: number, count = pairs) =>
+  compare({ mc: winner.blocks.mc, nc: winner.blocks.nc, inPlaceRows: rows }, true, count, [fcForward]);
+const rowsResults = IN_PLACE_ROWS.map((rows) => rowsChoice(rows));
+const rowsOf = (m: Measured) => m.blocks.inPlaceRows!;
+const defaultRows = rowsResults.find((r) => rowsOf(r) === DEFAULT_IN_PLACE_ROWS)!;
+const rowsLeader = [...rowsResults].sort((a, b) => b.score - a.score)[0];
+let inPlaceRows: number = DEFAULT_IN_PLACE_ROWS;
+let rowsAgain: [Measured, Measured] | undefined;
+if (rowsOf(rowsLeader) !== DEFAULT_IN_PLACE_ROWS && Math.log(rowsLeader.score / defaultRows.score) > margin) {
+  rowsAgain = [rowsChoice(rowsOf(rowsLeader), 2 * pairs), rowsChoice(DEFAULT_IN_PLACE_ROWS, 2 * pairs)];
+  if (Math.log(rowsAgain[0].score / rowsAgain[1].score) > margin) inPlaceRows = rowsOf(rowsLeader);
+}
+
 say(`| product | untuned ${label(untuned)}: fastest call | % of peak |`);
 say(`| --- | --- | --- |`);
 SHAPES.forEach((shape, s) => {
@@ -202,18 +232,36 @@ base.backend.dispose();
 const baseScore = Math.exp(
   baseBest.reduce((sum, t, s) => sum + Math.log(gemmGflops(SHAPES[s], t)), 0) / SHAPES.length,
 );
+say(
+  `\nIn-place rows of the FC forward product (${SHAPES[fcForward].name}; 0: W packed), in ` +
+    `MC ${winner.blocks.mc}, NC ${winner.blocks.nc}, speedup over the untuned blocks (median of ${pairs} pairs):\n`,
+);
+say(`| in-place rows | speedup | against ${DEFAULT_IN_PLACE_ROWS} rows (the default) |`);
+say(`| --- | --- | --- |`);
+for (const r of rowsResults) {
+  say(`| ${rowsOf(r)} | ${r.score.toFixed(3)}× | ${(r.score / defaultRows.score).toFixed(3)}× |`);
+}
+if (rowsAgain) {
+  say(
+    `| ${rowsOf(rowsAgain[0])} measured again (${2 * pairs} pairs) | ${rowsAgain[0].score.toFixed(3)}× | ${
+      (rowsAgain[0].score / rowsAgain[1].score).toFixed(3)
+    }× |`,
+  );
+}
 const entry = {
   ...winner.blocks,
+  inPlaceRows,
   gflops: Number((baseScore * winner.score).toFixed(2)),
   untunedGflops: Number(baseScore.toFixed(2)),
   tuned: new Date().toISOString(),
 };
 say(
-  `\nChosen: MC ${winner.blocks.mc}, NC ${winner.blocks.nc} (${
+  `\nChosen: MC ${winner.blocks.mc}, NC ${winner.blocks.nc}, in-place rows ${inPlaceRows} (${
     winner.score.toFixed(3)
   }× the untuned blocks; ` +
     `a candidate must be ${(100 * (Math.exp(margin) - 1)).toFixed(1)}% faster to replace them, twice over: ` +
-    `${100 * MARGIN}%, or twice the largest speedup the same blocks showed against themselves).`,
+    `${100 * MARGIN}%, or twice the largest speedup the same blocks showed against themselves; ` +
+    `in-place rows other than ${DEFAULT_IN_PLACE_ROWS} by as much on the FC forward product).`,
 );
 if (values["dry-run"]) {
   say("Dry run: nothing filed.");

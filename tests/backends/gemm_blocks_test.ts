@@ -23,7 +23,16 @@ import {
   resolveMachineBlocks,
   writeTunedBlocks,
 } from "../../backends/cpu/wasm/blocking.ts";
-import { DEFAULT_GEMM_BLOCKS, type GemmBlocks, gemmBlocksProblem } from "../../backends/cpu/wasm/gemm.ts";
+import {
+  DEFAULT_GEMM_BLOCKS,
+  gemmBlocked,
+  type GemmBlocks,
+  gemmBlocksProblem,
+  type GemmExports,
+  gemmScratchBytes,
+  withInPlaceRows,
+} from "../../backends/cpu/wasm/gemm.ts";
+import { instantiateKernels, kernelModuleBytes } from "../../backends/cpu/wasm/generate/module.ts";
 import { WasmKernels } from "../../backends/cpu/wasm/kernels.ts";
 import { conv2dGeometry } from "../../backends/geometry.ts";
 import type { MatmulSpec } from "../../backends/backend.ts";
@@ -137,6 +146,12 @@ Deno.test("GEMM blocks: TANDEM_GEMM_BLOCKS, then this machine's tuning, then the
     ]);
     const forced = resolveMachineBlocks({ ...lookup, override: "36, 512" });
     assert.deepEqual([forced.blocks, forced.source], [{ mc: 36, nc: 512 }, "environment"]);
+    const packed = resolveMachineBlocks({ ...lookup, override: "36,512,0" });
+    assert.deepEqual([packed.blocks, packed.source], [{ mc: 36, nc: 512, inPlaceRows: 0 }, "environment"]);
+    // A tuning that chose the in-place rows keeps them (a field older tuning files lack).
+    writeTunedBlocks(file, here, { ...entry(144, 1024), inPlaceRows: 5 });
+    assert.deepEqual(resolveMachineBlocks(lookup).blocks, { mc: 144, nc: 1024, inPlaceRows: 5 });
+    writeTunedBlocks(file, here, entry(144, 1024));
     // A bad variable is skipped with a one-line reason naming it.
     const bad = resolveMachineBlocks({ ...lookup, override: "100,2048" });
     assert.equal(bad.source, "tuned");
@@ -145,6 +160,10 @@ Deno.test("GEMM blocks: TANDEM_GEMM_BLOCKS, then this machine's tuning, then the
       "TANDEM_GEMM_BLOCKS: mc 100 is not a multiple of 12 in [12, 480]; using the blocks `deno task tune` measured instead",
     );
     assert.match(resolveMachineBlocks({ ...lookup, override: "96" }).warning!, /"96" is not mc,nc/);
+    assert.match(
+      resolveMachineBlocks({ ...lookup, override: "96,2048,7" }).warning!,
+      /^TANDEM_GEMM_BLOCKS: inPlaceRows 7 is not one of 0, 5, 6; using the blocks/,
+    );
     // A corrupt file is skipped the same way; without caches the defaults remain.
     await Deno.writeTextFile(file, "{ not json");
     const corrupt = resolveMachineBlocks({ file, caches: {}, model });
@@ -182,20 +201,21 @@ Deno.test("GEMM blocks: a process takes TANDEM_GEMM_BLOCKS or its tuning file, a
       const { machine, ...blocks } = JSON.parse(json);
       return { code, blocks, machine, line, stderr: new TextDecoder().decode(stderr) };
     };
-    const forced = await run({ TANDEM_GEMM_BLOCKS: "24,768" });
+    const forced = await run({ TANDEM_GEMM_BLOCKS: "24,768,5" });
     assert.deepEqual([forced.code, forced.blocks, forced.stderr], [0, {
       mc: 24,
       nc: 768,
+      inPlaceRows: 5,
       source: "environment",
     }, ""]);
-    assert.match(forced.line, /^MC 24, NC 768, KC 256 \(TANDEM_GEMM_BLOCKS; /);
+    assert.match(forced.line, /^MC 24, NC 768, KC 256, in-place rows 5 \(TANDEM_GEMM_BLOCKS; /);
     // A tuning filed under the machine key the child reported, in its TANDEM_CACHE_DIR.
-    const entry = { mc: 60, nc: 1536, gflops: 1, untunedGflops: 1, tuned: "2026-12-01" };
+    const entry = { mc: 60, nc: 1536, inPlaceRows: 0, gflops: 1, untunedGflops: 1, tuned: "2026-12-01" };
     writeTunedBlocks(`${dir}/gemm-blocks.json`, forced.machine, entry);
     const tuned = await run({});
     assert.deepEqual([tuned.code, tuned.blocks, tuned.stderr], [
       0,
-      { mc: 60, nc: 1536, source: "tuned" },
+      { mc: 60, nc: 1536, inPlaceRows: 0, source: "tuned" },
       "",
     ]);
     const bad = await run({ TANDEM_GEMM_BLOCKS: "60,100" });
@@ -211,6 +231,61 @@ Deno.test("GEMM blocks: a process takes TANDEM_GEMM_BLOCKS or its tuning file, a
   });
 });
 
+Deno.test("GEMM blocks: the FC forward product reads W in place in the chosen rows, or packs it with 0", () => {
+  // Which kernels run, counted through the exports: the choice is honoured, and the bits (same in
+  // any choice) are checked in the next test. Mutation seen failing: the driver ignoring
+  // inPlaceRows (always 6 rows).
+  const memory = new WebAssembly.Memory({ initial: 512, maximum: 1024 });
+  const exports = instantiateKernels(
+    new WebAssembly.Module(kernelModuleBytes({ fma: false, shared: false })),
+    memory,
+  );
+  const calls: Record<string, number> = {};
+  const counted = Object.fromEntries(
+    ["gemm_macro", "gemm_macro_rows5", "gemm_macro_rows6", "gemm_pack_b"].map((name) => {
+      const f = (exports as unknown as Record<string, (...args: number[]) => void>)[name];
+      return [name, (...args: number[]) => {
+        calls[name] = (calls[name] ?? 0) + 1;
+        f(...args);
+      }];
+    }),
+  );
+  const x = { ...exports, ...counted } as unknown as GemmExports;
+  // X (8×600) · Wᵀ (W 30×600): W read in 5 or 6 rows per tile, or packed panel by panel.
+  const [m, n, k] = [8, 30, 600];
+  const problem = {
+    m,
+    n,
+    k,
+    a: 1 << 16,
+    lda: k,
+    transA: false,
+    b: 1 << 18,
+    ldb: k,
+    transB: true,
+    c: 1 << 20,
+    ldc: n,
+    accumulate: false,
+  };
+  const scratch = 1 << 21;
+  for (
+    const [inPlaceRows, expected] of [[6, "gemm_macro_rows6"], [5, "gemm_macro_rows5"], [
+      0,
+      "gemm_macro",
+    ]] as const
+  ) {
+    const blocks = { ...DEFAULT_GEMM_BLOCKS, inPlaceRows };
+    assert.ok(scratch + gemmScratchBytes(blocks) <= memory.buffer.byteLength);
+    for (const name of Object.keys(calls)) delete calls[name];
+    gemmBlocked(x, problem, scratch, blocks);
+    assert.deepEqual(
+      Object.keys(calls).filter((name) => name.startsWith("gemm_macro")),
+      [expected],
+      `inPlaceRows ${inPlaceRows}`,
+    );
+  }
+});
+
 const TRANSPOSES: [boolean, boolean][] = [[false, false], [true, false], [false, true], [true, true]];
 
 function spec(m: number, n: number, k: number, transA: boolean, transB: boolean): MatmulSpec {
@@ -218,12 +293,21 @@ function spec(m: number, n: number, k: number, transA: boolean, transB: boolean)
 }
 
 Deno.test("GEMM blocks: products and convolutions have the same bits in any blocks, on 1 and 2 threads", async () => {
-  const choices: GemmBlocks[] = [DEFAULT_GEMM_BLOCKS, { mc: 12, nc: 256 }, { mc: 480, nc: 8192 }, {
-    mc: 36,
-    nc: 520,
-  }];
+  const choices: GemmBlocks[] = [
+    DEFAULT_GEMM_BLOCKS,
+    { mc: 12, nc: 256, inPlaceRows: 5 },
+    {
+      mc: 480,
+      nc: 8192,
+      inPlaceRows: 0,
+    },
+    { mc: 36, nc: 520 },
+    { mc: 96, nc: 2048, inPlaceRows: 5 },
+    { mc: 96, nc: 2048, inPlaceRows: 0 },
+  ];
   // Shapes crossing every block: m past 12, 36 and 96 rows, n past 256 and 520 columns, k past KC;
-  // a few-row deep product with transposed B (the panel path while m ≤ MC, blocked otherwise).
+  // a few-row deep product with transposed B (W read in place in 6 or 5 rows, or packed, while
+  // m ≤ MC; blocked otherwise).
   const shapes: [number, number, number][] = [[130, 601, 530], [64, 300, 4133], [7, 1100, 300]];
   const convs = [
     conv2dGeometry([4, 16, 13, 13], [40, 16, 3, 3], { padding: 1 }),
@@ -240,7 +324,7 @@ Deno.test("GEMM blocks: products and convolutions have the same bits in any bloc
     for (const threads of [1, 2]) {
       const kernels = WasmKernels.create({ threads, blocks })!;
       try {
-        assert.deepEqual(kernels.blocks, blocks);
+        assert.deepEqual(kernels.blocks, withInPlaceRows(blocks));
         assert.equal(await kernels.startThreads(), threads);
         const results: Float32Array[] = [];
         shapes.forEach(([m, n, k], i) => {

@@ -2,7 +2,7 @@
  * This machine's GEMM cache blocks (MC, NC; see `gemm.ts`), resolved once per process, first
  * found first:
  *
- * 1. `TANDEM_GEMM_BLOCKS=mc,nc` in the environment (experiments, A/B runs);
+ * 1. `TANDEM_GEMM_BLOCKS=mc,nc` or `mc,nc,inPlaceRows` in the environment (experiments, A/B runs);
  * 2. the blocks `deno task tune` measured on this machine, cached on disk and keyed by the CPU
  *    model and its cache sizes ({@link tuningFile});
  * 3. blocks derived from the cache sizes the OS reports (`/sys/devices/system/cpu/cpu0/cache/`
@@ -10,8 +10,10 @@
  *    directory; {@link blocksForCaches});
  * 4. {@link DEFAULT_GEMM_BLOCKS}.
  *
- * MC and NC never change a bit of any result (only the depth block KC does, and it is fixed), so
- * machines that choose differently still agree bit for bit. Without read or env permission the
+ * The in-place rows of a fully connected layer's forward product (`GemmBlocks.inPlaceRows`) come
+ * from the first two only, else {@link DEFAULT_IN_PLACE_ROWS}: caches do not tell which tile a core
+ * runs fastest. MC, NC and those rows never change a bit of any result (only the depth block KC
+ * does, and it is fixed), so machines that choose differently still agree bit for bit. Without read or env permission the
  * sources that need it are skipped, never prompted for. A variable or tuning file that cannot be
  * used is skipped too, with a one-line warning ({@link MachineBlocks.warning}): a stale cache must
  * not stop a program that imports Tandem.
@@ -21,6 +23,7 @@
 
 import {
   DEFAULT_GEMM_BLOCKS,
+  DEFAULT_IN_PLACE_ROWS,
   GEMM_BLOCK_LIMITS,
   GEMM_DEPTH,
   GEMM_ROW_QUANTUM,
@@ -358,13 +361,18 @@ export function writeTunedBlocks(file: string, machine: string, entry: TunedBloc
   Deno.renameSync(temporary, file);
 }
 
-/** `"mc,nc"` as blocks, or a {@link GemmBlocksError} naming the variable. */
+/** `"mc,nc"` or `"mc,nc,inPlaceRows"` as blocks, or a {@link GemmBlocksError} naming the variable. */
 function parseBlocksVariable(variable: string, text: string): GemmBlocks {
   const parts = text.split(",").map((part) => Number(part.trim()));
-  if (parts.length !== 2 || parts.some((part) => !Number.isFinite(part))) {
-    throw new GemmBlocksError(variable, `${JSON.stringify(text)} is not mc,nc (e.g. 96,2048)`);
+  if (parts.length < 2 || parts.length > 3 || parts.some((part) => !Number.isFinite(part))) {
+    throw new GemmBlocksError(
+      variable,
+      `${JSON.stringify(text)} is not mc,nc or mc,nc,inPlaceRows (e.g. 96,2048 or 96,2048,6)`,
+    );
   }
-  const blocks = { mc: parts[0], nc: parts[1] };
+  const blocks: GemmBlocks = parts.length === 3
+    ? { mc: parts[0], nc: parts[1], inPlaceRows: parts[2] }
+    : { mc: parts[0], nc: parts[1] };
   const problem = gemmBlocksProblem(blocks);
   if (problem) throw new GemmBlocksError(variable, problem);
   return blocks;
@@ -417,7 +425,10 @@ export function resolveMachineBlocks(lookup: BlocksLookup): MachineBlocks {
   if (override) return found(override, "environment");
   const file = lookup.file;
   const tuned = file === undefined ? undefined : attempt(() => readTunedBlocks(file, machine));
-  if (tuned) return found({ mc: tuned.mc, nc: tuned.nc }, "tuned");
+  if (tuned) {
+    const { mc, nc, inPlaceRows } = tuned;
+    return found(inPlaceRows === undefined ? { mc, nc } : { mc, nc, inPlaceRows }, "tuned");
+  }
   if (caches.l2 !== undefined || caches.l3 !== undefined) return found(blocksForCaches(caches), "caches");
   return found({ ...DEFAULT_GEMM_BLOCKS }, "default");
 }
@@ -448,7 +459,8 @@ export function machineGemmBlocks(): MachineBlocks {
 }
 
 /**
- * One line for reports: "MC 192, NC 4096, KC 256 (blocks from the cache sizes; AMD EPYC · L1d 32K · …)".
+ * One line for reports: "MC 192, NC 4096, KC 256, in-place rows 6 (blocks from the cache sizes; AMD
+ * EPYC · L1d 32K · …)"; in-place rows 0 means W packed (`GemmBlocks.inPlaceRows`).
  *
  * @example
  * ```ts
@@ -457,5 +469,8 @@ export function machineGemmBlocks(): MachineBlocks {
  * ```
  */
 export function describeMachineBlocks(m: MachineBlocks): string {
-  return `MC ${m.blocks.mc}, NC ${m.blocks.nc}, KC ${GEMM_DEPTH} (${SOURCE_LABELS[m.source]}; ${m.machine})`;
+  const rows = m.blocks.inPlaceRows ?? DEFAULT_IN_PLACE_ROWS;
+  return `MC ${m.blocks.mc}, NC ${m.blocks.nc}, KC ${GEMM_DEPTH}, in-place rows ${rows} (${
+    SOURCE_LABELS[m.source]
+  }; ${m.machine})`;
 }

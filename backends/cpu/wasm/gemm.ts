@@ -41,13 +41,27 @@ export const GEMM_TILE = { mr: 5, nr: 8 } as const;
 export const QUAD_ROWS = 4;
 
 /**
- * Rows of W in the register tile of the in-place kernel (`gemm_macro_rows`, see
- * `generate/gemm_rows_kernels.ts`), whose columns are {@link GEMM_TILE}'s NR rows of X: 12
- * accumulators, 2 vectors of X and one splat-loaded W value, 15 registers, with no shuffles to
- * broadcast. On the 9216→4096 layer's forward product (one thread, a 2-core AMD EPYC, family 26),
- * 6 rows ran at 52.4–53.1 GFLOP/s, 5 at 49.7, 4 at 47.3, and 7 spilled (29.5).
+ * Rows of W per register tile that {@link GemmBlocks.inPlaceRows} may choose for a fully connected
+ * layer's forward product X·Wᵀ, where W is read in place (`gemm_macro_rows5`, `gemm_macro_rows6`; see
+ * `generate/gemm_rows_kernels.ts`), or 0: W packed like any other B ({@link GEMM_TILE}). The tile's
+ * columns are NR rows of X. 6 rows hold 12 accumulators, 2 vectors of X and one splat-loaded W value
+ * (15 registers), at 8 loads per 12 multiply-adds; 5 rows, 7 per 10; the packed tile, 4 loads and 4
+ * shuffles per 10, but W is read and written once more. Which is fastest depends on the core: on the
+ * 9216→4096 layer at batch 64 (one thread, a 2-core AMD EPYC, family 26, 128-bit peak about 58
+ * GFLOP/s) 6 rows ran at 52.4–53.1 GFLOP/s, 5 at 49.7, packed at 47.7 (4 rows: 47.3; 7 spill, 29.5),
+ * but on a shared core where loads were scarce, a splat load per row (6×8) had run slower than 4×8
+ * packed tiles. So it is chosen per machine: `deno task tune` measures the three.
+ *
+ * @example
+ * ```ts
+ * import { IN_PLACE_ROWS } from "./gemm.ts";
+ * console.log(IN_PLACE_ROWS); // [0, 5, 6]
+ * ```
  */
-export const ROWS_TILE_ROWS = 6;
+export const IN_PLACE_ROWS = [0, 5, 6] as const;
+
+/** {@link GemmBlocks.inPlaceRows} where a machine has not chosen: the fastest where it was measured. */
+export const DEFAULT_IN_PLACE_ROWS = 6;
 
 /**
  * Depth of a cache block (KC): the one blocking size that fixes bits (each depth block sums into
@@ -65,14 +79,19 @@ export const GEMM_DEPTH = 256;
 /**
  * The cache blocks a machine chooses: rows of A packed at once (MC, its MC×KC block meant to stay
  * in L2; the driver packs whole MR-row panels, {@link blockRows} of them) and columns of B packed
- * at once (NC, a multiple of NR, its KC×NC block in a thread's share of L3). Neither changes any
- * bit of any result.
+ * at once (NC, a multiple of NR, its KC×NC block in a thread's share of L3), and how a fully
+ * connected layer's forward product reads its weights. None changes any bit of any result.
  */
 export interface GemmBlocks {
   /** MC: rows of op(A) per packed block. */
   mc: number;
   /** NC: columns of op(B) per packed block. */
   nc: number;
+  /**
+   * Rows of W per register tile where few rows of X times Wᵀ read W in place, or 0 to pack W
+   * ({@link IN_PLACE_ROWS}; default {@link DEFAULT_IN_PLACE_ROWS}).
+   */
+  inPlaceRows?: number;
 }
 
 /**
@@ -117,7 +136,25 @@ export function gemmBlocksProblem(blocks: GemmBlocks): string | undefined {
       return `${field} ${value} is not a multiple of ${quantum} in [${low}, ${high}]`;
     }
   }
+  const rows = blocks.inPlaceRows;
+  if (rows !== undefined && !(IN_PLACE_ROWS as readonly number[]).includes(rows)) {
+    return `inPlaceRows ${rows} is not one of ${IN_PLACE_ROWS.join(", ")}`;
+  }
   return undefined;
+}
+
+/**
+ * `blocks` with {@link GemmBlocks.inPlaceRows} filled in ({@link DEFAULT_IN_PLACE_ROWS} where
+ * unset), as kernels and their threads use them.
+ *
+ * @example
+ * ```ts
+ * import { withInPlaceRows } from "./gemm.ts";
+ * console.log(withInPlaceRows({ mc: 96, nc: 2048 })); // { mc: 96, nc: 2048, inPlaceRows: 6 }
+ * ```
+ */
+export function withInPlaceRows(blocks: GemmBlocks): Required<GemmBlocks> {
+  return { mc: blocks.mc, nc: blocks.nc, inPlaceRows: blocks.inPlaceRows ?? DEFAULT_IN_PLACE_ROWS };
 }
 
 /**
@@ -150,25 +187,33 @@ export type MacroKernel = (
   tile: number,
 ) => void;
 
+/**
+ * A generated in-place macro-kernel: C (m × n at byte address `c`, rows `ldc` bytes apart) (+)= X·Wᵀ
+ * over `depth` steps, W's n rows at `a` (`lda` bytes apart), X packed in NR-lane panels at `bPacked`.
+ */
+export type RowsMacroKernel = (
+  a: number,
+  lda: number,
+  bPacked: number,
+  c: number,
+  n: number,
+  m: number,
+  depth: number,
+  ldc: number,
+  accumulate: number,
+  tile: number,
+) => void;
+
 /** The generated GEMM functions (see `GEMM_EXPORTS` in `generate/gemm_kernels.ts`). */
 export interface GemmExports {
   /** See `GEMM_EXPORTS.macro`: A in MR-row panels ({@link GEMM_TILE}). */
   gemm_macro: MacroKernel;
   /** See `GEMM_EXPORTS.quadMacro`: A in 4-row panels ({@link QUAD_ROWS}). */
   gemm_macro_quads: MacroKernel;
-  /** See `GEMM_EXPORTS.rowsMacro`: W read in place, X in NR-lane panels. */
-  gemm_macro_rows(
-    a: number,
-    lda: number,
-    bPacked: number,
-    c: number,
-    n: number,
-    m: number,
-    depth: number,
-    ldc: number,
-    accumulate: number,
-    tile: number,
-  ): void;
+  /** `ROWS_MACRO` in `generate/gemm_rows_kernels.ts` with 5-row tiles: W read in place, X in NR-lane panels. */
+  gemm_macro_rows5: RowsMacroKernel;
+  /** The same with 6-row tiles. */
+  gemm_macro_rows6: RowsMacroKernel;
   /** See `GEMM_EXPORTS.packA`. */
   gemm_pack_a(
     src: number,
@@ -214,7 +259,8 @@ export interface GemmProblem {
 
 /**
  * Bytes of scratch one thread needs for {@link gemmBlocked} with `blocks`: an MC×KC block of A,
- * a KC×NC block of B and a tile, or {@link gemmRowsInPlace}' panels of X and a tile.
+ * a KC×NC block of B and a tile, or {@link gemmPanels}' deeper A block and one B panel, or
+ * {@link gemmRowsInPlace}' panels of X and a tile.
  *
  * @example
  * ```ts
@@ -224,9 +270,10 @@ export interface GemmProblem {
  */
 export function gemmScratchBytes(blocks: GemmBlocks): number {
   const blocked = blocks.mc * GEMM_DEPTH + GEMM_DEPTH * blocks.nc;
-  // X's rows rounded up to whole NR-lane panels: m ≤ blockRows ≤ MC.
-  const rows = (blocks.mc + GEMM_TILE.nr) * ROWS_DEPTH;
-  return 4 * (Math.max(blocked, rows) + GEMM_TILE.mr * GEMM_TILE.nr) + 3 * 64;
+  const panels = blocks.mc * PANEL_DEPTH + GEMM_TILE.nr * PANEL_DEPTH;
+  // X's rows rounded up to whole NR-lane panels (m ≤ blockRows ≤ MC), and a 6×8 tile.
+  const inPlace = (blocks.mc + GEMM_TILE.nr) * ROWS_DEPTH + 6 * GEMM_TILE.nr;
+  return 4 * (Math.max(blocked, panels, inPlace) + GEMM_TILE.mr * GEMM_TILE.nr) + 3 * 64;
 }
 
 /**
@@ -336,7 +383,9 @@ export function gemmBlocked(
   // op(B) element (p, j): B[p·ldb + j], or B[j·ldb + p] transposed. Lanes of a B panel are columns j.
   const bLane = transB ? 4 * ldb : 4, bDepth = transB ? 4 : 4 * ldb;
   if (!packColumns && packedWholeA === undefined && transB && m <= rows && k > KC) {
-    gemmRowsInPlace(x, p, scratch);
+    const inPlaceRows = blocks.inPlaceRows ?? DEFAULT_IN_PLACE_ROWS;
+    if (inPlaceRows === 0) gemmPanels(x, p, scratch, MC);
+    else gemmRowsInPlace(x, p, scratch, inPlaceRows);
     return;
   }
   for (let jc = 0; jc < n; jc += NC) {
@@ -359,6 +408,65 @@ export function gemmBlocked(
 }
 
 /**
+ * Depth of the A block {@link gemmPanels} packs at once: a multiple of KC, MC × it floats of A and
+ * NR × it of one B panel in the scratch ({@link gemmScratchBytes} makes room for them). 1024 packed B measurably slower
+ * (shorter streams); 2048, 4096 and the full 9216 of the FC layer ran alike.
+ */
+const PANEL_DEPTH = 16 * GEMM_DEPTH;
+
+/**
+ * Few rows (m ≤ {@link blockRows}) times transposed B with W packed ({@link GemmBlocks.inPlaceRows} 0;
+ * {@link gemmRowsInPlace} reads it in place instead), a fully connected layer's forward product X·Wᵀ: op(B) is
+ * the big operand, each packed element of it is used only m times, and reading it from memory is
+ * what costs. Transposed B's lanes (rows of W) are contiguous along the depth: packing one
+ * NR-lane panel `PANEL_DEPTH` deep reads NR sequential streams of 16 KiB, where the blocked loop
+ * packs KC × NC blocks, NC rows of W touched for 1 KiB each (on the 9216→4096 layer's 151 MB of
+ * weights: ≈ 11 ms of packing against ≈ 17 ms, one thread). A is packed once per depth block,
+ * MC × PANEL_DEPTH, and every panel runs the macro-kernel once per KC step of it: the same depth
+ * blocks, summed in the same order, as {@link gemmBlocked}, so every element of C gets the same
+ * bits either way (and whatever the thread count: threads take column ranges of C).
+ */
+function gemmPanels(x: GemmExports, p: GemmProblem, scratch: number, MC: number): void {
+  const { m, n, k, lda, ldb, transA } = p;
+  const KC = GEMM_DEPTH;
+  const NR = GEMM_TILE.nr;
+  const packedA = align64(scratch);
+  const packedB = align64(packedA + 4 * MC * PANEL_DEPTH);
+  const tile = align64(packedB + 4 * NR * PANEL_DEPTH);
+  const ldcBytes = 4 * p.ldc;
+  const aLane = transA ? 4 : 4 * lda, aDepth = transA ? 4 * lda : 4;
+  const bLane = 4 * ldb;
+  for (let p2 = 0; p2 < k; p2 += PANEL_DEPTH) {
+    const depth = Math.min(PANEL_DEPTH, k - p2);
+    // KC step s of the A block at packedA + 4·MC·KC·s (whole MR-row panels, at most MC rows).
+    for (let pc = 0; pc < depth; pc += KC) {
+      const kc = Math.min(KC, depth - pc);
+      x.gemm_pack_a(p.a + (p2 + pc) * aDepth, aLane, aDepth, m, kc, packedA + 4 * MC * pc);
+    }
+    for (let j0 = 0; j0 < n; j0 += NR) {
+      const cols = Math.min(NR, n - j0);
+      // One panel PANEL_DEPTH deep: its KC steps lie one after another.
+      x.gemm_pack_b(p.b + j0 * bLane + 4 * p2, bLane, 4, cols, depth, packedB);
+      for (let pc = 0; pc < depth; pc += KC) {
+        const kc = Math.min(KC, depth - pc);
+        const accumulate = p.accumulate || p2 + pc > 0 ? 1 : 0;
+        x.gemm_macro(
+          packedA + 4 * MC * pc,
+          packedB + 4 * NR * pc,
+          p.c + 4 * j0,
+          m,
+          cols,
+          kc,
+          ldcBytes,
+          accumulate,
+          tile,
+        );
+      }
+    }
+  }
+}
+
+/**
  * Depth of X that {@link gemmRowsInPlace} packs at once: a multiple of KC. Its packed panels (64 rows
  * × 2048 × 4 bytes = 512 KiB on a batch of 64) stay in L2 beside W's stream; 1024 and 4096 ran
  * 1–3% slower on the 9216→4096 layer's forward product (one thread).
@@ -368,15 +476,17 @@ const ROWS_DEPTH = 8 * GEMM_DEPTH;
 /**
  * Few rows (m ≤ {@link blockRows}) times transposed B, a fully connected layer's forward product
  * X·Wᵀ, where W (op(B), n×k) is the big operand and each of its elements is used only m times:
- * W is read in place by `gemm_macro_rows` (see `generate/gemm_rows_kernels.ts`), never packed, and
- * only X is packed, `ROWS_DEPTH` steps at a time. Packing W had cost a full read and write of it
+ * W is read in place in tiles of `rows` rows of W ({@link IN_PLACE_ROWS}; `gemm_macro_rows5` or
+ * `gemm_macro_rows6`, see `generate/gemm_rows_kernels.ts`), never packed, and only X is packed,
+ * `ROWS_DEPTH` steps at a time. Packing W ({@link gemmPanels}) costs a full read and write of it
  * (151 MB on the 9216→4096 layer). Read in place with 6-row tiles, that product at batch 64 ran at
  * 51.9–52.3 GFLOP/s on one thread and 102.8–103.6 on two, against 47.7 and 93.7 packed (a 2-core
  * AMD EPYC, family 26, 128-bit peak about 58 per core; interleaved runs). The depth
  * blocks are {@link gemmBlocked}'s, summed in the same order, so every element of C gets the same
  * bits either way, whatever the thread count (threads take ranges of W's rows, columns of C).
  */
-function gemmRowsInPlace(x: GemmExports, p: GemmProblem, scratch: number): void {
+function gemmRowsInPlace(x: GemmExports, p: GemmProblem, scratch: number, rows: number): void {
+  const macro = rows === 5 ? x.gemm_macro_rows5 : x.gemm_macro_rows6;
   const { m, n, k, lda, transA } = p;
   const NR = GEMM_TILE.nr;
   const packed = align64(scratch);
@@ -387,7 +497,7 @@ function gemmRowsInPlace(x: GemmExports, p: GemmProblem, scratch: number): void 
     // X's rows are the B operand's lanes: NR-lane panels, `depth` deep.
     x.gemm_pack_b(p.a + p2 * aDepth, aLane, aDepth, m, depth, packed);
     const accumulate = p.accumulate || p2 > 0 ? 1 : 0;
-    x.gemm_macro_rows(p.b + 4 * p2, 4 * p.ldb, packed, p.c, n, m, depth, 4 * p.ldc, accumulate, tile);
+    macro(p.b + 4 * p2, 4 * p.ldb, packed, p.c, n, m, depth, 4 * p.ldc, accumulate, tile);
   }
 }
 

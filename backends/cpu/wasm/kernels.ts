@@ -28,7 +28,7 @@ import type {
 import { addFilterChunks, columnRows, filterPartialsBytes } from "./conv.ts";
 import { detectWasmFeatures, type WasmFeatures } from "./features.ts";
 import { firstFound } from "./finite.ts";
-import { type GemmBlocks, gemmBlocksProblem, gemmScratchBytes } from "./gemm.ts";
+import { type GemmBlocks, gemmBlocksProblem, gemmScratchBytes, withInPlaceRows } from "./gemm.ts";
 import { machineGemmBlocks } from "./blocking.ts";
 import { KernelHeap } from "./heap.ts";
 import { checkLrn, type LrnParams } from "../../geometry.ts";
@@ -178,7 +178,7 @@ export class WasmKernels {
   private constructor(
     readonly features: WasmFeatures,
     readonly fma: boolean,
-    /** The GEMM's cache blocks (MC, NC), the same on every thread. */
+    /** The GEMM's cache blocks (MC, NC) and in-place rows, the same on every thread. */
     readonly blocks: GemmBlocks,
     /** Whether convolutions that qualify run by Winograd's algorithm. */
     readonly winograd: boolean,
@@ -199,7 +199,7 @@ export class WasmKernels {
    * naming the field when `blocks` cannot drive the GEMM.
    */
   static create(options: WasmKernelOptions): WasmKernels | undefined {
-    const blocks = options.blocks ? { mc: options.blocks.mc, nc: options.blocks.nc } : undefined;
+    const blocks = options.blocks ? withInPlaceRows(options.blocks) : undefined;
     const problem = blocks && gemmBlocksProblem(blocks);
     if (problem) throw new RangeError(`GEMM blocks: ${problem}`);
     const features = detectWasmFeatures();
@@ -214,7 +214,7 @@ export class WasmKernels {
       return new WasmKernels(
         features,
         fma,
-        blocks ?? machineGemmBlocks().blocks,
+        withInPlaceRows(blocks ?? machineGemmBlocks().blocks),
         winograd,
         module,
         memory,

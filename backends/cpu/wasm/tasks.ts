@@ -225,6 +225,7 @@ const MATMUL_FIELDS = [
   "scratchStride",
   "mc",
   "nc",
+  "inPlaceRows",
   "bias",
   "relu",
 ] as const;
@@ -255,6 +256,7 @@ const CONV_FIELDS = [
   "scratchStride",
   "mc",
   "nc",
+  "inPlaceRows",
 ] as const;
 
 /** The fields of {@link PoolWindows}, in the order every pooling kernel takes them. */
@@ -329,7 +331,7 @@ function fieldsOf(kind: TaskKind): readonly string[] {
  * encodeTask(TaskKind.matmul, {
  *   batch: 1, m: 2, n: 2, k: 2, a: 0, lda: 2, transA: false, aBatchStride: 0, b: 16, ldb: 2,
  *   transB: false, bBatchStride: 0, c: 32, ldc: 2, cBatchStride: 0, accumulate: false,
- *   scratch: 1024, scratchStride: 0, mc: 96, nc: 2048, bias: 0, relu: false,
+ *   scratch: 1024, scratchStride: 0, mc: 96, nc: 2048, inPlaceRows: 6, bias: 0, relu: false,
  * }, args);
  * ```
  */
@@ -462,7 +464,7 @@ function runMatmul(
   claim?: Claim,
 ): void {
   const scratch = task.scratch + t * task.scratchStride;
-  const blocks = { mc: task.mc, nc: task.nc };
+  const blocks = { mc: task.mc, nc: task.nc, inPlaceRows: task.inPlaceRows };
   const problem = (i: number): GemmProblem => ({
     m: task.m,
     n: task.n,
@@ -663,7 +665,7 @@ export function runTaskShare(
     relu: task.relu === 1,
   };
   const scratch = task.scratch + t * task.scratchStride;
-  const blocks = { mc: task.mc, nc: task.nc };
+  const blocks = { mc: task.mc, nc: task.nc, inPlaceRows: task.inPlaceRows };
   if (kind === TaskKind.convBackwardFilter) {
     // Units are (image chunk, row block) pairs, chunk by chunk; each sums into its chunk's partial.
     const rows = columnRows(g), block = filterRowBlock(g, threads), blocksPerChunk = Math.ceil(rows / block);

@@ -21,7 +21,7 @@
  */
 
 import { type FunctionWriter, type ModuleBuilder, ValType } from "./encoder.ts";
-import { QUAD_ROWS, ROWS_TILE_ROWS } from "../gemm.ts";
+import { IN_PLACE_ROWS, QUAD_ROWS } from "../gemm.ts";
 import { emitRowsMacro, ROWS_MACRO } from "./gemm_rows_kernels.ts";
 
 const { i32, v128 } = ValType;
@@ -55,7 +55,10 @@ export const GEMM_EXPORTS = {
    * layout Winograd's transforms write directly, four tiles or outputs to a vector.
    */
   quadMacro: "gemm_macro_quads",
-  /** A few rows of X times Wᵀ with W read in place: see `ROWS_MACRO` in `gemm_rows_kernels.ts`. */
+  /**
+   * A few rows of X times Wᵀ with W read in place: see `ROWS_MACRO` in `gemm_rows_kernels.ts`; one
+   * export per tile height in `IN_PLACE_ROWS` (`gemm.ts`), the height appended (`gemm_macro_rows6`).
+   */
   rowsMacro: ROWS_MACRO,
   /** `(src, laneStrideBytes, depthStrideBytes, lanes, depth, dst)`: packs op(A) into MR-row panels. */
   packA: "gemm_pack_a",
@@ -470,7 +473,9 @@ export function emitGemmKernels(builder: ModuleBuilder, shape: GemmKernelShape):
   }
   emitMacro(builder, shape, GEMM_EXPORTS.macro);
   emitMacro(builder, { ...shape, mr: QUAD_ROWS }, GEMM_EXPORTS.quadMacro);
-  emitRowsMacro(builder, { ...shape, mr: ROWS_TILE_ROWS });
+  for (const rows of IN_PLACE_ROWS) {
+    if (rows > 0) emitRowsMacro(builder, { ...shape, mr: rows }, `${ROWS_MACRO}${rows}`);
+  }
   builder.addFunction(GEMM_EXPORTS.packA, Array(6).fill(i32), [], (f) => writePack(f, shape.mr));
   builder.addFunction(GEMM_EXPORTS.packB, Array(6).fill(i32), [], (f) => writePack(f, shape.nr));
   builder.addFunction(GEMM_EXPORTS.packBRows, Array(5).fill(i32), [], (f) => writeRowBlockPack(f, shape.nr));

@@ -117,7 +117,7 @@ function writeRowsMicroKernel(f: FunctionWriter, shape: GemmKernelShape, rows: n
 }
 
 /**
- * Exported name of {@link emitRowsMacro}'s kernel.
+ * Stem of the exported names of {@link emitRowsMacro}'s kernels (the tile's rows appended).
  *
  * `(a, lda, bPacked, c, n, m, depth, ldc, accumulate, tile)`: C (m × n at `c`, rows `ldc` bytes
  * apart) (+)= X·Wᵀ over `depth` steps, W's n rows at `a` (`lda` bytes apart, read in place), X
@@ -126,8 +126,8 @@ function writeRowsMicroKernel(f: FunctionWriter, shape: GemmKernelShape, rows: n
  */
 export const ROWS_MACRO = "gemm_macro_rows";
 
-/** Adds the in-place micro-kernels of `shape` and the macro-kernel sweeping them ({@link ROWS_MACRO}). */
-export function emitRowsMacro(builder: ModuleBuilder, shape: GemmKernelShape): void {
+/** Adds the in-place micro-kernels of `shape` and the macro-kernel sweeping them, exported as `name`. */
+export function emitRowsMacro(builder: ModuleBuilder, shape: GemmKernelShape, name: string): void {
   const { mr, nr } = shape;
   if (mr < 4 || nr % 4 !== 0) {
     throw new RangeError(`emitRowsMacro: tile ${mr}×${nr} needs MR ≥ 4 and NR a multiple of 4`);
@@ -138,7 +138,7 @@ export function emitRowsMacro(builder: ModuleBuilder, shape: GemmKernelShape): v
   for (let rows = 1; rows <= mr; rows++) {
     edge.push(builder.addFunction(undefined, params, [], (f) => writeRowsMicroKernel(f, shape, rows, false)));
   }
-  builder.addFunction(ROWS_MACRO, Array(10).fill(i32), [], (f) => {
+  builder.addFunction(name, Array(10).fill(i32), [], (f) => {
     const [a, lda, bPacked, c, n, m, depth, ldc, accumulate, tile] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
     const i0 = f.local(i32), pc = f.local(i32), j0 = f.local(i32);
     const rows = f.local(i32), kc = f.local(i32), cols = f.local(i32), add = f.local(i32);
