@@ -144,17 +144,22 @@ export function gemmBlocksProblem(blocks: GemmBlocks): string | undefined {
 }
 
 /**
- * `blocks` with {@link GemmBlocks.inPlaceRows} filled in ({@link DEFAULT_IN_PLACE_ROWS} where
- * unset), as kernels and their threads use them.
+ * `blocks` with {@link GemmBlocks.inPlaceRows} filled in as kernels and their threads use them:
+ * {@link DEFAULT_IN_PLACE_ROWS} where unset, and 5 for 6 where the kernels lack the fused
+ * multiply-add (`fma` false): there each product needs a temporary register, so 6 rows take 16
+ * and spill (27.6 GFLOP/s against 46.3 for 5 rows on the FC forward product, one thread, the
+ * machine of {@link IN_PLACE_ROWS}).
  *
  * @example
  * ```ts
  * import { withInPlaceRows } from "./gemm.ts";
- * console.log(withInPlaceRows({ mc: 96, nc: 2048 })); // { mc: 96, nc: 2048, inPlaceRows: 6 }
+ * console.log(withInPlaceRows({ mc: 96, nc: 2048 }, true)); // { mc: 96, nc: 2048, inPlaceRows: 6 }
+ * console.log(withInPlaceRows({ mc: 96, nc: 2048 }, false)); // { mc: 96, nc: 2048, inPlaceRows: 5 }
  * ```
  */
-export function withInPlaceRows(blocks: GemmBlocks): Required<GemmBlocks> {
-  return { mc: blocks.mc, nc: blocks.nc, inPlaceRows: blocks.inPlaceRows ?? DEFAULT_IN_PLACE_ROWS };
+export function withInPlaceRows(blocks: GemmBlocks, fma: boolean): Required<GemmBlocks> {
+  const rows = blocks.inPlaceRows ?? DEFAULT_IN_PLACE_ROWS;
+  return { mc: blocks.mc, nc: blocks.nc, inPlaceRows: !fma && rows === 6 ? 5 : rows };
 }
 
 /**

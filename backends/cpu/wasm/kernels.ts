@@ -199,7 +199,7 @@ export class WasmKernels {
    * naming the field when `blocks` cannot drive the GEMM.
    */
   static create(options: WasmKernelOptions): WasmKernels | undefined {
-    const blocks = options.blocks ? withInPlaceRows(options.blocks) : undefined;
+    const blocks = options.blocks;
     const problem = blocks && gemmBlocksProblem(blocks);
     if (problem) throw new RangeError(`GEMM blocks: ${problem}`);
     const features = detectWasmFeatures();
@@ -214,7 +214,7 @@ export class WasmKernels {
       return new WasmKernels(
         features,
         fma,
-        withInPlaceRows(blocks ?? machineGemmBlocks().blocks),
+        withInPlaceRows(blocks ?? machineGemmBlocks().blocks, fma),
         winograd,
         module,
         memory,
