@@ -13,10 +13,10 @@
  * The in-place rows of a fully connected layer's forward product (`GemmBlocks.inPlaceRows`) come
  * from the first two only, else {@link DEFAULT_IN_PLACE_ROWS}: caches do not tell which tile a core
  * runs fastest. MC, NC and those rows never change a bit of any result (only the depth block KC
- * does, and it is fixed), so machines that choose differently still agree bit for bit. Without read or env permission the
- * sources that need it are skipped, never prompted for. A variable or tuning file that cannot be
- * used is skipped too, with a one-line warning ({@link MachineBlocks.warning}): a stale cache must
- * not stop a program that imports Tandem.
+ * does, and it is fixed), so machines that choose differently still agree bit for bit. Without
+ * read or env permission the sources that need it are skipped, never prompted for. A variable or
+ * tuning file that cannot be used is skipped too, with a one-line warning
+ * ({@link MachineBlocks.warning}): a stale cache must not stop a program that imports Tandem.
  *
  * @module
  */

@@ -215,7 +215,7 @@ export interface GemmExports {
   gemm_macro: MacroKernel;
   /** See `GEMM_EXPORTS.quadMacro`: A in 4-row panels ({@link QUAD_ROWS}). */
   gemm_macro_quads: MacroKernel;
-  /** `ROWS_MACRO` in `generate/gemm_rows_kernels.ts` with 5-row tiles: W read in place, X in NR-lane panels. */
+  /** `ROWS_MACRO` (`generate/gemm_rows_kernels.ts`) with 5-row tiles: W in place, X in NR-lane panels. */
   gemm_macro_rows5: RowsMacroKernel;
   /** The same with 6-row tiles. */
   gemm_macro_rows6: RowsMacroKernel;
@@ -276,8 +276,8 @@ export interface GemmProblem {
 export function gemmScratchBytes(blocks: GemmBlocks): number {
   const blocked = blocks.mc * GEMM_DEPTH + GEMM_DEPTH * blocks.nc;
   const panels = blocks.mc * PANEL_DEPTH + GEMM_TILE.nr * PANEL_DEPTH;
-  // X's rows rounded up to whole NR-lane panels (m ≤ blockRows ≤ MC), and a 6×8 tile.
-  const inPlace = (blocks.mc + GEMM_TILE.nr) * ROWS_DEPTH + 6 * GEMM_TILE.nr;
+  // X's rows rounded up to whole NR-lane panels (m ≤ blockRows ≤ MC), and the tallest in-place tile.
+  const inPlace = (blocks.mc + GEMM_TILE.nr) * ROWS_DEPTH + Math.max(...IN_PLACE_ROWS) * GEMM_TILE.nr;
   return 4 * (Math.max(blocked, panels, inPlace) + GEMM_TILE.mr * GEMM_TILE.nr) + 3 * 64;
 }
 
@@ -420,11 +420,11 @@ export function gemmBlocked(
 const PANEL_DEPTH = 16 * GEMM_DEPTH;
 
 /**
- * Few rows (m ≤ {@link blockRows}) times transposed B with W packed ({@link GemmBlocks.inPlaceRows} 0;
- * {@link gemmRowsInPlace} reads it in place instead), a fully connected layer's forward product X·Wᵀ: op(B) is
- * the big operand, each packed element of it is used only m times, and reading it from memory is
- * what costs. Transposed B's lanes (rows of W) are contiguous along the depth: packing one
- * NR-lane panel `PANEL_DEPTH` deep reads NR sequential streams of 16 KiB, where the blocked loop
+ * Few rows (m ≤ {@link blockRows}) times transposed B with W packed ({@link GemmBlocks.inPlaceRows}
+ * 0; {@link gemmRowsInPlace} reads it in place instead), a fully connected layer's forward product
+ * X·Wᵀ: op(B) is the big operand, each packed element of it is used only m times, and reading it
+ * from memory is what costs. Transposed B's lanes (rows of W) are contiguous along the depth:
+ * packing one NR-lane panel `PANEL_DEPTH` deep reads NR sequential streams of 16 KiB, where the blocked loop
  * packs KC × NC blocks, NC rows of W touched for 1 KiB each (on the 9216→4096 layer's 151 MB of
  * weights: ≈ 11 ms of packing against ≈ 17 ms, one thread). A is packed once per depth block,
  * MC × PANEL_DEPTH, and every panel runs the macro-kernel once per KC step of it: the same depth
