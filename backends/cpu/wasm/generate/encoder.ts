@@ -289,6 +289,31 @@ export class FunctionWriter {
     return this;
   }
 
+  /**
+   * `acc += a·b` on the f32x4 locals `acc`, `a` and `b`: one fused `f32x4.relaxed_madd` when
+   * `fused`, else a multiply then an add (`acc + a·b`, so both round as the fused path's operands).
+   */
+  accumulateProduct(acc: number, a: number, b: number, fused: boolean): this {
+    if (fused) this.localGet(a).localGet(b).localGet(acc).f32x4RelaxedMadd();
+    else this.localGet(acc).localGet(a).localGet(b).f32x4Mul().f32x4Add();
+    return this.localSet(acc);
+  }
+
+  /**
+   * `if (count == top) emit(top) else if … else emit(1)`: one branch per value of the i32 local
+   * `count` from `top` down to 1, the last taken without a test (how macro-kernels pick the
+   * micro-kernel for an edge tile's rows).
+   */
+  switchCount(count: number, top: number, emit: (value: number) => void): this {
+    for (let r = top; r >= 1; r--) {
+      if (r > 1) this.localGet(count).i32Const(r).i32Eq().if();
+      emit(r);
+      if (r > 1) this.else();
+    }
+    for (let r = top; r > 1; r--) this.end();
+    return this;
+  }
+
   // ------------------------------------------------------------ locals and constants
 
   /** `local.get`. */

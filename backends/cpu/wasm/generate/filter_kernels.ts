@@ -113,11 +113,7 @@ function writeFilterDot(f: FunctionWriter, fma: boolean): void {
             for (let b = 0; b < TN; b++) f.localGet(xAt[b]).v128Load(16 * u).localSet(xv[b]);
             for (let a = 0; a < TM; a++) {
               f.localGet(dyAt[a]).v128Load(16 * u).localSet(d);
-              for (let b = 0; b < TN; b++) {
-                if (fma) f.localGet(d).localGet(xv[b]).localGet(sum(a, b)).f32x4RelaxedMadd();
-                else f.localGet(sum(a, b)).localGet(d).localGet(xv[b]).f32x4Mul().f32x4Add();
-                f.localSet(sum(a, b));
-              }
+              for (let b = 0; b < TN; b++) f.accumulateProduct(sum(a, b), d, xv[b], fma);
             }
           }
           for (let a = 0; a < TM; a++) f.localGet(dyAt[a]).i32Const(16 * count).i32Add().localSet(dyAt[a]);

@@ -108,12 +108,7 @@ function writeMicroKernel(f: FunctionWriter, shape: GemmKernelShape, rows: numbe
         f.localGet(quad).localGet(quad).shuffleF32Lanes([lane, lane, lane, lane]).localSet(av);
       } else f.localGet(a).v128Load32Splat((offset * mr + i) * 4).localSet(av);
       for (let v = 0; v < vectors; v++) {
-        if (fma) {
-          f.localGet(av).localGet(bv[v]).localGet(acc[i][v]).f32x4RelaxedMadd();
-        } else {
-          f.localGet(acc[i][v]).localGet(av).localGet(bv[v]).f32x4Mul().f32x4Add();
-        }
-        f.localSet(acc[i][v]);
+        f.accumulateProduct(acc[i][v], av, bv[v], fma);
       }
     }
   };
@@ -203,14 +198,11 @@ function writeMacroKernel(f: FunctionWriter, shape: GemmKernelShape, micro: read
       f.localSet(cp);
       f.localGet(cols).i32Const(nr).i32Eq().if();
       // Full width: the micro-kernel for exactly this many rows, straight into C.
-      for (let r = mr; r >= 1; r--) {
-        if (r > 1) f.localGet(rows).i32Const(r).i32Eq().if();
+      f.switchCount(rows, mr, (r) => {
         f.localGet(ap).localGet(bp).localGet(cp).localGet(kc).localGet(ldc).localGet(accumulate).call(
           micro[r],
         );
-        if (r > 1) f.else();
-      }
-      for (let r = mr; r > 1; r--) f.end();
+      });
       f.else();
       f.localGet(accumulate).if();
       writeTileCopy(f, cp, () => f.localGet(ldc), tile, () => f.i32Const(nr * 4), rows, cols);

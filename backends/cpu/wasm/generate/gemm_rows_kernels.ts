@@ -46,11 +46,7 @@ function writeRowsMicroKernel(f: FunctionWriter, shape: GemmKernelShape, rows: n
     for (let v = 0; v < vectors; v++) f.localGet(b).v128Load((offset * nr + v * 4) * 4).localSet(bv[v]);
     for (let i = 0; i < rows; i++) {
       f.localGet(row[i]).v128Load32Splat(offset * 4).localSet(av);
-      for (let v = 0; v < vectors; v++) {
-        if (fma) f.localGet(av).localGet(bv[v]).localGet(acc[i][v]).f32x4RelaxedMadd();
-        else f.localGet(acc[i][v]).localGet(av).localGet(bv[v]).f32x4Mul().f32x4Add();
-        f.localSet(acc[i][v]);
-      }
+      for (let v = 0; v < vectors; v++) f.accumulateProduct(acc[i][v], av, bv[v], fma);
     }
   };
   const depthLoop = (count: number) => {
@@ -167,13 +163,7 @@ export function emitRowsMacro(builder: ModuleBuilder, shape: GemmKernelShape, na
           args();
           f.call(fast);
           f.else();
-          for (let r = mr; r >= 1; r--) {
-            if (r > 1) f.localGet(rows).i32Const(r).i32Eq().if();
-            args();
-            f.call(edge[r]);
-            if (r > 1) f.else();
-          }
-          for (let r = mr; r > 1; r--) f.end();
+          f.switchCount(rows, mr, (r) => args().call(edge[r]));
           f.end();
           f.localGet(bp).localGet(panelBytes).i32Add().localSet(bp);
           f.localGet(cp).localGet(ldc).i32Const(nr).i32Mul().i32Add().localSet(cp);
