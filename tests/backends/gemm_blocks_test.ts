@@ -284,6 +284,35 @@ Deno.test("GEMM blocks: the FC forward product reads W in place in the chosen ro
       `inPlaceRows ${inPlaceRows}`,
     );
   }
+  // In an L1-sized MC (24: 20 rows of A per block) a batch of 64 still counts as few rows
+  // (`fewRows`): W read in place, or packed panel by panel with X whole in one block (every
+  // gemm_pack_a call packs all 64 rows), never the KC × NC blocks. Mutation seen failing: the
+  // path taken only while m ≤ blockRows, as before (the blocked loop: gemm_pack_a for 20 rows).
+  const small = { ...problem, m: 64 };
+  const packedRows: number[] = [];
+  const packA = exports.gemm_pack_a as unknown as (...args: number[]) => void;
+  const withRows = {
+    ...x,
+    gemm_pack_a: (...args: number[]) => {
+      packedRows.push(args[3]);
+      packA(...args);
+    },
+  } as unknown as GemmExports;
+  for (
+    const [inPlaceRows, expected] of [[6, "gemm_macro_rows6"], [0, "gemm_macro"]] as const
+  ) {
+    const blocks = { mc: 24, nc: 1024, inPlaceRows };
+    assert.ok(scratch + gemmScratchBytes(blocks) <= memory.buffer.byteLength);
+    for (const name of Object.keys(calls)) delete calls[name];
+    packedRows.length = 0;
+    gemmBlocked(withRows, small, scratch, blocks);
+    assert.deepEqual(
+      Object.keys(calls).filter((name) => name.startsWith("gemm_macro")),
+      [expected],
+      `MC 24, inPlaceRows ${inPlaceRows}`,
+    );
+    assert.deepEqual(packedRows, inPlaceRows === 0 ? [64, 64, 64] : [], `MC 24, inPlaceRows ${inPlaceRows}`);
+  }
   // Without the fused multiply-add each product needs a temporary register and 6 rows would spill,
   // so such kernels take 5 (mutation seen failing: the rule removed).
   const plain = WasmKernels.create({
@@ -314,10 +343,12 @@ Deno.test("GEMM blocks: products and convolutions have the same bits in any bloc
     { mc: 36, nc: 520 },
     { mc: 96, nc: 2048, inPlaceRows: 5 },
     { mc: 96, nc: 2048, inPlaceRows: 0 },
+    // W packed panel by panel with more rows of X than one MC block holds (m 64 > 20).
+    { mc: 24, nc: 1024, inPlaceRows: 0 },
   ];
   // Shapes crossing every block: m past 12, 36 and 96 rows, n past 256 and 520 columns, k past KC;
   // a few-row deep product with transposed B (W read in place in 6 or 5 rows, or packed, while
-  // m ≤ MC; blocked otherwise).
+  // m ≤ fewRows: 128 or MC; blocked otherwise).
   const shapes: [number, number, number][] = [[130, 601, 530], [64, 300, 4133], [7, 1100, 300]];
   const convs = [
     conv2dGeometry([4, 16, 13, 13], [40, 16, 3, 3], { padding: 1 }),

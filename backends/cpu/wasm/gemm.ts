@@ -177,6 +177,31 @@ export function blockRows(blocks: GemmBlocks): number {
 }
 
 /**
+ * Rows of X that still count as few in X·Wᵀ (transposed B, depth past one KC block): up to which
+ * the product runs as a fully connected layer's forward, W read in place or packed panel by panel
+ * ({@link GemmBlocks.inPlaceRows}) instead of in KC × NC blocks: {@link blockRows}, and at least
+ * {@link FEW_ROWS} whatever MC. Neither path packs X in MC blocks (each packs all of its rows on
+ * its own), and a machine whose L1-sized MC suits every other product would otherwise lose them
+ * on a batch of 64: on a 2-core Xeon (48 KiB L1d) MC 24 ran the square and FC-gradient products
+ * 1.02–1.20× faster than MC 480, but the FC forward, blocked at MC 48, 0.93×.
+ *
+ * @example
+ * ```ts
+ * import { fewRows } from "./gemm.ts";
+ * console.log(fewRows({ mc: 24, nc: 1024 }), fewRows({ mc: 480, nc: 8192 })); // 128 480
+ * ```
+ */
+export function fewRows(blocks: GemmBlocks): number {
+  return Math.max(blockRows(blocks), FEW_ROWS);
+}
+
+/**
+ * The least {@link fewRows}: a batch of 128, whose packed X (128 × `ROWS_DEPTH` × 4 bytes = 1 MiB
+ * read in place; twice that beside packed W) still stays in a 2 MiB L2 beside W's stream.
+ */
+export const FEW_ROWS = 128;
+
+/**
  * A generated macro-kernel: C block (`mc` × `nc` at byte address `c`, rows `ldc` bytes apart) =
  * [C if `accumulate`] + packed A · packed B over `kc` depth steps, edge tiles through `tile`.
  */
@@ -275,9 +300,9 @@ export interface GemmProblem {
  */
 export function gemmScratchBytes(blocks: GemmBlocks): number {
   const blocked = blocks.mc * GEMM_DEPTH + GEMM_DEPTH * blocks.nc;
-  const panels = blocks.mc * PANEL_DEPTH + GEMM_TILE.nr * PANEL_DEPTH;
-  // X's rows rounded up to whole NR-lane panels (m ≤ blockRows ≤ MC), and the tallest in-place tile.
-  const inPlace = (blocks.mc + GEMM_TILE.nr) * ROWS_DEPTH + Math.max(...IN_PLACE_ROWS) * GEMM_TILE.nr;
+  const panels = (fewRows(blocks) + GEMM_TILE.mr) * PANEL_DEPTH + GEMM_TILE.nr * PANEL_DEPTH;
+  // X's rows rounded up to whole NR-lane panels (m ≤ fewRows), and the tallest in-place tile.
+  const inPlace = (fewRows(blocks) + GEMM_TILE.nr) * ROWS_DEPTH + Math.max(...IN_PLACE_ROWS) * GEMM_TILE.nr;
   return 4 * (Math.max(blocked, panels, inPlace) + GEMM_TILE.mr * GEMM_TILE.nr) + 3 * 64;
 }
 
@@ -387,9 +412,9 @@ export function gemmBlocked(
   const aLane = transA ? 4 : 4 * lda, aDepth = transA ? 4 * lda : 4;
   // op(B) element (p, j): B[p·ldb + j], or B[j·ldb + p] transposed. Lanes of a B panel are columns j.
   const bLane = transB ? 4 * ldb : 4, bDepth = transB ? 4 : 4 * ldb;
-  if (!packColumns && packedWholeA === undefined && transB && m <= rows && k > KC) {
-    const inPlaceRows = blocks.inPlaceRows ?? DEFAULT_IN_PLACE_ROWS;
-    if (inPlaceRows === 0) gemmPanels(x, p, scratch, MC);
+  const inPlaceRows = blocks.inPlaceRows ?? DEFAULT_IN_PLACE_ROWS;
+  if (!packColumns && packedWholeA === undefined && transB && k > KC && m <= fewRows(blocks)) {
+    if (inPlaceRows === 0) gemmPanels(x, p, scratch);
     else gemmRowsInPlace(x, p, scratch, inPlaceRows);
     return;
   }
@@ -413,28 +438,31 @@ export function gemmBlocked(
 }
 
 /**
- * Depth of the A block {@link gemmPanels} packs at once: a multiple of KC, MC × it floats of A and
- * NR × it of one B panel in the scratch ({@link gemmScratchBytes} makes room for them). 1024 packed B measurably slower
+ * Depth of the A block {@link gemmPanels} packs at once: a multiple of KC, m (at most
+ * {@link fewRows}) × it floats of A and NR × it of one B panel in the scratch
+ * ({@link gemmScratchBytes} makes room for them). 1024 packed B measurably slower
  * (shorter streams); 2048, 4096 and the full 9216 of the FC layer ran alike.
  */
 const PANEL_DEPTH = 16 * GEMM_DEPTH;
 
 /**
- * Few rows (m ≤ {@link blockRows}) times transposed B with W packed ({@link GemmBlocks.inPlaceRows}
+ * Few rows (m ≤ {@link fewRows}) times transposed B with W packed ({@link GemmBlocks.inPlaceRows}
  * 0; {@link gemmRowsInPlace} reads it in place instead), a fully connected layer's forward product
  * X·Wᵀ: op(B) is the big operand, each packed element of it is used only m times, and reading it
  * from memory is what costs. Transposed B's lanes (rows of W) are contiguous along the depth:
  * packing one NR-lane panel `PANEL_DEPTH` deep reads NR sequential streams of 16 KiB, where the blocked loop
  * packs KC × NC blocks, NC rows of W touched for 1 KiB each (on the 9216→4096 layer's 151 MB of
  * weights: ≈ 11 ms of packing against ≈ 17 ms, one thread). A is packed once per depth block,
- * MC × PANEL_DEPTH, and every panel runs the macro-kernel once per KC step of it: the same depth
+ * all m rows × PANEL_DEPTH, and every panel runs the macro-kernel once per KC step of it: the same depth
  * blocks, summed in the same order, as {@link gemmBlocked}, so every element of C gets the same
  * bits either way (and whatever the thread count: threads take column ranges of C).
  */
-function gemmPanels(x: GemmExports, p: GemmProblem, scratch: number, MC: number): void {
+function gemmPanels(x: GemmExports, p: GemmProblem, scratch: number): void {
   const { m, n, k, lda, ldb, transA } = p;
   const KC = GEMM_DEPTH;
   const NR = GEMM_TILE.nr;
+  // One KC step of A: its rows in whole MR-row panels (m ≤ fewRows, whatever MC).
+  const MC = Math.ceil(m / GEMM_TILE.mr) * GEMM_TILE.mr;
   const packedA = align64(scratch);
   const packedB = align64(packedA + 4 * MC * PANEL_DEPTH);
   const tile = align64(packedB + 4 * NR * PANEL_DEPTH);
@@ -479,7 +507,7 @@ function gemmPanels(x: GemmExports, p: GemmProblem, scratch: number, MC: number)
 const ROWS_DEPTH = 8 * GEMM_DEPTH;
 
 /**
- * Few rows (m ≤ {@link blockRows}) times transposed B, a fully connected layer's forward product
+ * Few rows (m ≤ {@link fewRows}) times transposed B, a fully connected layer's forward product
  * X·Wᵀ, where W (op(B), n×k) is the big operand and each of its elements is used only m times:
  * W is read in place in tiles of `rows` rows of W ({@link IN_PLACE_ROWS}; `gemm_macro_rows5` or
  * `gemm_macro_rows6`, see `generate/gemm_rows_kernels.ts`), never packed, and only X is packed,
