@@ -268,16 +268,21 @@ Deno.test("wasm GEMM: batched, with broadcast operands, and k = 0", () => {
 });
 
 Deno.test("wasm GEMM: few rows times transposed B (W read in place) matches the oracle and the blocked path's bits", () => {
-  // m ≤ 95 with transposed B and k > 256 takes `gemmRowsInPlace` (`gemm_macro_rows`: B's rows read in
+  // m ≤ 128 (`fewRows`) with transposed B and k > 256 takes `gemmRowsInPlace` (`gemm_macro_rows`: B's rows read in
   // place, the tile transposed into C): odd rows and columns (edge tiles), whole 6×8 tiles (64×20),
   // depth past one and two 2048-deep blocks, with and without transposed A. Mutations seen failing:
   // one lane of the whole tile's 4×4 transpose shuffled wrong; its rows past four stored from the
   // wrong lanes; edge tiles ignoring `accumulate`; depth blocks after the first not accumulating.
-  const cases: [number, number, number][] = [[1, 9, 257], [5, 37, 300], [64, 20, 4100], [95, 13, 8197], [
-    96,
-    8,
-    513,
-  ], [7, 1, 4096]];
+  // 128 rows is the last that counts as few in the default blocks, 129 the first the blocked loop takes.
+  const cases: [number, number, number][] = [
+    [1, 9, 257],
+    [5, 37, 300],
+    [64, 20, 4100],
+    [95, 13, 8197],
+    [128, 8, 513],
+    [129, 8, 513],
+    [7, 1, 4096],
+  ];
   for (const [name, kernels] of KERNELS) {
     for (const [m, n, k] of cases) {
       for (const transA of [false, true]) {
