@@ -439,6 +439,13 @@ export function mpirunArguments(addresses: string[], subnet: string, agent?: str
     "--mca",
     "oob_tcp_if_include",
     subnet,
+    // No topology in shared memory: each daemon's rtc/hwloc component writes hwloc's topology into a
+    // segment mapped at an address it guesses free, and on a 2-core Xeon the daemon of a third host
+    // segfaulted there (hwloc_shmem_topology_write) in 4 of 30 launches; without it, 0 of 40. The
+    // cores are the launch agent's business here (taskset), and binding is off anyway.
+    "--mca",
+    "rtc",
+    "^hwloc",
     // Quiet: a rank that fails says why itself; mpirun's own banner would only repeat it.
     "--quiet",
     ...["PATH", "NO_COLOR", "XDG_RUNTIME_DIR"].filter((name) => Deno.env.get(name) !== undefined)
