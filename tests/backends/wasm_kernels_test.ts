@@ -323,7 +323,17 @@ interface ConvCase {
   x: number[];
   w: number[];
   options: { stride?: number | [number, number]; padding?: number | [number, number]; groups?: number };
+  /** Relative tolerance where not {@link TOL}: Winograd's, whose transforms round more than im2col. */
+  tol?: number;
 }
+
+/**
+ * Winograd F(4×4, 5×5)'s tolerance, `winograd_test.ts`'s: its weight gradient on cifar10_quick's conv2
+ * at batch 3 reached 1.15e-5 of the largest value against float64 over 40 operand draws (the float32
+ * oracle: under 1e-7), past {@link TOL} on some draws; a transform with one wrong constant is off by
+ * 1e-2 or more.
+ */
+const WINOGRAD_5X5_TOL = 3e-5;
 
 const CONV_CASES: ConvCase[] = [
   { name: "3×3 pad 1", x: [2, 3, 8, 8], w: [4, 3, 3, 3], options: { padding: 1 } },
@@ -359,7 +369,13 @@ const CONV_CASES: ConvCase[] = [
     w: [12, 6, 3, 3],
     options: { padding: 1, groups: 2 },
   },
-  { name: "cifar10_quick conv2 at batch 3", x: [3, 32, 16, 16], w: [32, 32, 5, 5], options: { padding: 2 } },
+  {
+    name: "cifar10_quick conv2 at batch 3",
+    x: [3, 32, 16, 16],
+    w: [32, 32, 5, 5],
+    options: { padding: 2 },
+    tol: WINOGRAD_5X5_TOL,
+  },
   { name: "padding past k − 1", x: [2, 3, 5, 6], w: [4, 3, 3, 3], options: { padding: 3 } },
   { name: "1×1 with padding", x: [2, 4, 5, 5], w: [6, 4, 1, 1], options: { padding: 1 } },
 ];
@@ -407,9 +423,10 @@ Deno.test("wasm conv: forward, input and weight gradients match the oracle", () 
       conv2dForward(x, w, y, g);
       conv2dBackwardInput(dy, w, dx, g);
       conv2dBackwardFilter(x, dy, dw, g);
-      assertClose(got.y, y, TOL, `${name} ${c.name} forward`);
-      assertClose(got.dx, dx, TOL, `${name} ${c.name} input gradient`);
-      assertClose(got.dw, dw, TOL, `${name} ${c.name} weight gradient`);
+      const tol = c.tol ?? TOL;
+      assertClose(got.y, y, tol, `${name} ${c.name} forward`);
+      assertClose(got.dx, dx, tol, `${name} ${c.name} input gradient`);
+      assertClose(got.dw, dw, tol, `${name} ${c.name} weight gradient`);
     }
   }
 });
