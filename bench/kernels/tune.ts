@@ -39,7 +39,7 @@ import {
 import { writeFileAtomic } from "../../engine/io/mod.ts";
 import { benchPeak, filled } from "./kernel_timing.ts";
 import { measureStamp, stampBlock } from "../stamp.ts";
-import { chooseBlocks, MARGIN, type Measured, measured, noiseMargin } from "./tune_choice.ts";
+import { chooseBlocks, clearsMargin, MARGIN, type Measured, measured, noiseMargin } from "./tune_choice.ts";
 import {
   FC_SHAPES,
   gemmGflops,
@@ -209,13 +209,19 @@ const rowsMargin = noiseMargin(measured(untuned, [noise.speedups[fcForward]]));
 const rowsOf = (m: Measured) => m.blocks.inPlaceRows!;
 const defaultRows = rowsResults.find((r) => rowsOf(r) === DEFAULT_IN_PLACE_ROWS)!;
 const rowsLeader = [...rowsResults].sort((a, b) => b.score - a.score)[0];
+/** `m` as a speedup over `base` (both timed against the untuned blocks). */
+const over = (m: Measured, base: Measured) => measured(m.blocks, [m.score / base.score]);
 let inPlaceRows: number = DEFAULT_IN_PLACE_ROWS;
 let rowsAgain: [Measured, Measured] | undefined;
-if (
-  rowsOf(rowsLeader) !== DEFAULT_IN_PLACE_ROWS && Math.log(rowsLeader.score / defaultRows.score) > rowsMargin
-) {
+// The confirmation is measured only for a leader that clears the margin in the search.
+if (rowsOf(rowsLeader) !== DEFAULT_IN_PLACE_ROWS && clearsMargin(over(rowsLeader, defaultRows), rowsMargin)) {
   rowsAgain = [rowsChoice(rowsOf(rowsLeader), 2 * pairs), rowsChoice(DEFAULT_IN_PLACE_ROWS, 2 * pairs)];
-  if (Math.log(rowsAgain[0].score / rowsAgain[1].score) > rowsMargin) inPlaceRows = rowsOf(rowsLeader);
+  inPlaceRows = chooseBlocks(
+    defaultRows.blocks,
+    over(rowsLeader, defaultRows),
+    over(rowsAgain[0], rowsAgain[1]),
+    rowsMargin,
+  ).inPlaceRows!;
 }
 
 say(`| product | untuned ${label(untuned)}: fastest call | % of peak |`);

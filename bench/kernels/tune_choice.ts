@@ -54,6 +54,19 @@ export function noiseMargin(noise: Measured): number {
 }
 
 /**
+ * Whether `m`'s score clears `margin` (a log ratio): the one test every choice of the tuner makes.
+ *
+ * @example
+ * ```ts
+ * import { clearsMargin, measured } from "./tune_choice.ts";
+ * clearsMargin(measured({ mc: 96, nc: 2048 }, [1.05]), 0.03); // true
+ * ```
+ */
+export function clearsMargin(m: Measured, margin: number): boolean {
+  return Math.log(m.score) > margin;
+}
+
+/**
  * The blocks to file: the leader's when its score and its confirmation's (the leader measured
  * again) both clear `margin`, else the untuned blocks.
  *
@@ -70,6 +83,5 @@ export function chooseBlocks(
   confirmation: Measured,
   margin: number,
 ): GemmBlocks {
-  const clears = (m: Measured) => Math.log(m.score) > margin;
-  return clears(leader) && clears(confirmation) ? confirmation.blocks : untuned;
+  return clearsMargin(leader, margin) && clearsMargin(confirmation, margin) ? confirmation.blocks : untuned;
 }

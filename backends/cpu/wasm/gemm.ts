@@ -461,20 +461,20 @@ function gemmPanels(x: GemmExports, p: GemmProblem, scratch: number): void {
   const { m, n, k, lda, ldb, transA } = p;
   const KC = GEMM_DEPTH;
   const NR = GEMM_TILE.nr;
-  // One KC step of A: its rows in whole MR-row panels (m ≤ fewRows, whatever MC).
-  const MC = Math.ceil(m / GEMM_TILE.mr) * GEMM_TILE.mr;
+  // Rows of one KC step of packed A: m in whole MR-row panels (m ≤ fewRows, whatever MC).
+  const rows = Math.ceil(m / GEMM_TILE.mr) * GEMM_TILE.mr;
   const packedA = align64(scratch);
-  const packedB = align64(packedA + 4 * MC * PANEL_DEPTH);
+  const packedB = align64(packedA + 4 * rows * PANEL_DEPTH);
   const tile = align64(packedB + 4 * NR * PANEL_DEPTH);
   const ldcBytes = 4 * p.ldc;
   const aLane = transA ? 4 : 4 * lda, aDepth = transA ? 4 * lda : 4;
   const bLane = 4 * ldb;
   for (let p2 = 0; p2 < k; p2 += PANEL_DEPTH) {
     const depth = Math.min(PANEL_DEPTH, k - p2);
-    // KC step s of the A block at packedA + 4·MC·KC·s (whole MR-row panels, at most MC rows).
+    // KC step s of the A block at packedA + 4·rows·KC·s.
     for (let pc = 0; pc < depth; pc += KC) {
       const kc = Math.min(KC, depth - pc);
-      x.gemm_pack_a(p.a + (p2 + pc) * aDepth, aLane, aDepth, m, kc, packedA + 4 * MC * pc);
+      x.gemm_pack_a(p.a + (p2 + pc) * aDepth, aLane, aDepth, m, kc, packedA + 4 * rows * pc);
     }
     for (let j0 = 0; j0 < n; j0 += NR) {
       const cols = Math.min(NR, n - j0);
@@ -484,7 +484,7 @@ function gemmPanels(x: GemmExports, p: GemmProblem, scratch: number): void {
         const kc = Math.min(KC, depth - pc);
         const accumulate = p.accumulate || p2 + pc > 0 ? 1 : 0;
         x.gemm_macro(
-          packedA + 4 * MC * pc,
+          packedA + 4 * rows * pc,
           packedB + 4 * NR * pc,
           p.c + 4 * j0,
           m,
