@@ -24,6 +24,18 @@ import { type GemmKernelShape, writeTranspose4 } from "./gemm_kernels.ts";
 const { i32, v128 } = ValType;
 
 /**
+ * Depth steps per iteration of the in-place kernel's depth loop, whatever the shape's `unroll`.
+ * Deno runs WebAssembly without V8's trap handler, so every load carries an explicit bounds check
+ * (a compare and branch): 6 rows of W and 2 vectors of X make 8 checks per 12 multiply-adds, and
+ * the loop's own work (7 pointers, 3 of them spilled to the stack, and V8's interrupt check) comes
+ * on top. Eight steps share that loop work where four did: on the 9216→4096 layer's forward
+ * product at batch 64 (one thread, the 2-core Intel Xeon of `bench/RESULTS.md`, 4 interleaved
+ * processes each) the best calls ran at 51.4–52.3 GFLOP/s against 49.4–50.8 with 4; 16 ran alike
+ * (51.6–52.5). The packed kernel's loop (fewer pointers) gained nothing from 8.
+ */
+export const ROWS_UNROLL = 8;
+
+/**
  * The micro-kernel `(a, lda, b, c, kc, ldc, accumulate, cols, tile)`: for `rows` rows of W at `a`
  * (`lda` bytes apart) and one packed NR-lane panel of X at `b`, C[j, i] (+)= Σ_p W[i, p]·X[j, p]
  * over `kc` depth steps, C at `c` (element (j, i) at `c + j·ldc + 4i`). With `fast`, rows is MR
@@ -31,7 +43,8 @@ const { i32, v128 } = ValType;
  * the MR×NR scratch `tile` and only its first `cols` rows of X are written.
  */
 function writeRowsMicroKernel(f: FunctionWriter, shape: GemmKernelShape, rows: number, fast: boolean): void {
-  const { nr, unroll, fma } = shape;
+  const { nr, fma } = shape;
+  const unroll = ROWS_UNROLL;
   const vectors = nr / 4;
   const [a, lda, b, c, kc, ldc, accumulate, cols, tile] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
   const acc: number[][] = [];
