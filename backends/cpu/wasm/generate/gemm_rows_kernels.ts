@@ -25,13 +25,20 @@ const { i32, v128 } = ValType;
 
 /**
  * Depth steps per iteration of the in-place kernel's depth loop, whatever the shape's `unroll`.
- * Deno runs WebAssembly without V8's trap handler, so every load carries an explicit bounds check
- * (a compare and branch): 6 rows of W and 2 vectors of X make 8 checks per 12 multiply-adds, and
- * the loop's own work (7 pointers, 3 of them spilled to the stack, and V8's interrupt check) comes
- * on top. Eight steps share that loop work where four did: on the 9216→4096 layer's forward
- * product at batch 64 (one thread, the 2-core Intel Xeon of `bench/RESULTS.md`, 4 interleaved
- * processes each) the best calls ran at 51.4–52.3 GFLOP/s against 49.4–50.8 with 4; 16 ran alike
- * (51.6–52.5). The packed kernel's loop (fewer pointers) gained nothing from 8.
+ *
+ * Why 8: Deno runs WebAssembly without V8's trap handler (denoland/deno#35658), so every load
+ * carries an explicit bounds check (a compare and branch). 6 rows of W and 2 vectors of X make 8
+ * checks per 12 multiply-adds, and the loop's own work (7 pointers, 3 of them spilled to the stack,
+ * and V8's interrupt check) comes on top. Eight steps share that loop work where four did: on the
+ * 9216→4096 layer's forward product at batch 64 (one thread, the 2-core Intel Xeon of
+ * `bench/RESULTS.md`, 4 interleaved processes each) the best calls ran at 51.4–52.3 GFLOP/s
+ * against 49.4–50.8 with 4; 16 ran alike (51.6–52.5). The packed kernel's loop (fewer pointers)
+ * gained nothing from 8.
+ *
+ * What the checks cost: with them switched off (V8's test-only `--no-wasm-bounds-checks`) this
+ * kernel ran at 59.5 GFLOP/s where it ran at 51 (89% of that peak against 77%). Tried and slower
+ * or no faster: 4-row tiles splatting W by shuffles from one load per 4 steps (half the checks on
+ * W), and 3×16 tiles (17 vector registers, one more than V8 allocates: they spill).
  */
 export const ROWS_UNROLL = 8;
 
