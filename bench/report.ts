@@ -71,6 +71,8 @@ import {
   type CallTimes,
   cifarQuickStepSeconds,
   gemmDrift,
+  MEMORY_PROBE_BYTES,
+  memoryReadRate,
   type PairedSpeedup,
   pairedSpeedups,
   tandemGemmSeconds,
@@ -199,6 +201,8 @@ const driftLine = `a 512³ product, back to back for 10 s on the same operands, 
   `${driftLines.join("; ")}: the spread is the machine's, not the code's, and every comparison below is ` +
   "only as fine as it";
 console.log(`Drift: ${driftLine}`);
+// Memory read at the start and (below) at the end: steps move with it where GEMM does not.
+const memoryAtStart = memoryReadRate(tandemOne);
 console.log(`GEMM blocks: ${describeMachineBlocks(machineGemmBlocks())}`);
 
 // ---------------------------------------------------------------- GEMM
@@ -642,6 +646,14 @@ if (scaling.refusal === undefined) {
 
 // ---------------------------------------------------------------- write
 
+const memoryAtEnd = memoryReadRate(tandemOne);
+const memoryLine = `One thread read memory (a ${(MEMORY_PROBE_BYTES / 1e6).toFixed(0)} MB array summed, ` +
+  `best / median of ${TIMED_CALLS} calls) at ${memoryAtStart.best.toFixed(1)} / ` +
+  `${memoryAtStart.median.toFixed(1)} GB/s at the start of the run and ${memoryAtEnd.best.toFixed(1)} / ` +
+  `${memoryAtEnd.median.toFixed(1)} GB/s at its end: the steps (sections 3 and 4) lean on memory far more ` +
+  "than GEMM does, so compare them across runs only where this rate held.";
+console.log(`Memory: ${memoryLine}`);
+
 const elapsed = (performance.now() - started) / 1000;
 const machineLine =
   `${machine.cores} cores, ${machine.cpu}, ${machine.os}, Deno ${machine.deno} (V8 ${machine.v8}), ` +
@@ -656,7 +668,7 @@ const markdown = [
   "",
   `Measured peak of this machine (128-bit WebAssembly SIMD, the ceiling of every WebAssembly kernel here): ${peakLine}`,
   "",
-  `How steady this machine was: ${driftLine}.`,
+  `How steady this machine was: ${driftLine}. ${memoryLine}`,
   "",
   `GEMM cache blocks of this run: ${
     describeMachineBlocks(machineGemmBlocks())

@@ -268,6 +268,49 @@ export function gemmDrift(
   });
 }
 
+/** Bytes {@link memoryReadRate} reads per call: the 9216→4096 FC layer's weights, far past any cache. */
+export const MEMORY_PROBE_BYTES = 4 * 9216 * 4096;
+
+/** GB/s of {@link memoryReadRate}: its fastest and its median call. */
+export interface MemoryRate {
+  best: number;
+  median: number;
+}
+
+/**
+ * How fast one thread of `backend` reads memory: a {@link MEMORY_PROBE_BYTES} array summed by its
+ * `reduce` (one row, so one thread), best and median of `calls` warm calls, in GB/s. Why: this
+ * virtual machine's memory slows by a sixth for stretches of an hour while its compute-bound GEMM
+ * holds (6.1–6.6 against 7.7 GB/s on 2026-12-06, the training steps 20–30% slower for Tandem and
+ * PyTorch alike), and a report whose steps moved should say whether the machine's memory did.
+ *
+ * @example
+ * ```ts
+ * import { CpuBackend } from "../../backends/cpu/backend.ts";
+ * import { memoryReadRate } from "./kernel_timing.ts";
+ * const { best } = memoryReadRate(new CpuBackend({ threads: 1 }), 1);
+ * console.log(best > 0); // true
+ * ```
+ */
+export function memoryReadRate(backend: CpuBackend, calls = TIMED_CALLS): MemoryRate {
+  const n = MEMORY_PROBE_BYTES / 4;
+  const x = backend.upload(filled(n, 3)), out = backend.allocate(1, "float32");
+  try {
+    backend.reduce("sum", x, out, 1, n, 1);
+    const seconds: number[] = [];
+    for (let i = 0; i < calls; i++) {
+      const t0 = performance.now();
+      backend.reduce("sum", x, out, 1, n, 1);
+      seconds.push((performance.now() - t0) / 1000);
+    }
+    const t = callTimes(seconds, 1);
+    return { best: MEMORY_PROBE_BYTES / t.best / 1e9, median: MEMORY_PROBE_BYTES / t.median / 1e9 };
+  } finally {
+    backend.release(x);
+    backend.release(out);
+  }
+}
+
 /**
  * Times `calls` (default {@link TIMED_CALLS}) `tf.matMul` calls of `shape` on the current
  * TensorFlow.js backend, each read back (so it has finished), after one warm-up call when
