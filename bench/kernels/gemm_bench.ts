@@ -28,9 +28,9 @@ import {
 import {
   benchPeak,
   type CallTimes,
-  callTimes,
   GemmBenchLog,
   tandemGemmSeconds,
+  timeCalls,
   TIMED_CALLS,
 } from "./kernel_timing.ts";
 
@@ -82,13 +82,7 @@ function makeArgs(s: GemmShape): GemmArgs {
 function typescriptTimes(s: GemmShape): CallTimes {
   const args = makeArgs(s);
   gemm(args);
-  const seconds: number[] = [];
-  for (let r = 0; r < TIMED_CALLS; r++) {
-    const t0 = performance.now();
-    gemm(args);
-    seconds.push((performance.now() - t0) / 1000);
-  }
-  return callTimes(seconds, 1);
+  return timeCalls(() => gemm(args), TIMED_CALLS, 1);
 }
 
 if (Deno.mainModule === import.meta.url) {

@@ -64,6 +64,26 @@ export function callTimes(seconds: number[], warmup: number): CallTimes {
 }
 
 /**
+ * `call` run `calls` times, each timed on its own, as {@link CallTimes} (`warmup`: the untimed
+ * calls the caller ran before).
+ *
+ * @example
+ * ```ts
+ * import { timeCalls } from "./kernel_timing.ts";
+ * const { best } = timeCalls(() => Math.sqrt(2), 3, 0);
+ * ```
+ */
+export function timeCalls(call: () => void, calls: number, warmup: number): CallTimes {
+  const seconds: number[] = [];
+  for (let r = 0; r < calls; r++) {
+    const t0 = performance.now();
+    call();
+    seconds.push((performance.now() - t0) / 1000);
+  }
+  return callTimes(seconds, warmup);
+}
+
+/**
  * Times `calls` (default {@link TIMED_CALLS}) products of `shape` on `backend` after warming up
  * (at least one call and 0.2 s: each thread's WebAssembly runs in V8's baseline tier until it has
  * run enough to be optimised, in the background).
@@ -77,15 +97,7 @@ export function callTimes(seconds: number[], warmup: number): CallTimes {
  * ```
  */
 export function tandemGemmSeconds(backend: CpuBackend, shape: GemmShape, calls = TIMED_CALLS): CallTimes {
-  return withWarmGemm(backend, shape, (product, warmup) => {
-    const seconds: number[] = [];
-    for (let r = 0; r < calls; r++) {
-      const t0 = performance.now();
-      product();
-      seconds.push((performance.now() - t0) / 1000);
-    }
-    return callTimes(seconds, warmup);
-  });
+  return withWarmGemm(backend, shape, (product, warmup) => timeCalls(product, calls, warmup));
 }
 
 /** A product of seeded operands held in a backend's memory, warm, until released. */
@@ -296,14 +308,9 @@ export function memoryReadRate(backend: CpuBackend, calls = TIMED_CALLS): Memory
   const n = MEMORY_PROBE_BYTES / 4;
   const x = backend.upload(filled(n, 3)), out = backend.allocate(1, "float32");
   try {
-    backend.reduce("sum", x, out, 1, n, 1);
-    const seconds: number[] = [];
-    for (let i = 0; i < calls; i++) {
-      const t0 = performance.now();
-      backend.reduce("sum", x, out, 1, n, 1);
-      seconds.push((performance.now() - t0) / 1000);
-    }
-    const t = callTimes(seconds, 1);
+    const sum = () => backend.reduce("sum", x, out, 1, n, 1);
+    sum();
+    const t = timeCalls(sum, calls, 1);
     return { best: MEMORY_PROBE_BYTES / t.best / 1e9, median: MEMORY_PROBE_BYTES / t.median / 1e9 };
   } finally {
     backend.release(x);
