@@ -34,6 +34,7 @@ import type {
   WorkerReply,
 } from "./protocol.ts";
 import { packViews, unpackViews } from "./protocol.ts";
+import { watchGroups } from "./group_signals.ts";
 import type { HeadPhase, HeadPhaseResult, HeadSetup } from "./sharded_head.ts";
 
 interface Pending {
@@ -270,7 +271,7 @@ export class CpuDevice implements Device {
         this.#threadsSent = threads;
       }
       this.#post(message);
-      for (const group of groups) this.#watch(group, iteration);
+      this.#watch(groups, iteration);
     });
   }
 
@@ -281,21 +282,14 @@ export class CpuDevice implements Device {
     pending.onGradients(group);
   }
 
-  /** Calls `onGradients(group)` once the worker signals that group final for `iteration`. */
-  async #watch(group: string, iteration: number): Promise<void> {
-    const slot = this.#groups.indexOf(group);
-    for (;;) {
+  /** Reports `groups` to the runtime, in order, as the worker signals each final for `iteration`. */
+  #watch(groups: string[], iteration: number): void {
+    const slots = groups.map((group) => this.#groups.indexOf(group));
+    const current = () => this.#pending?.iteration === iteration;
+    watchGroups(this.#signals, slots, groups, iteration, current, (group) => {
       const pending = this.#pending;
-      if (!pending || pending.iteration !== iteration) return; // failed or finished without it
-      const value = Atomics.load(this.#signals, slot);
-      if (value > iteration) {
-        this.#report(pending, group);
-        return;
-      }
-      // Wake at least every 100 ms, so a failed device's watchers end.
-      const wait = Atomics.waitAsync(this.#signals, slot, value, 100);
-      if (wait.async) await wait.value;
-    }
+      if (pending?.iteration === iteration) this.#report(pending, group);
+    });
   }
 
   #receive(reply: WorkerReply): void {

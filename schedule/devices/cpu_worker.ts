@@ -37,6 +37,7 @@ import type {
 } from "./protocol.ts";
 import { packViews, unpackViews } from "./protocol.ts";
 import { HeadShard } from "./sharded_head.ts";
+import { signalGroup } from "./group_signals.ts";
 import { hostSlices, type SliceStore } from "./head_slices.ts";
 import { lowerThreadPriority, threadNice } from "./thread_priority.ts";
 
@@ -152,9 +153,7 @@ function publish(members: readonly ParameterEntry[]): void {
 
 /** Tells the runtime that `group`'s gradients of `iteration` are final in the shared buffer. */
 function signal(group: string, iteration: number): void {
-  const slot = groupSlots.get(group)!;
-  Atomics.store(signals, slot, iteration + 1);
-  Atomics.notify(signals, slot);
+  signalGroup(signals, groupSlots.get(group)!, iteration);
 }
 
 function setupHead(message: HeadSetupMessage): void {

@@ -4,8 +4,8 @@
  * `SharedArrayBuffer`s by {@link packViews}). Parameters and gradients never travel in messages: they
  * live in `SharedArrayBuffer`s both sides map, laid out by `parameter_layout.ts`. Messages say what
  * to do and report results; the latency-critical "this group's gradients are final" travels
- * through a shared signal word with `Atomics.store`/`notify`, which the runtime awaits with
- * `Atomics.waitAsync`, so no message queue sits in the overlap path.
+ * through a shared signal word per group (`group_signals.ts`), so no message queue sits in the
+ * overlap path.
  *
  * @module
  */
