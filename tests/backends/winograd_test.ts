@@ -15,7 +15,6 @@ import { winogradMatrices } from "../../backends/cpu/wasm/winograd/matrices.ts";
 import { type WinogradPass, winogradPlan, winogradSide } from "../../backends/cpu/wasm/winograd/plan.ts";
 import { conv2d, conv2dGradients, type RefTensor } from "../reference/float64.ts";
 import { mulberry32 } from "../reference/random.ts";
-import { slowTest } from "../fixtures/slow.ts";
 
 const rand = mulberry32(0x9a1e);
 
@@ -226,27 +225,38 @@ Deno.test("winograd conv: forward, input and weight gradients match float64", ()
   im2col.dispose();
 });
 
-/** 180×180 outputs of 5×5 filters: two images' weight-gradient tiles fill a chunk, so 3 take 2 chunks. */
+/**
+ * 32×32 outputs of 5×5 filters over 8 channels: each image's weight-gradient tiles (V and Ŷ) take
+ * 256 KiB, so a 1 MiB chunk holds 4 and a batch of 6 takes 2 chunks, the second partial.
+ */
 const CHUNKED: Case = {
   name: "weight gradient in 2 chunks",
-  x: [3, 8, 180, 180],
+  x: [6, 8, 32, 32],
   w: [8, 8, 5, 5],
   padding: 2,
 };
 
 // Mutation that fails this test: later chunks overwriting Z instead of adding to it.
-Deno.test({
-  name: "winograd conv: a weight gradient summed over several image chunks matches float64",
-  ...slowTest,
-  fn() {
-    assert.equal(winogradPlan(geometryOf(CHUNKED), "filter").chunkImages, 2);
-    const backend = new CpuBackend({ threads: 2 });
-    const o = operands(CHUNKED), got = passes(backend, o), want = reference(CHUNKED, o);
-    for (const pass of ["y", "dx", "dw"] as const) {
-      assertClose(got[pass], want[pass], `${CHUNKED.name} ${pass}`);
-    }
-    backend.dispose();
-  },
+Deno.test("winograd conv: a weight gradient summed over several image chunks matches float64", () => {
+  assert.equal(winogradPlan(geometryOf(CHUNKED), "filter").chunkImages, 4);
+  const backend = new CpuBackend({ threads: 2 });
+  const o = operands(CHUNKED), got = passes(backend, o), want = reference(CHUNKED, o);
+  for (const pass of ["y", "dx", "dw"] as const) {
+    assertClose(got[pass], want[pass], `${CHUNKED.name} ${pass}`);
+  }
+  backend.dispose();
+});
+
+// Mutations that fail this test: every layer in 1 MiB chunks (AlexNet's conv3 then takes 1 image
+// per chunk, reading and writing its 14 MB of sums Z 16 times) or every layer in 16 MiB chunks (the
+// AlexNet-like net's conv2 takes its whole batch in one 14 MB chunk, out of the L2 cache).
+Deno.test("winograd conv: weight-gradient chunks stay in L2 where the sums are small, and run long where they are large", () => {
+  // AlexNet-like conv2: 216 KiB of V and Ŷ per image, 144 KiB of Z.
+  const small = conv2dGeometry([64, 32, 14, 14], [64, 16, 3, 3], { padding: 1, groups: 2 });
+  assert.equal(winogradPlan(small, "filter").chunkImages, 4);
+  // bvlc_alexnet conv3: 1.41 MiB of V and Ŷ per image, 13.5 MiB of Z.
+  const large = conv2dGeometry([64, 256, 13, 13], [384, 256, 3, 3], { padding: 1 });
+  assert.equal(winogradPlan(large, "filter").chunkImages, 11);
 });
 
 // Mutation that fails this test: the threads ignoring the job's claims (each running every unit:
