@@ -310,6 +310,24 @@ export interface Backend {
     bias?: Storage,
     activation?: Activation,
   ): void;
+  /**
+   * Optional: {@link Backend.conv2dForward} (with `bias` and `activation`) then
+   * {@link Backend.maxPool2dForward} of its output (`pool` the pooling's geometry over it) into
+   * `pooled` and `argmax`, the same bits as the two calls, without writing the convolution's output
+   * anywhere a later op would read it (a backend pools each image while its output is in cache).
+   * Returns false, having done nothing, where this instance cannot; the engine then makes the two
+   * calls.
+   */
+  conv2dForwardMaxPool?(
+    x: Storage,
+    weight: Storage,
+    pooled: Storage,
+    argmax: Storage,
+    geometry: Conv2dGeometry,
+    pool: Pool2dGeometry,
+    bias?: Storage,
+    activation?: Activation,
+  ): boolean;
   /** Gradient of the convolution with respect to its input. */
   conv2dBackwardInput(dy: Storage, weight: Storage, dx: Storage, geometry: Conv2dGeometry): void;
   /** Gradient of the convolution with respect to its weights (summed over the batch). */

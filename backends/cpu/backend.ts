@@ -393,12 +393,34 @@ export class CpuBackend implements Backend {
     bias?: Storage,
     activation?: Activation,
   ): void {
-    const b = bias ? f32(bias) : undefined;
-    if (b && b.length !== geometry.outChannels) {
-      throw new Error(`conv2d: bias has ${b.length} elements, geometry expects ${geometry.outChannels}`);
-    }
+    const b = convBias(bias, geometry);
     if (this.wasm?.conv2dForward(f32(x), f32(weight), f32(out), geometry, b, activation)) return;
     conv2dForward(f32(x), f32(weight), f32(out), geometry, b, activation);
+  }
+
+  /** Through the WebAssembly kernels only (false without them: the engine then makes the two calls). */
+  conv2dForwardMaxPool(
+    x: Storage,
+    weight: Storage,
+    pooled: Storage,
+    argmax: Storage,
+    geometry: Conv2dGeometry,
+    pool: Pool2dGeometry,
+    bias?: Storage,
+    activation?: Activation,
+  ): boolean {
+    const b = convBias(bias, geometry);
+    return this.wasm?.conv2dForwardMaxPool(
+      f32(x),
+      f32(weight),
+      f32(pooled),
+      i32(argmax),
+      geometry,
+      pool,
+      b,
+      activation,
+    ) ??
+      false;
   }
 
   conv2dBackwardInput(dy: Storage, weight: Storage, dx: Storage, geometry: Conv2dGeometry): void {
@@ -561,4 +583,13 @@ function addChannels(
   const values = f32(x === a ? b : a);
   const bias = values.subarray(vector.offset, vector.offset + shape[axis]);
   return wasm.addChannels(f32(x), bias, f32(out), outer, inner);
+}
+
+/** A convolution's bias as floats, checked against the geometry's output channels. */
+function convBias(bias: Storage | undefined, geometry: Conv2dGeometry): Float32Array | undefined {
+  const b = bias ? f32(bias) : undefined;
+  if (b && b.length !== geometry.outChannels) {
+    throw new Error(`conv2d: bias has ${b.length} elements, geometry expects ${geometry.outChannels}`);
+  }
+  return b;
 }

@@ -87,6 +87,7 @@ export const CATEGORY_LABELS: Readonly<Record<OpCategory, string>> = {
 export const METHOD_CATEGORIES: Readonly<Record<string, OpCategory>> = {
   matmul: "gemm",
   conv2dForward: "convolution",
+  conv2dForwardMaxPool: "convolution",
   conv2dBackwardInput: "convolution",
   conv2dBackwardFilter: "convolution",
   maxPool2dForward: "pooling",
@@ -176,6 +177,8 @@ function callFlops(method: string, args: readonly unknown[]): number {
     case "conv2dBackwardInput":
     case "conv2dBackwardFilter":
       return conv2dFlops(args[3] as Conv2dGeometry);
+    case "conv2dForwardMaxPool":
+      return conv2dFlops(args[4] as Conv2dGeometry);
     default:
       return 0;
   }
@@ -265,12 +268,14 @@ export class OpProfiler {
     this.#methods.set(key, totals);
     return (...args: unknown[]) => {
       const t0 = performance.now();
+      let result: unknown;
       try {
-        return method.apply(target, args);
+        return result = method.apply(target, args);
       } finally {
         totals.ms += performance.now() - t0;
         totals.calls++;
-        totals.flops += callFlops(key, args);
+        // An optional fused call that declined (false) did no work: the engine's fallback counts it.
+        if (result !== false) totals.flops += callFlops(key, args);
       }
     };
   }

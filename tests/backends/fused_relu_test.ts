@@ -20,11 +20,14 @@
  * backward routing the pooled gradient unmasked; `fusedRun` refusing a MaxPool2d (the ReLU's mask
  * covers the unpooled output again); the graph stopping its chains at 2 nodes (the same); the graph
  * fusing a pooling whose input blob is asked for (that blob is never made); the graph fusing
- * through a blob with a second reader (that reader's blob is never made).
+ * through a blob with a second reader (that reader's blob is never made). For the WebAssembly
+ * kernels' pooled forward (`conv2dForwardMaxPool`): threads' image outputs overlapping; the pooling
+ * before the ReLU; `conv2d` not calling it.
  */
 
 import assert from "node:assert/strict";
 import { CpuBackend } from "../../backends/cpu/backend.ts";
+import { conv2dGeometry, pool2dGeometry } from "../../backends/geometry.ts";
 import type { BinaryOp, Storage, UnaryOp } from "../../backends/backend.ts";
 import { moduleWebGpu } from "../fixtures/webgpu.ts";
 import { Graph } from "../../engine/nn/graph.ts";
@@ -521,6 +524,86 @@ Deno.test("fused ReLU: a graph fuses a convolution whose one reader is a ReLU, a
     const plain = await lossAndGrads(() => plainGraph.graph.run(x, ["out"])[0], plainGraph.params);
     assert.equal(counting.reluPasses, 3);
     fused.forEach((v, i) => sameBits(v, plain[i], `output ${i}`));
+  } finally {
+    setBackend("cpu");
+  }
+});
+
+// Mutations that fail this test (and the pooled comparisons above): each thread's scratch not grown
+// by the image's output (a thread's image overwrites the next thread's panels); the im2col path
+// pooling before its ReLU.
+Deno.test("fused max pooling: the WebAssembly kernels' pooled forward has the bits of conv2dForward then maxPool2dForward, values and winners, on 1 to 3 threads", async () => {
+  const backends = [1, 2, 3].map((threads) => new CpuBackend({ name: `pool-${threads}`, threads }));
+  for (const backend of backends) await backend.startThreads();
+  // The AlexNet-like net's conv1 (im2col: one input channel) and conv2 (Winograd, two groups), at
+  // 12 images: every thread takes several, one after another, in its own scratch.
+  const layers = [
+    { x: [12, 1, 28, 28], w: [8, 1, 5, 5], conv: { padding: 2 } },
+    { x: [12, 16, 14, 14], w: [16, 8, 3, 3], conv: { padding: 1, groups: 2 } },
+  ];
+  for (const backend of backends) {
+    for (const layer of layers) {
+      const g = conv2dGeometry(layer.x, layer.w, layer.conv);
+      const outShape = [g.batch, g.outChannels, g.outHeight, g.outWidth];
+      const pool = pool2dGeometry(outShape, { kernel: 3, stride: 2 }, "maxPool2d");
+      const size = (s: number[]) => s.reduce((p, q) => p * q, 1);
+      const [x, w, bias] = [size(layer.x), size(layer.w), g.outChannels].map((n) =>
+        backend.upload(new Float32Array(values(n)))
+      );
+      const pooledLength = pool.batch * pool.channels * pool.outHeight * pool.outWidth;
+      for (const activation of ["relu", undefined] as const) {
+        const pooled = backend.allocate(pooledLength, "float32"),
+          argmax = backend.allocate(pooledLength, "int32");
+        assert.ok(
+          backend.conv2dForwardMaxPool(x, w, pooled, argmax, g, pool, bias, activation),
+          "pooled in place",
+        );
+        const y = backend.allocate(size(outShape), "float32");
+        const plain = backend.allocate(pooledLength, "float32"),
+          plainArgmax = backend.allocate(pooledLength, "int32");
+        backend.conv2dForward(x, w, y, g, bias, activation);
+        backend.maxPool2dForward(y, plain, plainArgmax, pool);
+        const what = `${backend.name} ${JSON.stringify(layer.w)} ${activation ?? "no activation"}`;
+        sameBits(backend.readSync(pooled) as Float32Array, backend.readSync(plain) as Float32Array, what);
+        assert.deepEqual(backend.readSync(argmax), backend.readSync(plainArgmax), `${what}: winners`);
+        for (const s of [pooled, argmax, y, plain, plainArgmax]) backend.release(s);
+      }
+      for (const s of [x, w, bias]) backend.release(s);
+    }
+    backend.dispose();
+  }
+});
+
+// Mutation that fails this test: `conv2d` ignoring the backend's `conv2dForwardMaxPool` (it then
+// writes the convolution's output and pools it in a second call, which this backend counts).
+Deno.test("fused max pooling: on the WebAssembly kernels, conv2d with maxPool runs as one pooled call, writing no convolution output", () => {
+  const calls: string[] = [];
+  const counted = new Proxy(twoThreads, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (prop === "name") return "cpu-wasm-counted";
+      if (
+        typeof value !== "function" ||
+        !String(prop).startsWith("conv2dForward") && prop !== "maxPool2dForward"
+      ) {
+        return value;
+      }
+      return (...args: unknown[]) => {
+        const result = value.apply(target, args);
+        calls.push(`${String(prop)}${result === true ? " (done)" : ""}`);
+        return result;
+      };
+    },
+  });
+  registerBackend(counted);
+  setBackend("cpu-wasm-counted");
+  try {
+    const x = tensor(values(2 * 4 * 12 * 12), { shape: [2, 4, 12, 12] });
+    const w = tensor(values(8 * 4 * 3 * 3), { shape: [8, 4, 3, 3] });
+    const y = ops.conv2d(x, w, null, { padding: 1, activation: "relu", maxPool: { kernel: 3, stride: 2 } });
+    assert.deepEqual(y.shape, [2, 8, 6, 6]);
+    assert.deepEqual(calls, ["conv2dForwardMaxPool (done)"]);
+    for (const t of [x, w, y]) t.dispose();
   } finally {
     setBackend("cpu");
   }

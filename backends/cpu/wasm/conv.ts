@@ -16,6 +16,13 @@ import type { Conv2dGeometry } from "../../geometry.ts";
 import { isPointwise } from "../../geometry.ts";
 import { gemmBlocked, type GemmBlocks, gemmScratchBytes, packedABytes, packWholeA } from "./gemm.ts";
 import type { KernelExports } from "./generate/module.ts";
+import {
+  imageOutputAt,
+  imageOutputBytes,
+  NO_POOLING,
+  type PoolEpilogue,
+  poolImage,
+} from "./pool_epilogue.ts";
 
 /**
  * Rows of one image's column matrix: one per (input channel, kernel row, kernel column).
@@ -263,6 +270,7 @@ export function convForwardImages(
   scratch: number,
   offsets: number,
   blocks: GemmBlocks,
+  pool: PoolEpilogue = NO_POOLING,
 ): void {
   const P = g.outHeight * g.outWidth, plane = g.inHeight * g.inWidth;
   const cinG = g.inChannels / g.groups, coutG = g.outChannels / g.groups;
@@ -270,6 +278,7 @@ export function convForwardImages(
   const pointwise = isPointwise(g);
   const padded = scratch + gemmScratchBytes(blocks);
   const Hp = g.inHeight + 2 * g.padH, Wp = g.inWidth + 2 * g.padW;
+  const imageBytes = imageOutputBytes(g.outChannels, g.outHeight, g.outWidth);
   const problem = (n: number, gi: number) => ({
     m: coutG,
     n: P,
@@ -280,7 +289,7 @@ export function convForwardImages(
     b: at.image + 4 * (n * g.inChannels * plane + gi * K * P),
     ldb: P,
     transB: false,
-    c: at.output + 4 * (n * g.outChannels + gi * coutG) * P,
+    c: imageOutputAt(pool, scratch, at.output, n, imageBytes) + 4 * gi * coutG * P,
     ldc: P,
     accumulate: false,
   });
@@ -302,10 +311,11 @@ export function convForwardImages(
         };
       gemmBlocked(x, problem(n, gi), scratch, blocks, packColumns, weights + gi * slot);
     }
-    // The bias and the ReLU in the epilogue, while this image's output is still in cache.
-    const y = at.output + 4 * n * g.outChannels * P;
+    // The bias, the ReLU and any pooling in the epilogue, while this image's output is in cache.
+    const y = imageOutputAt(pool, scratch, at.output, n, imageBytes);
     if (at.bias) x.add_channels(y, at.bias, y, 1, g.outChannels, P);
     if (at.relu) x.relu(y, y, g.outChannels * P);
+    poolImage(x, pool, n, y, g.outChannels, g.outHeight, g.outWidth);
   }
 }
 

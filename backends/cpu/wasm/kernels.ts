@@ -51,6 +51,7 @@ import {
   TaskKind,
 } from "./tasks.ts";
 import { KernelThreadPool } from "./thread_pool.ts";
+import { imageOutputBytes, type StagedPool, withPoolEpilogue } from "./pool_epilogue.ts";
 import { transformFilters } from "./winograd/phases.ts";
 import {
   type WinogradPass,
@@ -499,6 +500,7 @@ export class WasmKernels {
     kind: TaskKind,
     g: Conv2dGeometry,
     at: { image: number; weight: number; output: number; bias?: number; relu?: boolean },
+    pool?: StagedPool,
   ): boolean {
     const flops = 2 * g.batch * g.outHeight * g.outWidth * g.outChannels * (g.inChannels / g.groups) *
       g.kernelH *
@@ -508,7 +510,10 @@ export class WasmKernels {
     if (kind !== TaskKind.convBackwardFilter) threads = Math.min(threads, g.batch);
     const filter = kind === TaskKind.convBackwardFilter;
     const rows = filter ? filterRowBlock(g, threads) : columnRows(g);
-    const { table, scratchStride } = convTaskLayout(kind, g, rows, this.blocks);
+    const layout = convTaskLayout(kind, g, rows, this.blocks);
+    const { table } = layout;
+    const imageBytes = imageOutputBytes(g.outChannels, g.outHeight, g.outWidth);
+    const { scratchStride, epilogue } = withPoolEpilogue(layout.scratchStride, imageBytes, pool);
     const scratch = this.#scratch(threads * scratchStride);
     const partials = filter ? this.#scratch(filterPartialsBytes(g)) : 0;
     let offsets = 0;
@@ -531,6 +536,7 @@ export class WasmKernels {
         scratch,
         scratchStride,
         ...this.blocks,
+        ...epilogue,
       },
       threads,
     );
@@ -546,6 +552,7 @@ export class WasmKernels {
     kind: TaskKind,
     g: Conv2dGeometry,
     at: { image: number; weight: number; output: number; bias: number; relu: boolean },
+    pool?: StagedPool,
   ): boolean {
     const pass = winogradPass(kind);
     const plan = winogradPlan(g, pass);
@@ -553,7 +560,8 @@ export class WasmKernels {
       g.kernelH * g.kernelW;
     const threads = this.#threadsFor(flops);
     const shared = winogradSharedBytes(plan), tables = winogradTables(plan);
-    const scratchStride = winogradThreadBytes(plan);
+    const imageBytes = imageOutputBytes(g.outChannels, g.outHeight, g.outWidth);
+    const { scratchStride, epilogue } = withPoolEpilogue(winogradThreadBytes(plan), imageBytes, pool);
     const tablesAt = this.#scratch(4 * tables.length), filters = this.#scratch(shared.filters);
     const tilesV = this.#scratch(shared.tilesV), tilesM = this.#scratch(shared.tilesM);
     const scratch = this.#scratch(threads * scratchStride);
@@ -585,6 +593,7 @@ export class WasmKernels {
       weightGradient: pass === "filter" ? at.weight : 0,
       scratch: scratch!,
       scratchStride,
+      ...epilogue,
     };
     if (pass !== "filter") transformFilters(this.#kernels, task, at.weight, pass === "input");
     if (pass !== "filter") {
@@ -607,30 +616,36 @@ export class WasmKernels {
     g: Conv2dGeometry,
     image: Float32Array,
     weight: Float32Array,
-    output: Float32Array,
+    output: Float32Array | undefined,
     result: "image" | "weight" | "output",
     bias?: Float32Array,
     relu = false,
+    pooling?: Pooling,
   ): boolean {
     checkLength("x", image, g.batch * g.inChannels * g.inHeight * g.inWidth);
     checkLength("w", weight, g.outChannels * (g.inChannels / g.groups) * g.kernelH * g.kernelW);
-    checkLength("out", output, g.batch * g.outChannels * g.outHeight * g.outWidth);
+    if (output) checkLength("out", output, g.batch * g.outChannels * g.outHeight * g.outWidth);
     try {
       const imageAt = this.#stage(image, image.length, result !== "image");
       const weightAt = this.#stage(weight, weight.length, result !== "weight");
-      const outputAt = this.#stage(output, output.length, result !== "output");
+      // A pooled forward writes no output: its images go through each thread's scratch.
+      const outputAt = output ? this.#stage(output, output.length, result !== "output") : 0;
       const biasAt = bias ? this.#stage(bias, g.outChannels, true) : 0;
-      if (imageAt === undefined || weightAt === undefined || outputAt === undefined || biasAt === undefined) {
-        return false;
-      }
-      const operands = { image: imageAt, weight: weightAt, output: outputAt, bias: biasAt, relu };
+      const pooledAt = pooling ? this.#stage(pooling.pooled, pooling.pooled.length, false) : 0;
+      const argmaxAt = pooling ? this.#stage(pooling.argmax, pooling.argmax.length, false) : 0;
+      if ([imageAt, weightAt, outputAt, biasAt, pooledAt, argmaxAt].includes(undefined)) return false;
+      const operands = { image: imageAt!, weight: weightAt!, output: outputAt!, bias: biasAt!, relu };
+      const pool = pooling && { geometry: pooling.geometry, pooled: pooledAt!, argmax: argmaxAt! };
       const done = this.winograd && winogradSide(g, winogradPass(kind)) !== undefined
-        ? this.#winograd(kind, g, operands)
-        : this.#convTask(kind, g, operands);
+        ? this.#winograd(kind, g, operands, pool)
+        : this.#convTask(kind, g, operands, pool);
       if (!done) return false;
-      if (result === "image") this.#unstage(image, imageAt, image.length);
-      else if (result === "weight") this.#unstage(weight, weightAt, weight.length);
-      else this.#unstage(output, outputAt, output.length);
+      if (result === "image") this.#unstage(image, imageAt!, image.length);
+      else if (result === "weight") this.#unstage(weight, weightAt!, weight.length);
+      else if (pooling) {
+        this.#unstage(pooling.pooled, pooledAt!, pooling.pooled.length);
+        this.#unstage(pooling.argmax, argmaxAt!, pooling.argmax.length);
+      } else this.#unstage(output!, outputAt!, output!.length);
       return true;
     } finally {
       this.#releaseTemporaries();
@@ -941,6 +956,45 @@ export class WasmKernels {
     return this.#conv(TaskKind.convForward, g, x, w, y, "output", bias, activation === "relu");
   }
 
+  /**
+   * Convolution forward, bias and ReLU as {@link WasmKernels.conv2dForward}, then max pooling by
+   * `pool` into `pooled` and `argmax`, each image pooled by the thread that computed it while its
+   * output is in that thread's scratch (see `pool_epilogue.ts`): the bits of the two calls, with no
+   * output written; false when it does not fit the kernel memory.
+   */
+  conv2dForwardMaxPool(
+    x: Float32Array,
+    w: Float32Array,
+    pooled: Float32Array,
+    argmax: Int32Array,
+    g: Conv2dGeometry,
+    pool: Pool2dGeometry,
+    bias?: Float32Array,
+    activation?: Activation,
+  ): boolean {
+    const planes = g.batch * g.outChannels;
+    if (
+      pool.batch !== g.batch || pool.channels !== g.outChannels || pool.inHeight !== g.outHeight ||
+      pool.inWidth !== g.outWidth
+    ) {
+      throw new Error(`conv2d: the pooling's input does not match the convolution's output`);
+    }
+    checkLength("pooled", pooled, planes * pool.outHeight * pool.outWidth);
+    if (argmax.length !== pooled.length) throw new Error(`conv2d: argmax and pooled lengths differ`);
+    const pooling = { geometry: pool, pooled, argmax };
+    return this.#conv(
+      TaskKind.convForward,
+      g,
+      x,
+      w,
+      undefined,
+      "output",
+      bias,
+      activation === "relu",
+      pooling,
+    );
+  }
+
   /** Input gradient (`dx` overwritten); false when it does not fit the kernel memory. */
   conv2dBackwardInput(dy: Float32Array, w: Float32Array, dx: Float32Array, g: Conv2dGeometry): boolean {
     return this.#conv(TaskKind.convBackwardInput, g, dx, w, dy, "image");
@@ -1113,6 +1167,13 @@ export class WasmKernels {
 }
 
 /** A pooling task's window geometry (every field of `Pool2dGeometry` but batch and channels). */
+/** A pooled forward convolution's pooling and where its results go (see `conv2dForwardMaxPool`). */
+interface Pooling {
+  geometry: Pool2dGeometry;
+  pooled: Float32Array;
+  argmax: Int32Array;
+}
+
 function windowFields(g: Pool2dGeometry) {
   const { inHeight, inWidth, outHeight, outWidth, kernelH, kernelW, strideH, strideW, padH, padW } = g;
   return { inHeight, inWidth, outHeight, outWidth, kernelH, kernelW, strideH, strideW, padH, padW };

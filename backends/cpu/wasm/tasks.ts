@@ -39,6 +39,7 @@ import type { KernelExports } from "./generate/module.ts";
 import { LRN_FIELDS, type LrnTask, runLrnImages } from "./lrn.ts";
 import { runWinogradPhase } from "./winograd/phases.ts";
 import { WINOGRAD_FIELDS, type WinogradTask } from "./winograd/plan.ts";
+import { POOL_EPILOGUE_FIELDS, type PoolEpilogue } from "./pool_epilogue.ts";
 
 /**
  * What a task computes.
@@ -138,6 +139,9 @@ export interface ConvTask extends Conv2dGeometry, GemmBlocks {
   /** Weight gradient: address of the partial gradients of image chunks 1, 2, … (see `filterChunks`). */
   partials: number;
 }
+
+/** A forward convolution task that pools each image's output (see `pool_epilogue.ts`). */
+export type PooledConvTask = ConvTask & PoolEpilogue;
 
 /** Pooling windows over `planes` planes (geometry as `Pool2dGeometry`, batch × channels = planes). */
 export interface PoolWindows {
@@ -257,6 +261,7 @@ const CONV_FIELDS = [
   "mc",
   "nc",
   "inPlaceRows",
+  ...POOL_EPILOGUE_FIELDS,
 ] as const;
 
 /** The fields of {@link PoolWindows}, in the order every pooling kernel takes them. */
@@ -292,7 +297,7 @@ const POOL_FIELDS = [
  * const args = new Int32Array(MAX_TASK_ARGS);
  * ```
  */
-export const MAX_TASK_ARGS = 32;
+export const MAX_TASK_ARGS = 48;
 
 const UPDATE_FIELDS = ["length", "param", "grad", "history", "v"] as const;
 
@@ -338,7 +343,7 @@ function fieldsOf(kind: TaskKind): readonly string[] {
 export function encodeTask(
   kind: TaskKind,
   task:
-    | ((MatmulTask | ConvTask | PoolTask | AvgPoolTask) & TaskScratch)
+    | ((MatmulTask | ConvTask | PooledConvTask | PoolTask | AvgPoolTask) & TaskScratch)
     | UpdateTask
     | PoolBackwardTask
     | LrnTask
@@ -694,8 +699,9 @@ export function runTaskShare(
     return;
   }
   const next = claim ?? rangeClaim(...share(g.batch, t, threads));
-  if (kind === TaskKind.convForward) convForwardImages(x, g, at, next, scratch, task.offsets, blocks);
-  else convBackwardInputImages(x, g, at, next, scratch, blocks);
+  if (kind === TaskKind.convForward) {
+    convForwardImages(x, g, at, next, scratch, task.offsets, blocks, task as unknown as PoolEpilogue);
+  } else convBackwardInputImages(x, g, at, next, scratch, blocks);
 }
 
 /**

@@ -22,6 +22,7 @@ import { align64, GEMM_DEPTH, GEMM_TILE, QUAD_ROWS } from "../gemm.ts";
 import type { KernelExports } from "../generate/module.ts";
 import type { Claim } from "../conv.ts";
 import { type Layout, layoutOf, TABLE, tableAt, WinogradPhase, type WinogradTask } from "./plan.ts";
+import { imageOutputAt, imageOutputBytes, poolImage } from "../pool_epilogue.ts";
 
 type Transform = (
   src: number,
@@ -157,7 +158,7 @@ export function runWinogradPhase(x: KernelExports, task: WinogradTask, scratch: 
         const image = { ...one, first: task.first + n, tilesV, tilesM };
         forwardTiles(x, image, L1, 0, padded);
         forwardProducts(x, image, L1, tile);
-        forwardOutputs(x, image, L1, 0, outPadded);
+        forwardOutputs(x, image, L1, 0, outPadded, scratch);
       }
       return;
     }
@@ -238,10 +239,27 @@ function forwardProducts(x: KernelExports, task: WinogradTask, L: Layout, tile: 
   }
 }
 
-/** Phase 3 of a forward-type pass: image n's products back to output tiles, then bias and ReLU. */
-function forwardOutputs(x: KernelExports, task: WinogradTask, L: Layout, n: number, outPadded: number): void {
+/**
+ * Phase 3 of a forward-type pass: image n's products back to output tiles, then bias, ReLU and any
+ * pooling (the image's output then in this thread's `scratch`, see `pool_epilogue.ts`).
+ */
+function forwardOutputs(
+  x: KernelExports,
+  task: WinogradTask,
+  L: Layout,
+  n: number,
+  outPadded: number,
+  scratch: number,
+): void {
   const m = L.m, channels = task.groups * task.outputs, outPlane = task.outHeight * task.outWidth;
-  const y = task.output + 4 * (task.first + n) * channels * outPlane;
+  const image = task.first + n;
+  const y = imageOutputAt(
+    task,
+    scratch,
+    task.output,
+    image,
+    imageOutputBytes(channels, task.outHeight, task.outWidth),
+  );
   const transform = transformOf(x, "winograd_output", task.r);
   // Whole tiles go straight into y; otherwise into padded planes whose middle is then copied out.
   const target = L.wholeTiles ? y : outPadded, plane = L.wholeTiles ? outPlane : L.outPlane;
@@ -281,6 +299,7 @@ function forwardOutputs(x: KernelExports, task: WinogradTask, L: Layout, n: numb
   }
   if (task.bias) x.add_channels(y, task.bias, y, 1, channels, outPlane);
   if (task.relu) x.relu(y, y, channels * outPlane);
+  poolImage(x, task, image, y, channels, task.outHeight, task.outWidth);
 }
 
 /**

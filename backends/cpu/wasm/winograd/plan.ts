@@ -10,6 +10,7 @@
 import type { Conv2dGeometry } from "../../../geometry.ts";
 import { align64, GEMM_TILE } from "../gemm.ts";
 import { WINOGRAD_OUTPUT_TILE, type WinogradFilterSide } from "./matrices.ts";
+import { POOL_EPILOGUE_FIELDS, type PoolEpilogue } from "../pool_epilogue.ts";
 
 /** Which of a convolution's three passes a plan is for. */
 export type WinogradPass = "forward" | "input" | "filter";
@@ -165,7 +166,7 @@ function filterChunkBytes(alpha: number, groups: number, depth: number, outputs:
  * A Winograd phase as the kernel threads receive it: the plan's numbers, where the operands lie
  * (byte addresses), and which phase of which chunk to run.
  */
-export interface WinogradTask {
+export interface WinogradTask extends PoolEpilogue {
   phase: number;
   /** First image of the chunk and its image count. */
   first: number;
@@ -236,6 +237,7 @@ export const WINOGRAD_FIELDS = [
   "weightGradient",
   "scratch",
   "scratchStride",
+  ...POOL_EPILOGUE_FIELDS,
 ] as const;
 
 /** The numbers every phase derives from a task (sizes in floats unless named bytes). */
