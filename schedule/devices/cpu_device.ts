@@ -282,13 +282,17 @@ export class CpuDevice implements Device {
     pending.onGradients(group);
   }
 
-  /** Reports `groups` to the runtime, in order, as the worker signals each final for `iteration`. */
+  /**
+   * Reports `groups` to the runtime, in order, as the worker signals each final for `iteration`,
+   * for the request now pending only (not a later one of the same iteration, such as a hybrid
+   * step's next phase).
+   */
   #watch(groups: string[], iteration: number): void {
+    const pending = this.#pending!;
     const slots = groups.map((group) => this.#groups.indexOf(group));
-    const current = () => this.#pending?.iteration === iteration;
+    const current = () => this.#pending === pending;
     watchGroups(this.#signals, slots, groups, iteration, current, (group) => {
-      const pending = this.#pending;
-      if (pending?.iteration === iteration) this.#report(pending, group);
+      if (current()) this.#report(pending, group);
     });
   }
 
