@@ -162,6 +162,14 @@ export interface StagedValues {
   release(): void;
 }
 
+/** What {@link Backend.maxPool2dBackwardFused} does around the scatter; either may be absent. */
+export interface MaxPoolBackwardEpilogue {
+  /** The pooled output of a ReLU: `dy` passes where it is > 0 (`reluGrad`'s mask). */
+  reluOf?: Storage;
+  /** `batch × channels` floats: each plane of dx summed, as `reduce("sum")` over the plane. */
+  planeSums?: Storage;
+}
+
 /**
  * What a backend implements. All methods but {@link Backend.read} are synchronous from the engine's
  * point of view: a device backend may queue the work and finish it later, as long as the results are
@@ -337,6 +345,22 @@ export interface Backend {
   maxPool2dForward(x: Storage, out: Storage, argmax: Storage, geometry: Pool2dGeometry): void;
   /** Routes each output gradient to the input element that won the forward max. */
   maxPool2dBackward(dy: Storage, argmax: Storage, dx: Storage, geometry: Pool2dGeometry): void;
+  /**
+   * Optional: {@link Backend.maxPool2dBackward} with what a pooled convolution's backward does
+   * around it, in the same pass: with `reluOf` (the pooled output of a ReLU), `dy` is first masked
+   * as `binary("reluGrad", dy, reluOf)` would mask it; with `planeSums` (`batch × channels`
+   * floats), each plane of `dx` is then summed into it as `reduce("sum", dx, planes, plane size, 1)`
+   * would (the first step of a bias gradient). The same bits as those calls, without `dx` being
+   * read back from memory. Returns false, having done nothing, where this instance cannot; the
+   * engine then makes the separate calls.
+   */
+  maxPool2dBackwardFused?(
+    dy: Storage,
+    argmax: Storage,
+    dx: Storage,
+    geometry: Pool2dGeometry,
+    epilogue: MaxPoolBackwardEpilogue,
+  ): boolean;
   /** Average pooling with Caffe's divisor (window clipped to the padded input). */
   avgPool2dForward(x: Storage, out: Storage, geometry: Pool2dGeometry): void;
   /** Gradient of {@link Backend.avgPool2dForward}. */

@@ -22,6 +22,7 @@ import type {
   HostArray,
   LrnParams,
   MatmulSpec,
+  MaxPoolBackwardEpilogue,
   Pool2dGeometry,
   ReduceOp,
   RowSpec,
@@ -129,6 +130,12 @@ export interface CpuBackendOptions {
    */
   winograd?: boolean;
 }
+
+/**
+ * Row length from which a sum over contiguous rows runs in the WebAssembly kernels (`sum_rows`),
+ * and only from which plane sums fused into max pooling's backward may: both must sum alike.
+ */
+const WASM_SUM_SIZE = 8;
 
 /** Free arrays the backend keeps for reuse, at most. */
 const RECYCLED_BYTES = 256 * 1024 * 1024;
@@ -344,7 +351,10 @@ export class CpuBackend implements Backend {
   }
 
   reduce(op: ReduceOp, x: Storage, out: Storage, outer: number, size: number, inner: number): void {
-    if (op === "sum" && inner === 1 && size >= 8 && this.wasm?.sumRows(f32(x), f32(out), outer, size)) {
+    if (
+      op === "sum" && inner === 1 && size >= WASM_SUM_SIZE &&
+      this.wasm?.sumRows(f32(x), f32(out), outer, size)
+    ) {
       return;
     }
     reduceKernel(op, f32(x), f32(out), outer, size, inner);
@@ -441,6 +451,24 @@ export class CpuBackend implements Backend {
   maxPool2dBackward(dy: Storage, argmax: Storage, dx: Storage, geometry: Pool2dGeometry): void {
     if (this.wasm?.maxPool2dBackward(f32(dy), i32(argmax), f32(dx), geometry)) return;
     maxPool2dBackward(f32(dy), i32(argmax), f32(dx), geometry, this.wasm?.fillZero(f32(dx)) ?? false);
+  }
+
+  /**
+   * Through the WebAssembly kernels only, and with plane sums only where {@link reduce} would sum
+   * the planes with them too (false otherwise: the engine then makes the separate calls).
+   */
+  maxPool2dBackwardFused(
+    dy: Storage,
+    argmax: Storage,
+    dx: Storage,
+    geometry: Pool2dGeometry,
+    epilogue: MaxPoolBackwardEpilogue,
+  ): boolean {
+    if (epilogue.planeSums && geometry.inHeight * geometry.inWidth < WASM_SUM_SIZE) return false;
+    return this.wasm?.maxPool2dBackward(f32(dy), i32(argmax), f32(dx), geometry, {
+      reluOf: epilogue.reluOf && f32(epilogue.reluOf),
+      planeSums: epilogue.planeSums && f32(epilogue.planeSums),
+    }) ?? false;
   }
 
   avgPool2dForward(x: Storage, out: Storage, geometry: Pool2dGeometry): void {

@@ -92,6 +92,7 @@ export const METHOD_CATEGORIES: Readonly<Record<string, OpCategory>> = {
   conv2dBackwardFilter: "convolution",
   maxPool2dForward: "pooling",
   maxPool2dBackward: "pooling",
+  maxPool2dBackwardFused: "pooling",
   avgPool2dForward: "pooling",
   avgPool2dBackward: "pooling",
   lrnForward: "lrn",

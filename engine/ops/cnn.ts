@@ -138,28 +138,45 @@ export function conv2d(
     out.dispose();
   }
   recordOp("conv2d", inputs, pooled, relu ? [x, weight, argmax, pooled] : [x, weight, argmax], (gradient) => {
-    // The ReLU's mask on the pooled gradient: each input element gets the gradients of the windows
-    // it won, all masked alike by its own value (their pooled value), so it gets all of them where
-    // the ReLU passed it and +0 elsewhere: the bits of the ReLU's backward after the pooling's.
-    const pooledDy = relu ? binaryRaw("reluGrad", gradient, pooled, "conv2d") : gradient;
     const dy = outputTensor(x.backend, shape);
-    x.backend.maxPool2dBackward(pooledDy.storage, argmax.storage, dy.storage, pool);
-    if (pooledDy !== gradient) pooledDy.dispose();
-    const grads = convolutionGradients(x, weight, bias, g, dy);
+    // The bias gradient's first reduction (each plane of dy summed), in the same pass where the
+    // backend offers it: dy (6.4 MB on the AlexNet-like conv1) is not read back from memory.
+    let planeSums = bias?.requiresGrad ? outputTensor(x.backend, [g.batch, g.outChannels]) : undefined;
+    const fused = x.backend.maxPool2dBackwardFused?.(gradient.storage, argmax.storage, dy.storage, pool, {
+      reluOf: relu ? pooled.storage : undefined,
+      planeSums: planeSums?.storage,
+    });
+    if (!fused) {
+      planeSums?.dispose();
+      planeSums = undefined;
+      // The ReLU's mask on the pooled gradient: each input element gets the gradients of the
+      // windows it won, all masked alike by its own value (their pooled value), so it gets all of
+      // them where the ReLU passed it and +0 elsewhere: the bits of the ReLU's backward after the
+      // pooling's.
+      const pooledDy = relu ? binaryRaw("reluGrad", gradient, pooled, "conv2d") : gradient;
+      x.backend.maxPool2dBackward(pooledDy.storage, argmax.storage, dy.storage, pool);
+      if (pooledDy !== gradient) pooledDy.dispose();
+    }
+    const grads = convolutionGradients(x, weight, bias, g, dy, planeSums);
     dy.dispose();
+    planeSums?.dispose();
     return grads;
   });
   argmax.dispose(); // kept alive by the recorded op when gradients are needed
   return pooled;
 }
 
-/** A convolution's gradients from `dy`, the gradient of its output (any activation's mask applied). */
+/**
+ * A convolution's gradients from `dy`, the gradient of its output (any activation's mask applied);
+ * `planeSums` (`[batch, channels]`), where given, are dy's planes already summed.
+ */
 function convolutionGradients(
   x: Tensor,
   weight: Tensor,
   bias: Tensor | null | undefined,
   g: Conv2dGeometry,
   dy: Tensor,
+  planeSums?: Tensor,
 ): (Tensor | null)[] {
   let dx: Tensor | null = null, dw: Tensor | null = null, db: Tensor | null = null;
   if (x.requiresGrad) {
@@ -170,7 +187,12 @@ function convolutionGradients(
     dw = outputTensor(x.backend, weight.shape);
     x.backend.conv2dBackwardFilter(x.storage, dy.storage, dw.storage, g);
   }
-  if (bias?.requiresGrad) db = reduceRaw("sum", dy, [0, 2, 3], false, "conv2d");
+  // Over H and W, then over N (reduceRaw's order for [0, 2, 3]); the second step alone from sums.
+  if (bias?.requiresGrad) {
+    db = planeSums
+      ? reduceRaw("sum", planeSums, [0], false, "conv2d")
+      : reduceRaw("sum", dy, [0, 2, 3], false, "conv2d");
+  }
   return bias ? [dx, dw, db] : [dx, dw];
 }
 

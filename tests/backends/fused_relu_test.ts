@@ -47,17 +47,11 @@ import {
   valueAndGrad,
 } from "../../mod.ts";
 import { mulberry32 } from "../reference/random.ts";
+import { assertSameBits as sameBits } from "../reference/bits.ts";
 
 const random = mulberry32(0x5e1f);
 function values(n: number): number[] {
   return Array.from({ length: n }, () => random() * 2 - 1);
-}
-
-function sameBits(actual: Float32Array, expected: Float32Array, what: string): void {
-  const a = new Uint32Array(actual.buffer, actual.byteOffset, actual.length);
-  const e = new Uint32Array(expected.buffer, expected.byteOffset, expected.length);
-  const i = a.findIndex((v, j) => v !== e[j]);
-  assert.ok(a.length === e.length && i < 0, `${what}: element ${i} is ${actual[i]}, expected ${expected[i]}`);
 }
 
 const gpu = await moduleWebGpu({ name: "webgpu-fused" });
@@ -331,8 +325,8 @@ Deno.test("matmul epilogue: bias and ReLU in the product give the bits of three 
 type Counting = CpuBackend & { reluPasses: number; reluGradElements: number };
 
 /**
- * A CPU backend that counts its ReLU passes and the elements its ReLU gradients cover, registered
- * and made current.
+ * A CPU backend that counts its ReLU passes and the elements its ReLU gradients cover (separate or
+ * fused into max pooling's backward), registered and made current.
  */
 function countingBackend(name: string): Counting {
   const counting = Object.create(new CpuBackend()) as Counting & { name: string };
@@ -350,6 +344,13 @@ function countingBackend(name: string): Counting {
   ) {
     if (op === "reluGrad") counting.reluGradElements += rest[4].length;
     return binary.call(this, op, ...rest);
+  };
+  // The mask fused into max pooling's backward counts as a ReLU gradient over the pooled gradient.
+  const pooledBackward = CpuBackend.prototype.maxPool2dBackwardFused;
+  counting.maxPool2dBackwardFused = function (...args: Parameters<CpuBackend["maxPool2dBackwardFused"]>) {
+    const done = pooledBackward.apply(this, args);
+    if (done && args[4].reluOf) counting.reluGradElements += args[0].length;
+    return done;
   };
   registerBackend(counting);
   setBackend(name);

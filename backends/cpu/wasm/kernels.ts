@@ -1078,12 +1078,24 @@ export class WasmKernels {
 
   /**
    * Max pooling backward (`dx` overwritten: zeros, plus each `dy` at its window's argmax, summed
-   * in the TypeScript kernel's order); false when it does not fit the kernel memory.
+   * in the TypeScript kernel's order); with `reluOf`, only the outputs whose pooled value is > 0
+   * (`reluGrad` before it); with `planeSums`, each dx plane then summed as {@link sumRows} sums a
+   * row. False when it does not fit the kernel memory.
    */
-  maxPool2dBackward(dy: Float32Array, argmax: Int32Array, dx: Float32Array, g: Pool2dGeometry): boolean {
+  maxPool2dBackward(
+    dy: Float32Array,
+    argmax: Int32Array,
+    dx: Float32Array,
+    g: Pool2dGeometry,
+    epilogue: { reluOf?: Float32Array; planeSums?: Float32Array } = {},
+  ): boolean {
     const planes = g.batch * g.channels;
     const inPlane = g.inHeight * g.inWidth, outPlane = g.outHeight * g.outWidth;
-    if (dx.length !== planes * inPlane || dy.length !== planes * outPlane || argmax.length !== dy.length) {
+    const { reluOf, planeSums } = epilogue;
+    if (
+      dx.length !== planes * inPlane || dy.length !== planes * outPlane || argmax.length !== dy.length ||
+      (reluOf && reluOf.length !== dy.length) || (planeSums && planeSums.length !== planes)
+    ) {
       throw new Error(`maxPool2d: operand sizes do not match the geometry`);
     }
     // Scattering one output costs about as much as 32 GEMM flops, clearing one input 2.
@@ -1091,13 +1103,27 @@ export class WasmKernels {
     try {
       const dyAt = this.#stage(dy, dy.length, true), argmaxAt = this.#stage(argmax, argmax.length, true);
       const dxAt = this.#stage(dx, dx.length, false);
-      if (dyAt === undefined || argmaxAt === undefined || dxAt === undefined) return false;
+      const reluAt = reluOf ? this.#stage(reluOf, reluOf.length, true) : 0;
+      const sumsAt = planeSums ? this.#stage(planeSums, planes, false) : 0;
+      if ([dyAt, argmaxAt, dxAt, reluAt, sumsAt].includes(undefined)) return false;
       this.#run(
         TaskKind.maxPoolBackward,
-        { planes, inPlane, outPlane, dy: dyAt, argmax: argmaxAt, dx: dxAt },
+        {
+          planes,
+          inPlane,
+          outPlane,
+          dy: dyAt!,
+          argmax: argmaxAt!,
+          dx: dxAt!,
+          reluOf: reluAt!,
+          masked: reluOf !== undefined,
+          planeSums: sumsAt!,
+          summed: planeSums !== undefined,
+        },
         threads,
       );
-      this.#unstage(dx, dxAt, dx.length);
+      this.#unstage(dx, dxAt!, dx.length);
+      if (planeSums) this.#unstage(planeSums, sumsAt!, planes);
       return true;
     } finally {
       this.#releaseTemporaries();

@@ -187,6 +187,12 @@ export interface PoolBackwardTask {
   dy: number;
   argmax: number;
   dx: number;
+  /** The pooled output of a ReLU (`masked`): dy passes where it is > 0. */
+  reluOf: number;
+  masked: boolean;
+  /** `planes` floats (`summed`): each dx plane's sum, by `sum_rows`. */
+  planeSums: number;
+  summed: boolean;
 }
 
 /**
@@ -303,7 +309,24 @@ const UPDATE_FIELDS = ["length", "param", "grad", "history", "v"] as const;
 
 const ELEMENTWISE_FIELDS = ["op", "length", "a", "b", "out", "extra", "extra2"] as const;
 
-const POOL_BACKWARD_FIELDS = ["planes", "inPlane", "outPlane", "dy", "argmax", "dx"] as const;
+const POOL_BACKWARD_FIELDS = [
+  "planes",
+  "inPlane",
+  "outPlane",
+  "dy",
+  "argmax",
+  "dx",
+  "reluOf",
+  "masked",
+  "planeSums",
+  "summed",
+] as const;
+
+/**
+ * Bytes of dx a max-pooling backward task scatters before it sums those planes (with plane sums):
+ * few enough that they are still in L2 when summed.
+ */
+const SUMMED_CHUNK_BYTES = 128 << 10;
 
 const AVG_POOL_FIELDS = [
   ...WINDOW_FIELDS,
@@ -636,15 +659,23 @@ export function runTaskShare(
   }
   if (kind === TaskKind.maxPoolBackward) {
     const [p0, p1] = share(task.planes, t, threads);
-    if (p1 > p0) {
+    // With plane sums, a chunk of planes at a time, each summed while in cache by `sum_rows`, the
+    // kernel `reduce("sum")` runs (the same bits as the separate reduce).
+    const chunk = task.summed ? Math.max(1, Math.floor(SUMMED_CHUNK_BYTES / (4 * task.inPlane))) : p1 - p0;
+    for (let q0 = p0; q0 < p1; q0 += chunk) {
+      const q1 = Math.min(p1, q0 + chunk);
+      const dx = task.dx + 4 * q0 * task.inPlane;
       x.max_pool_backward(
-        task.dy + 4 * p0 * task.outPlane,
-        task.argmax + 4 * p0 * task.outPlane,
-        task.dx + 4 * p0 * task.inPlane,
-        p1 - p0,
+        task.dy + 4 * q0 * task.outPlane,
+        task.argmax + 4 * q0 * task.outPlane,
+        dx,
+        q1 - q0,
         task.inPlane,
         task.outPlane,
+        task.reluOf + 4 * q0 * task.outPlane,
+        task.masked,
       );
+      if (task.summed) x.sum_rows(dx, task.planeSums + 4 * q0, q1 - q0, task.inPlane);
     }
     return;
   }

@@ -43,8 +43,9 @@ export const MAX_POOL_EXPORTS = {
    */
   maxForward: "max_pool_forward",
   /**
-   * `(dy, argmax, dx, planes, inPlane, outPlane)`: max pooling backward of `planes` planes, dx
-   * overwritten.
+   * `(dy, argmax, dx, planes, inPlane, outPlane, reluOf, masked)`: max pooling backward of
+   * `planes` planes, dx overwritten; with `masked` 1, `dy[o]` counts only where `reluOf[o] > 0`
+   * (the ReLU's backward on the pooled gradient, fused).
    */
   maxBackward: "max_pool_backward",
 } as const;
@@ -481,27 +482,38 @@ function writeMaxForward(f: FunctionWriter, relaxed: boolean): void {
  * Max pooling backward over `planes` planes: each plane of dx zero-filled, then `dy[o]` added
  * into `dx[argmax[o]]` in output order — the TypeScript kernel's order, so sums where windows
  * share a winner round the same way. An argmax outside the plane is skipped (it never is one
- * that the forward pass wrote).
+ * that the forward pass wrote). Masked (`reluOf` the pooled output of a ReLU), an output whose
+ * pooled value is not > 0 is skipped too: `reluGrad` would have made its gradient +0, and every
+ * window an element wins has that element's value, so the element's sum is +0 either way.
  */
 function writeMaxBackward(f: FunctionWriter): void {
-  const [dy, argmax, dx, planes, inPlane, outPlane] = [0, 1, 2, 3, 4, 5];
+  const [dy, argmax, dx, planes, inPlane, outPlane, reluOf, masked] = [0, 1, 2, 3, 4, 5, 6, 7];
   const p = f.local(i32), o = f.local(i32), end = f.local(i32), at = f.local(i32);
-  f.forRange(p, () => f.i32Const(0), () => f.localGet(planes), 1, () => {
-    f.localGet(dx).i32Const(0).localGet(inPlane).i32Const(2).i32Shl().memoryFill();
-    f.localGet(outPlane).i32Const(2).i32Shl().localSet(end);
+  const scatter = (mask: boolean) => {
     f.forRange(o, () => f.i32Const(0), () => f.localGet(end), 4, () => {
       // at < inPlane, unsigned: one compare, where a signed pair of them made the loop a third
       // slower.
       f.localGet(argmax).localGet(o).i32Add().i32Load().localTee(at).localGet(inPlane);
       f.i32LtU();
+      if (mask) f.localGet(reluOf).localGet(o).i32Add().f32Load().f32Const(0).f32Gt().i32And();
       f.if();
       f.localGet(dx).localGet(at).i32Const(2).i32Shl().i32Add().localTee(at);
       f.localGet(at).f32Load().localGet(dy).localGet(o).i32Add().f32Load().f32Add().f32Store();
       f.end();
     });
+  };
+  f.forRange(p, () => f.i32Const(0), () => f.localGet(planes), 1, () => {
+    f.localGet(dx).i32Const(0).localGet(inPlane).i32Const(2).i32Shl().memoryFill();
+    f.localGet(outPlane).i32Const(2).i32Shl().localSet(end);
+    f.localGet(masked).if();
+    scatter(true);
+    f.else();
+    scatter(false);
+    f.end();
     f.localGet(dx).localGet(inPlane).i32Const(2).i32Shl().i32Add().localSet(dx);
     f.localGet(dy).localGet(end).i32Add().localSet(dy);
     f.localGet(argmax).localGet(end).i32Add().localSet(argmax);
+    f.localGet(reluOf).localGet(end).i32Add().localSet(reluOf);
   });
 }
 
@@ -538,5 +550,5 @@ export function emitMaxPoolKernels(
     [],
     (f) => writeMaxForward(f, options.relaxed),
   );
-  builder.addFunction(MAX_POOL_EXPORTS.maxBackward, Array(6).fill(i32), [], writeMaxBackward);
+  builder.addFunction(MAX_POOL_EXPORTS.maxBackward, Array(8).fill(i32), [], writeMaxBackward);
 }

@@ -75,6 +75,8 @@ export interface KernelExports extends GemmExports {
     planes: number,
     inPlane: number,
     outPlane: number,
+    reluOf: number,
+    masked: number,
   ): void;
   /** See `AVG_POOL_EXPORTS.avgForward`. */
   avg_pool_forward(x: number, out: number, divisors: number, ...geometry: number[]): void;
