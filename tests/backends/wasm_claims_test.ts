@@ -278,3 +278,19 @@ Deno.test("wasm threads: products hand whole products or windows of C to whichev
     }
   }
 });
+
+// Mutation that fails this test: `encodeTask` without its size check (the short block's last
+// fields are dropped silently and nothing throws).
+Deno.test("wasm threads: every task kind's fields fit the shared argument block, and a block too short is refused", () => {
+  const zeros = new Proxy({}, { get: () => 0, has: () => false });
+  for (const kind of Object.values(TaskKind)) {
+    const args = new Int32Array(MAX_TASK_ARGS).fill(-1);
+    encodeTask(kind, zeros as Parameters<typeof encodeTask>[1], args);
+    const used = args.includes(-1) ? args.indexOf(-1) : MAX_TASK_ARGS;
+    assert.throws(
+      () => encodeTask(kind, zeros as Parameters<typeof encodeTask>[1], new Int32Array(used - 1)),
+      /has \d+ fields, the block holds/,
+      `kind ${kind}: ${used} fields`,
+    );
+  }
+});

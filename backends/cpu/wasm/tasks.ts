@@ -376,6 +376,13 @@ export function encodeTask(
 ): void {
   const record = task as unknown as Record<string, number | boolean>;
   const fields = fieldsOf(kind);
+  // A typed array drops writes past its end: a kind that outgrew the block would lose its last
+  // fields without a word (the pooled convolution's epilogue once took it past 32).
+  if (fields.length > out.length) {
+    throw new RangeError(
+      `encodeTask: task kind ${kind} has ${fields.length} fields, the block holds ${out.length}`,
+    );
+  }
   fields.forEach((field, i) => {
     const value = record[field];
     out[i] = typeof value === "boolean" ? (value ? 1 : 0) : value;
