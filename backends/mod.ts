@@ -27,6 +27,7 @@ export type {
   DType,
   HostArray,
   MatmulSpec,
+  MaxPoolBackwardEpilogue,
   ReduceOp,
   RowSpec,
   SgdStep,
