@@ -7,9 +7,9 @@
  *
  * Mutations tried, each made a test here fail: the kernel ignoring the mask (`masked` read as 0);
  * each chunk's sums written at its thread's first plane (`planeSums + 4·p0`); the backend accepting
- * plane sums for planes shorter than the ones `reduce` sums in WebAssembly (its TypeScript sum then
- * differs); `conv2d`'s backward ignoring the capability; the bias gradient summing dy's planes
- * again although they were summed.
+ * plane sums for planes under 8 floats, which `reduce` sums with the TypeScript kernel (it then
+ * returns true where it must decline); `conv2d`'s backward ignoring the capability; the bias
+ * gradient summing dy's planes again although they were summed.
  */
 
 import assert from "node:assert/strict";
