@@ -5,8 +5,8 @@
  */
 
 import assert from "node:assert/strict";
-import { gemm, type GemmArgs } from "../../backends/cpu/gemm.ts";
-import { mulberry32 } from "../reference/random.ts";
+import { gemm, type GemmArgs } from "../../../backends/cpu/gemm.ts";
+import { mulberry32 } from "../../reference/random.ts";
 
 const rand = mulberry32(0x7a4d3);
 

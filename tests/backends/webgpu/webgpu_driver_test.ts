@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { lavapipeInstalled } from "../fixtures/webgpu_driver.ts";
-import { moduleWebGpu } from "../fixtures/webgpu.ts";
+import { lavapipeInstalled } from "../../fixtures/webgpu_driver.ts";
+import { moduleWebGpu } from "../../fixtures/webgpu.ts";
 
 // After the fixture: "vulkan" (its choice, or the environment's), or a backend the environment named.
 const backend = Deno.env.get("DENO_WEBGPU_BACKEND");

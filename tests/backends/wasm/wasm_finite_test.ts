@@ -24,18 +24,18 @@
  */
 
 import assert from "node:assert/strict";
-import { CpuBackend, CpuStorage } from "../../backends/cpu/backend.ts";
-import { firstNonFiniteIndex } from "../../backends/cpu/elementwise.ts";
-import { firstFound } from "../../backends/cpu/wasm/finite.ts";
-import { instantiateKernels, kernelModuleBytes } from "../../backends/cpu/wasm/generate/module.ts";
-import { WasmKernels } from "../../backends/cpu/wasm/kernels.ts";
+import { CpuBackend, CpuStorage } from "../../../backends/cpu/backend.ts";
+import { firstNonFiniteIndex } from "../../../backends/cpu/elementwise.ts";
+import { firstFound } from "../../../backends/cpu/wasm/finite.ts";
+import { instantiateKernels, kernelModuleBytes } from "../../../backends/cpu/wasm/generate/module.ts";
+import { WasmKernels } from "../../../backends/cpu/wasm/kernels.ts";
 import {
   ElementwiseOp,
   encodeTask,
   MAX_TASK_ARGS,
   runTaskShare,
   TaskKind,
-} from "../../backends/cpu/wasm/tasks.ts";
+} from "../../../backends/cpu/wasm/tasks.ts";
 
 /**
  * Finite bit patterns on every edge: ±0, the smallest and largest subnormals (the latter with all

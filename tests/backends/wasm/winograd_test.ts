@@ -9,12 +9,12 @@
  */
 
 import assert from "node:assert/strict";
-import { CpuBackend } from "../../backends/cpu/backend.ts";
-import { type Conv2dGeometry, conv2dGeometry } from "../../backends/geometry.ts";
-import { winogradMatrices } from "../../backends/cpu/wasm/winograd/matrices.ts";
-import { type WinogradPass, winogradPlan, winogradSide } from "../../backends/cpu/wasm/winograd/plan.ts";
-import { conv2d, conv2dGradients, type RefTensor } from "../reference/float64.ts";
-import { mulberry32 } from "../reference/random.ts";
+import { CpuBackend } from "../../../backends/cpu/backend.ts";
+import { type Conv2dGeometry, conv2dGeometry } from "../../../backends/geometry.ts";
+import { winogradMatrices } from "../../../backends/cpu/wasm/winograd/matrices.ts";
+import { type WinogradPass, winogradPlan, winogradSide } from "../../../backends/cpu/wasm/winograd/plan.ts";
+import { conv2d, conv2dGradients, type RefTensor } from "../../reference/float64.ts";
+import { mulberry32 } from "../../reference/random.ts";
 
 const rand = mulberry32(0x9a1e);
 

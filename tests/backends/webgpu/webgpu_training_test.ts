@@ -5,8 +5,8 @@
  */
 
 import assert from "node:assert/strict";
-import type { WebGpuBackend } from "../../backends/webgpu/backend.ts";
-import { moduleWebGpu } from "../fixtures/webgpu.ts";
+import type { WebGpuBackend } from "../../../backends/webgpu/backend.ts";
+import { moduleWebGpu } from "../../fixtures/webgpu.ts";
 import {
   cifarQuick,
   type Network,
@@ -17,11 +17,11 @@ import {
   type Tensor,
   tensor,
   trainStep,
-} from "../../mod.ts";
-import { uniformValues } from "../../engine/mod.ts";
-import { tinyAlexNet } from "../fixtures/networks.ts";
+} from "../../../mod.ts";
+import { uniformValues } from "../../../engine/mod.ts";
+import { tinyAlexNet } from "../../fixtures/networks.ts";
 
-import { runSlowTests } from "../fixtures/slow.ts";
+import { runSlowTests } from "../../fixtures/slow.ts";
 
 const gpu: WebGpuBackend | null = await moduleWebGpu();
 if (!gpu) console.log("webgpu: no adapter, skipping WebGPU training tests");

@@ -24,10 +24,10 @@ import {
   columnRows,
   filterChunks,
   filterPartialsBytes,
-} from "../../backends/cpu/wasm/conv.ts";
-import { DEFAULT_GEMM_BLOCKS } from "../../backends/cpu/wasm/gemm.ts";
-import { directFilter } from "../../backends/cpu/wasm/filter_direct.ts";
-import { instantiateKernels, kernelModuleBytes } from "../../backends/cpu/wasm/generate/module.ts";
+} from "../../../backends/cpu/wasm/conv.ts";
+import { DEFAULT_GEMM_BLOCKS } from "../../../backends/cpu/wasm/gemm.ts";
+import { directFilter } from "../../../backends/cpu/wasm/filter_direct.ts";
+import { instantiateKernels, kernelModuleBytes } from "../../../backends/cpu/wasm/generate/module.ts";
 import {
   convTaskLayout,
   encodeTask,
@@ -36,10 +36,10 @@ import {
   MAX_TASK_ARGS,
   runTaskShare,
   TaskKind,
-} from "../../backends/cpu/wasm/tasks.ts";
-import { GEMM_TILE, gemmScratchBytes } from "../../backends/cpu/wasm/gemm.ts";
-import { type Conv2dGeometry, conv2dGeometry } from "../../backends/geometry.ts";
-import { mulberry32 } from "../reference/random.ts";
+} from "../../../backends/cpu/wasm/tasks.ts";
+import { GEMM_TILE, gemmScratchBytes } from "../../../backends/cpu/wasm/gemm.ts";
+import { type Conv2dGeometry, conv2dGeometry } from "../../../backends/geometry.ts";
+import { mulberry32 } from "../../reference/random.ts";
 
 const memory = new WebAssembly.Memory({ initial: 256, maximum: 1024 });
 const kernels = instantiateKernels(

@@ -16,11 +16,11 @@
  */
 
 import assert from "node:assert/strict";
-import { CpuBackend } from "../../backends/cpu/backend.ts";
-import { lrnBackward, lrnForward } from "../../backends/cpu/lrn.ts";
-import { WasmKernels } from "../../backends/cpu/wasm/kernels.ts";
-import type { LrnParams } from "../../backends/geometry.ts";
-import { mulberry32 } from "../reference/random.ts";
+import { CpuBackend } from "../../../backends/cpu/backend.ts";
+import { lrnBackward, lrnForward } from "../../../backends/cpu/lrn.ts";
+import { WasmKernels } from "../../../backends/cpu/wasm/kernels.ts";
+import type { LrnParams } from "../../../backends/geometry.ts";
+import { mulberry32 } from "../../reference/random.ts";
 
 const rand = mulberry32(0x1e4e);
 const beta = 0.75;

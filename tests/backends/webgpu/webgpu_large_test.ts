@@ -5,9 +5,9 @@
  */
 
 import assert from "node:assert/strict";
-import { CpuBackend } from "../../backends/cpu/backend.ts";
-import { moduleWebGpu } from "../fixtures/webgpu.ts";
-import { uniformValues } from "../../engine/mod.ts";
+import { CpuBackend } from "../../../backends/cpu/backend.ts";
+import { moduleWebGpu } from "../../fixtures/webgpu.ts";
+import { uniformValues } from "../../../engine/mod.ts";
 
 const gpu = await moduleWebGpu({ name: "webgpu:large" });
 if (!gpu) console.log("webgpu: no adapter, skipping the large-buffer test");

@@ -10,10 +10,10 @@
  */
 
 import assert from "node:assert/strict";
-import { instantiateKernels, kernelModuleBytes } from "../../backends/cpu/wasm/generate/module.ts";
-import { columnRows, im2colArgs } from "../../backends/cpu/wasm/conv.ts";
-import { conv2dGeometry, type Conv2dOptions } from "../../backends/geometry.ts";
-import { mulberry32 } from "../reference/random.ts";
+import { instantiateKernels, kernelModuleBytes } from "../../../backends/cpu/wasm/generate/module.ts";
+import { columnRows, im2colArgs } from "../../../backends/cpu/wasm/conv.ts";
+import { conv2dGeometry, type Conv2dOptions } from "../../../backends/geometry.ts";
+import { mulberry32 } from "../../reference/random.ts";
 
 const memory = new WebAssembly.Memory({ initial: 64, maximum: 256 });
 const kernels = instantiateKernels(

@@ -11,18 +11,18 @@
  */
 
 import assert from "node:assert/strict";
-import { CpuBackend } from "../../backends/cpu/backend.ts";
-import { adamUpdateKernel, sgdUpdateKernel } from "../../backends/cpu/optimizers.ts";
+import { CpuBackend } from "../../../backends/cpu/backend.ts";
+import { adamUpdateKernel, sgdUpdateKernel } from "../../../backends/cpu/optimizers.ts";
 import {
   avgPool2dBackward,
   avgPool2dForward,
   maxPool2dBackward,
   maxPool2dForward,
-} from "../../backends/cpu/pool.ts";
-import { WasmKernels } from "../../backends/cpu/wasm/kernels.ts";
-import { type Pool2dGeometry, pool2dGeometry, type Pool2dOptions } from "../../backends/geometry.ts";
-import type { AdamStep, SgdStep } from "../../backends/backend.ts";
-import { mulberry32 } from "../reference/random.ts";
+} from "../../../backends/cpu/pool.ts";
+import { WasmKernels } from "../../../backends/cpu/wasm/kernels.ts";
+import { type Pool2dGeometry, pool2dGeometry, type Pool2dOptions } from "../../../backends/geometry.ts";
+import type { AdamStep, SgdStep } from "../../../backends/backend.ts";
+import { mulberry32 } from "../../reference/random.ts";
 
 const rand = mulberry32(0xfa57);
 

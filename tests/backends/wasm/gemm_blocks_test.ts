@@ -13,7 +13,7 @@
  */
 
 import assert from "node:assert/strict";
-import { CpuBackend } from "../../backends/cpu/backend.ts";
+import { CpuBackend } from "../../../backends/cpu/backend.ts";
 import {
   blocksForCaches,
   cpuinfoCacheSizes,
@@ -22,7 +22,7 @@ import {
   readTunedBlocks,
   resolveMachineBlocks,
   writeTunedBlocks,
-} from "../../backends/cpu/wasm/blocking.ts";
+} from "../../../backends/cpu/wasm/blocking.ts";
 import {
   DEFAULT_GEMM_BLOCKS,
   gemmBlocked,
@@ -31,13 +31,13 @@ import {
   type GemmExports,
   gemmScratchBytes,
   withInPlaceRows,
-} from "../../backends/cpu/wasm/gemm.ts";
-import { instantiateKernels, kernelModuleBytes } from "../../backends/cpu/wasm/generate/module.ts";
-import { WasmKernels } from "../../backends/cpu/wasm/kernels.ts";
-import { conv2dGeometry } from "../../backends/geometry.ts";
-import type { MatmulSpec } from "../../backends/backend.ts";
-import { tempDirs } from "../fixtures/process.ts";
-import { mulberry32 } from "../reference/random.ts";
+} from "../../../backends/cpu/wasm/gemm.ts";
+import { instantiateKernels, kernelModuleBytes } from "../../../backends/cpu/wasm/generate/module.ts";
+import { WasmKernels } from "../../../backends/cpu/wasm/kernels.ts";
+import { conv2dGeometry } from "../../../backends/geometry.ts";
+import type { MatmulSpec } from "../../../backends/backend.ts";
+import { tempDirs } from "../../fixtures/process.ts";
+import { mulberry32 } from "../../reference/random.ts";
 
 const withTempDir = tempDirs("tandem_blocks_");
 const random = mulberry32(0xb10c5);
@@ -183,7 +183,7 @@ Deno.test("GEMM blocks: TANDEM_GEMM_BLOCKS, then this machine's tuning, then the
 Deno.test("GEMM blocks: a process takes TANDEM_GEMM_BLOCKS or its tuning file, and warns in one line about a bad one", async () => {
   await withTempDir(async (dir) => {
     const script = `import { CpuBackend, machineGemmBlocks, describeMachineBlocks } from "${new URL(
-      "../../backends/cpu/mod.ts",
+      "../../../backends/cpu/mod.ts",
       import.meta.url,
     )}";
       const cpu = new CpuBackend({ threads: 1 }), { source, machine } = machineGemmBlocks();

@@ -7,23 +7,23 @@
  */
 
 import assert from "node:assert/strict";
-import { CpuBackend } from "../../backends/cpu/backend.ts";
-import { conv2dBackwardFilter, conv2dBackwardInput, conv2dForward } from "../../backends/cpu/conv.ts";
-import { gemm } from "../../backends/cpu/gemm.ts";
+import { CpuBackend } from "../../../backends/cpu/backend.ts";
+import { conv2dBackwardFilter, conv2dBackwardInput, conv2dForward } from "../../../backends/cpu/conv.ts";
+import { gemm } from "../../../backends/cpu/gemm.ts";
 import {
   FunctionWriter,
   ModuleBuilder,
   signedLeb128,
   unsignedLeb128,
   ValType,
-} from "../../backends/cpu/wasm/generate/encoder.ts";
-import { describeWasmFeatures, detectWasmFeatures } from "../../backends/cpu/wasm/features.ts";
-import { WasmKernels } from "../../backends/cpu/wasm/kernels.ts";
-import { kernelModuleBytes } from "../../backends/cpu/wasm/generate/module.ts";
-import { type Conv2dGeometry, conv2dGeometry } from "../../backends/geometry.ts";
-import type { MatmulSpec } from "../../backends/backend.ts";
-import { evalLines } from "../fixtures/process.ts";
-import { mulberry32 } from "../reference/random.ts";
+} from "../../../backends/cpu/wasm/generate/encoder.ts";
+import { describeWasmFeatures, detectWasmFeatures } from "../../../backends/cpu/wasm/features.ts";
+import { WasmKernels } from "../../../backends/cpu/wasm/kernels.ts";
+import { kernelModuleBytes } from "../../../backends/cpu/wasm/generate/module.ts";
+import { type Conv2dGeometry, conv2dGeometry } from "../../../backends/geometry.ts";
+import type { MatmulSpec } from "../../../backends/backend.ts";
+import { evalLines } from "../../fixtures/process.ts";
+import { mulberry32 } from "../../reference/random.ts";
 
 const rand = mulberry32(0x5eed7);
 
@@ -434,7 +434,7 @@ Deno.test("wasm conv: forward, input and weight gradients match the oracle", () 
 // Mutations tried, each made this test fail: the WebAssembly epilogue adding the bias of the
 // next channel; the TypeScript kernel adding the bias once per group instead of once per image.
 Deno.test("conv with bias: the fused epilogue gives the bits of a convolution then a broadcast add", async () => {
-  const { CpuBackend } = await import("../../backends/cpu/backend.ts");
+  const { CpuBackend } = await import("../../../backends/cpu/backend.ts");
   for (const kernels of ["wasm", "ts"] as const) {
     const backend = new CpuBackend({ name: `bias-${kernels}`, threads: 2, kernels });
     try {
@@ -589,7 +589,7 @@ Deno.test("wasm threads: elementwise passes split over 2 and 3 threads give the 
 Deno.test("wasm threads: a process using the kernel threads exits by itself", async () => {
   const script = `
     import { CpuBackend } from ${
-    JSON.stringify(new URL("../../backends/cpu/backend.ts", import.meta.url).href)
+    JSON.stringify(new URL("../../../backends/cpu/backend.ts", import.meta.url).href)
   };
     const cpu = new CpuBackend({ threads: 2 });
     console.log(await cpu.startThreads());
@@ -635,8 +635,8 @@ Deno.test("CpuBackend: WebAssembly kernels by default, TypeScript on request, sa
 // Max pooling
 
 Deno.test("wasm max pooling: the TypeScript kernel's values and argmax exactly, NaN and ±0 included", async () => {
-  const { maxPool2dForward } = await import("../../backends/cpu/pool.ts");
-  const { pool2dGeometry } = await import("../../backends/geometry.ts");
+  const { maxPool2dForward } = await import("../../../backends/cpu/pool.ts");
+  const { pool2dGeometry } = await import("../../../backends/geometry.ts");
   const cases: [number[], Parameters<typeof pool2dGeometry>[1]][] = [
     [[2, 3, 32, 32], { kernel: 3, stride: 2 }],
     [[2, 3, 33, 35], { kernel: 3, stride: 2 }],
@@ -678,7 +678,7 @@ Deno.test("wasm max pooling: the TypeScript kernel's values and argmax exactly, 
 // Elementwise
 
 Deno.test("wasm ReLU and its gradient: the TypeScript kernels' bits, NaN, ±0, infinities and tails", async () => {
-  const { binaryKernel, unaryKernel } = await import("../../backends/cpu/elementwise.ts");
+  const { binaryKernel, unaryKernel } = await import("../../../backends/cpu/elementwise.ts");
   const specials = [NaN, -0, 0, Infinity, -Infinity, 1e-45, -1e-45, 3.5, -2.25];
   for (const n of [0, 1, 3, 4, 5, 17, 1000, 4099]) {
     const x = randomArray(n), dy = randomArray(n + 3);
@@ -697,7 +697,7 @@ Deno.test("wasm ReLU and its gradient: the TypeScript kernels' bits, NaN, ±0, i
 // Mutations tried, each made this test fail: loading the bias of channel c + 1; summing only lanes
 // 0–1 of each vector; skipping the scalar tail of each row; the dense product adding instead.
 Deno.test("wasm bias add and row sums: the broadcast add's bits; row sums within float64 rounding", async () => {
-  const { binaryKernel } = await import("../../backends/cpu/elementwise.ts");
+  const { binaryKernel } = await import("../../../backends/cpu/elementwise.ts");
   for (const [outer, channels, inner] of [[2, 3, 1], [3, 5, 7], [4, 32, 784], [64, 768, 1], [1, 1, 4099]]) {
     const n = outer * channels * inner;
     const x = randomArray(n), bias = randomArray(channels + 2);
@@ -745,7 +745,7 @@ Deno.test("wasm bias add and row sums: the broadcast add's bits; row sums within
 // Mutations tried, each made this test fail: scaling every partial sum (not only the last);
 // adding the inputs from the last to the first.
 Deno.test("wasm device-order average: the TypeScript kernel's bits for 1 to 4 inputs, tails included", async () => {
-  const { averageKernel } = await import("../../backends/cpu/elementwise.ts");
+  const { averageKernel } = await import("../../../backends/cpu/elementwise.ts");
   for (const inputs of [1, 2, 3, 4]) {
     for (const n of [1, 3, 4, 5, 1031]) {
       // Magnitudes apart, so the order of the additions shows in the bits.

@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { detectWasmFeatures } from "../../backends/cpu/wasm/features.ts";
+import { detectWasmFeatures } from "../../../backends/cpu/wasm/features.ts";
 import {
   measureWasmPeak,
   PEAK_PROBE_EXPORT,
@@ -13,7 +13,7 @@ import {
   peakProbeBytes,
   type PeakProbeShape,
   probeFlops,
-} from "../../backends/cpu/wasm/peak.ts";
+} from "../../../backends/cpu/wasm/peak.ts";
 
 const features = detectWasmFeatures();
 const fmaVariants = features.relaxedSimd ? [false, true] : [false];

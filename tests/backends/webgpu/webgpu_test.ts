@@ -5,15 +5,15 @@
  */
 
 import assert from "node:assert/strict";
-import type { Backend, HostArray, Storage } from "../../backends/backend.ts";
-import { CpuBackend } from "../../backends/cpu/backend.ts";
-import { conv2dGeometry, type LrnParams, pool2dGeometry } from "../../backends/geometry.ts";
+import type { Backend, HostArray, Storage } from "../../../backends/backend.ts";
+import { CpuBackend } from "../../../backends/cpu/backend.ts";
+import { conv2dGeometry, type LrnParams, pool2dGeometry } from "../../../backends/geometry.ts";
 import {
   createWebGpuBackend,
   type TransferEvent,
   type WebGpuBackend,
-} from "../../backends/webgpu/backend.ts";
-import { moduleWebGpu } from "../fixtures/webgpu.ts";
+} from "../../../backends/webgpu/backend.ts";
+import { moduleWebGpu } from "../../fixtures/webgpu.ts";
 import {
   getBackend,
   ops,
@@ -23,9 +23,9 @@ import {
   tensor,
   tidy,
   valueAndGrad,
-} from "../../mod.ts";
-import { averageInDeviceOrder } from "../../schedule/runtime/exchange/host_parameters.ts";
-import { rng } from "../reference/gradcheck.ts";
+} from "../../../mod.ts";
+import { averageInDeviceOrder } from "../../../schedule/runtime/exchange/host_parameters.ts";
+import { rng } from "../../reference/gradcheck.ts";
 
 const gpu: WebGpuBackend | null = await moduleWebGpu();
 if (!gpu) console.log("webgpu: no adapter, skipping WebGPU tests");

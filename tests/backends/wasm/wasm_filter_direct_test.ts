@@ -7,11 +7,11 @@
  */
 
 import assert from "node:assert/strict";
-import { directFilter } from "../../backends/cpu/wasm/filter_direct.ts";
-import { WasmKernels } from "../../backends/cpu/wasm/kernels.ts";
-import { conv2dGeometry, type Conv2dOptions } from "../../backends/geometry.ts";
-import { conv2dGradients } from "../reference/float64.ts";
-import { mulberry32 } from "../reference/random.ts";
+import { directFilter } from "../../../backends/cpu/wasm/filter_direct.ts";
+import { WasmKernels } from "../../../backends/cpu/wasm/kernels.ts";
+import { conv2dGeometry, type Conv2dOptions } from "../../../backends/geometry.ts";
+import { conv2dGradients } from "../../reference/float64.ts";
+import { mulberry32 } from "../../reference/random.ts";
 
 const rand = mulberry32(20261204);
 
