@@ -141,7 +141,10 @@ export function conv2d(
     const dy = outputTensor(x.backend, shape);
     // The bias gradient's first reduction (each plane of dy summed), in the same pass where the
     // backend offers it: dy (6.4 MB on the AlexNet-like conv1) is not read back from memory.
-    let planeSums = bias?.requiresGrad ? outputTensor(x.backend, [g.batch, g.outChannels]) : undefined;
+    const offered = x.backend.maxPool2dBackwardFused !== undefined;
+    let planeSums = offered && bias?.requiresGrad
+      ? outputTensor(x.backend, [g.batch, g.outChannels])
+      : undefined;
     const fused = x.backend.maxPool2dBackwardFused?.(gradient.storage, argmax.storage, dy.storage, pool, {
       reluOf: relu ? pooled.storage : undefined,
       planeSums: planeSums?.storage,

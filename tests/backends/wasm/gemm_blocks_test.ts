@@ -38,6 +38,7 @@ import { conv2dGeometry } from "../../../backends/geometry.ts";
 import type { MatmulSpec } from "../../../backends/backend.ts";
 import { tempDirs } from "../../fixtures/process.ts";
 import { mulberry32 } from "../../reference/random.ts";
+import { assertSameBits } from "../../reference/bits.ts";
 
 const withTempDir = tempDirs("tandem_blocks_");
 const random = mulberry32(0xb10c5);
@@ -46,13 +47,6 @@ function randomArray(length: number): Float32Array {
   const out = new Float32Array(length);
   for (let i = 0; i < length; i++) out[i] = random() * 2 - 1;
   return out;
-}
-
-function assertSameBits(actual: Float32Array, expected: Float32Array, what: string): void {
-  const a = new Uint32Array(actual.buffer, actual.byteOffset, actual.length);
-  const e = new Uint32Array(expected.buffer, expected.byteOffset, expected.length);
-  const i = a.findIndex((v, j) => v !== e[j]);
-  assert.ok(a.length === e.length && i < 0, `${what}: element ${i} is ${actual[i]}, expected ${expected[i]}`);
 }
 
 /** Writes a sysfs-like cache tree: [level, type, size, shared_cpu_list] per index. */
