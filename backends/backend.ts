@@ -162,7 +162,10 @@ export interface StagedValues {
   release(): void;
 }
 
-/** What {@link Backend.maxPool2dBackwardFused} does around the scatter; either may be absent. */
+/**
+ * What {@link Backend.maxPool2dBackwardFused} does around the scatter, or
+ * {@link Backend.conv2dBackwardFilterPooled} beside its weight gradient; either may be absent.
+ */
 export interface MaxPoolBackwardEpilogue {
   /** The pooled output of a ReLU: `dy` passes where it is > 0 (`reluGrad`'s mask). */
   reluOf?: Storage;
@@ -340,6 +343,28 @@ export interface Backend {
   conv2dBackwardInput(dy: Storage, weight: Storage, dx: Storage, geometry: Conv2dGeometry): void;
   /** Gradient of the convolution with respect to its weights (summed over the batch). */
   conv2dBackwardFilter(x: Storage, dy: Storage, dw: Storage, geometry: Conv2dGeometry): void;
+  /**
+   * Optional: the weight gradient of a convolution whose output was max-pooled (`pool`, its winners
+   * `argmax`), straight from the pooled gradient `dy`: what {@link Backend.conv2dBackwardFilter}
+   * gives on {@link Backend.maxPool2dBackward}'s scatter of `dy`, without the scatter. With
+   * `reluOf` (the pooled output of a ReLU) only the pooled outputs whose value is > 0 count
+   * (`reluGrad`'s mask); with `planeSums` (`batch × outChannels` floats), each plane's counted
+   * gradients are summed into it (the first step of a bias gradient). Each pooled output's
+   * product is summed on its own, so the bits are not those of the scatter's route (an element
+   * that won two windows adds two products, not one of their sum), but they do not depend on
+   * anything but the operands. For a convolution whose input needs no gradient (a first layer):
+   * the input gradient would need the scatter anyway. Returns false, having done nothing, where
+   * this instance cannot; the engine then scatters.
+   */
+  conv2dBackwardFilterPooled?(
+    x: Storage,
+    dy: Storage,
+    argmax: Storage,
+    dw: Storage,
+    geometry: Conv2dGeometry,
+    pool: Pool2dGeometry,
+    epilogue: MaxPoolBackwardEpilogue,
+  ): boolean;
 
   /** Max pooling; `argmax` (int32, same length as `out`) records the winning input index. */
   maxPool2dForward(x: Storage, out: Storage, argmax: Storage, geometry: Pool2dGeometry): void;

@@ -471,6 +471,21 @@ export class CpuBackend implements Backend {
     }) ?? false;
   }
 
+  conv2dBackwardFilterPooled(
+    x: Storage,
+    dy: Storage,
+    argmax: Storage,
+    dw: Storage,
+    geometry: Conv2dGeometry,
+    pool: Pool2dGeometry,
+    epilogue: MaxPoolBackwardEpilogue,
+  ): boolean {
+    return this.wasm?.convBackwardFilterPooled(f32(x), f32(dy), i32(argmax), f32(dw), geometry, pool, {
+      reluOf: epilogue.reluOf && f32(epilogue.reluOf),
+      planeSums: epilogue.planeSums && f32(epilogue.planeSums),
+    }) ?? false;
+  }
+
   avgPool2dForward(x: Storage, out: Storage, geometry: Pool2dGeometry): void {
     if (this.wasm?.avgPool2dForward(f32(x), f32(out), geometry)) return;
     avgPool2dForward(f32(x), f32(out), geometry);

@@ -90,6 +90,7 @@ export const METHOD_CATEGORIES: Readonly<Record<string, OpCategory>> = {
   conv2dForwardMaxPool: "convolution",
   conv2dBackwardInput: "convolution",
   conv2dBackwardFilter: "convolution",
+  conv2dBackwardFilterPooled: "convolution",
   maxPool2dForward: "pooling",
   maxPool2dBackward: "pooling",
   maxPool2dBackwardFused: "pooling",

@@ -12,6 +12,7 @@ import {
   type Conv2dOptions,
   GeometryError,
   type LrnParams,
+  type Pool2dGeometry,
   pool2dGeometry,
   type Pool2dOptions,
 } from "../../backends/geometry.ts";
@@ -138,6 +139,17 @@ export function conv2d(
     out.dispose();
   }
   recordOp("conv2d", inputs, pooled, relu ? [x, weight, argmax, pooled] : [x, weight, argmax], (gradient) => {
+    const direct = pooledWeightGradients(
+      x,
+      weight,
+      bias,
+      g,
+      pool,
+      gradient,
+      argmax,
+      relu ? pooled : undefined,
+    );
+    if (direct) return direct;
     const dy = outputTensor(x.backend, shape);
     // The bias gradient's first reduction (each plane of dy summed), in the same pass where the
     // backend offers it: dy (6.4 MB on the AlexNet-like conv1) is not read back from memory.
@@ -167,6 +179,47 @@ export function conv2d(
   });
   argmax.dispose(); // kept alive by the recorded op when gradients are needed
   return pooled;
+}
+
+/**
+ * A pooled convolution's gradients straight from the pooled gradient, where x needs none (a first
+ * layer) and the backend offers it (see `Backend.conv2dBackwardFilterPooled`): the convolution's
+ * output gradient is never scattered (6.4 MB written and read back on the AlexNet-like conv1).
+ * `undefined` where the backend declines.
+ */
+function pooledWeightGradients(
+  x: Tensor,
+  weight: Tensor,
+  bias: Tensor | null | undefined,
+  g: Conv2dGeometry,
+  pool: Pool2dGeometry,
+  gradient: Tensor,
+  argmax: Tensor,
+  reluOf: Tensor | undefined,
+): (Tensor | null)[] | undefined {
+  if (x.requiresGrad || !weight.requiresGrad || !x.backend.conv2dBackwardFilterPooled) return undefined;
+  const dw = outputTensor(x.backend, weight.shape);
+  const planeSums = bias?.requiresGrad ? outputTensor(x.backend, [g.batch, g.outChannels]) : undefined;
+  const done = x.backend.conv2dBackwardFilterPooled(
+    x.storage,
+    gradient.storage,
+    argmax.storage,
+    dw.storage,
+    g,
+    pool,
+    {
+      reluOf: reluOf?.storage,
+      planeSums: planeSums?.storage,
+    },
+  );
+  if (!done) {
+    dw.dispose();
+    planeSums?.dispose();
+    return undefined;
+  }
+  const db = planeSums ? reduceRaw("sum", planeSums, [0], false, "conv2d") : null;
+  planeSums?.dispose();
+  return bias ? [null, dw, db] : [null, dw];
 }
 
 /**

@@ -16,7 +16,8 @@ import assert from "node:assert/strict";
 import { CpuBackend } from "../../backends/cpu/backend.ts";
 import { pool2dGeometry } from "../../backends/geometry.ts";
 import type { Backend, Pool2dGeometry, Storage } from "../../backends/backend.ts";
-import { ops, registerBackend, setBackend, type Tensor, tensor, valueAndGrad } from "../../mod.ts";
+import { ops, setBackend, type Tensor, tensor, valueAndGrad } from "../../mod.ts";
+import { registerLogged } from "./logged_backend.ts";
 import { mulberry32 } from "../reference/random.ts";
 import { assertSameBits as sameBits } from "../reference/bits.ts";
 
@@ -129,25 +130,14 @@ Deno.test("pooled backward epilogue: a pooled convolution's backward makes one f
   const backend = new CpuBackend({ name: "cpu-pool-backward-engine", threads: 2 });
   await backend.startThreads();
   const calls: string[] = [];
-  /** `backend` with its calls of interest logged, and without the capability where `hide`. */
-  const logged = (name: string, hide: boolean) =>
-    new Proxy(backend, {
-      get(target, prop) {
-        const value = Reflect.get(target, prop, target);
-        if (prop === "name") return name;
-        if (prop === "maxPool2dBackwardFused" && hide) return undefined;
-        if (typeof value !== "function") return value;
-        return (...args: unknown[]) => {
-          if (prop === "binary" && args[0] === "reluGrad") calls.push("reluGrad");
-          if (prop === "maxPool2dBackward") calls.push("maxPool2dBackward");
-          if (prop === "maxPool2dBackwardFused") calls.push("maxPool2dBackwardFused");
-          if (prop === "reduce") calls.push(`reduce ${args.slice(3).join("×")}`);
-          return value.apply(target, args);
-        };
-      },
-    });
-  registerBackend(logged("cpu-pool-fused", false));
-  registerBackend(logged("cpu-pool-separate", true));
+  const log = (method: string, args: unknown[]) => {
+    if (method === "binary" && args[0] === "reluGrad") return "reluGrad";
+    if (method === "maxPool2dBackward" || method === "maxPool2dBackwardFused") return method;
+    if (method === "reduce") return `reduce ${args.slice(3).join("×")}`;
+    return undefined;
+  };
+  registerLogged(backend, "cpu-pool-fused", calls, log);
+  registerLogged(backend, "cpu-pool-separate", calls, log, "maxPool2dBackwardFused");
   try {
     const shapes = { x: [3, 4, 12, 12], w: [8, 4, 3, 3], b: [8] };
     const data = Object.fromEntries(

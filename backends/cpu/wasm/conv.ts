@@ -25,6 +25,35 @@ import {
 } from "./pool_epilogue.ts";
 
 /**
+ * Copies input channels [c0, c1) of image `n` into zero-bordered planes of `height` × `width` floats
+ * at `dst` (the layer's padding above and to the left, the rest of each plane zero): what the direct
+ * kernels read their windows from.
+ */
+export function padChannels(
+  x: KernelExports,
+  g: Conv2dGeometry,
+  image: number,
+  n: number,
+  [c0, c1]: readonly [number, number],
+  dst: number,
+  height: number,
+  width: number,
+): void {
+  const plane = g.inHeight * g.inWidth;
+  x.conv_pad(
+    image + 4 * (n * g.inChannels + c0) * plane,
+    dst,
+    c1 - c0,
+    g.inHeight,
+    g.inWidth,
+    g.padH,
+    g.padW,
+    height,
+    width,
+  );
+}
+
+/**
  * Rows of one image's column matrix: one per (input channel, kernel row, kernel column).
  *
  * @example
@@ -301,8 +330,7 @@ export function convForwardImages(
     if (first) {
       for (let gi = 0; gi < g.groups; gi++) packWholeA(x, problem(n, gi), weights + gi * slot, blocks);
     }
-    const image = at.image + 4 * n * g.inChannels * plane;
-    if (!pointwise) x.conv_pad(image, padded, g.inChannels, g.inHeight, g.inWidth, g.padH, g.padW, Hp, Wp);
+    if (!pointwise) padChannels(x, g, at.image, n, [0, g.inChannels], padded, Hp, Wp);
     for (let gi = 0; gi < g.groups; gi++) {
       const packColumns = pointwise
         ? undefined
@@ -514,19 +542,7 @@ export function convBackwardFilterRows(
   const padded = scratch + gemmScratch - 4 * c0 * Hp * Wp;
   for (let n = n0; n < n1; n++) {
     const image = at.image + 4 * n * g.inChannels * plane;
-    if (!pointwise) {
-      x.conv_pad(
-        image + 4 * c0 * plane,
-        scratch + gemmScratch,
-        c1 - c0,
-        g.inHeight,
-        g.inWidth,
-        g.padH,
-        g.padW,
-        Hp,
-        Wp,
-      );
-    }
+    if (!pointwise) padChannels(x, g, at.image, n, [c0, c1], scratch + gemmScratch, Hp, Wp);
     for (let gi = Math.floor(r0 / K); gi * K < r1; gi++) {
       const start = Math.max(r0, gi * K), end = Math.min(r1, (gi + 1) * K);
       const problem = {

@@ -14,7 +14,7 @@
 
 import type { Conv2dGeometry } from "../../geometry.ts";
 import { isPointwise } from "../../geometry.ts";
-import { channelsUnderRows, columnRows, type ConvOperands, rowChannels } from "./conv.ts";
+import { channelsUnderRows, columnRows, type ConvOperands, padChannels, rowChannels } from "./conv.ts";
 import type { KernelExports } from "./generate/module.ts";
 import { winogradSide } from "./winograd/plan.ts";
 
@@ -136,17 +136,7 @@ export function convBackwardFilterDirect(
   const dyRow = widened ? 16 * vectors : 4 * g.outWidth;
   const dyChannel = g.outHeight * dyRow;
   for (let n = n0; n < n1; n++) {
-    x.conv_pad(
-      at.image + 4 * (n * g.inChannels + c0) * g.inHeight * g.inWidth,
-      planes,
-      c1 - c0,
-      g.inHeight,
-      g.inWidth,
-      g.padH,
-      g.padW,
-      Hp,
-      Wq,
-    );
+    padChannels(x, g, at.image, n, [c0, c1], planes, Hp, Wq);
     let dy = at.output + 4 * n * g.outChannels * P;
     if (widened) {
       // Whole vectors per row, zero past the row's end: those lanes meet padding on the input side.

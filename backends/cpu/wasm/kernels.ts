@@ -28,6 +28,7 @@ import type {
 import { addFilterChunks, columnRows, filterPartialsBytes } from "./conv.ts";
 import { detectWasmFeatures, type WasmFeatures } from "./features.ts";
 import { firstFound } from "./finite.ts";
+import { pooledFilterOffsets, pooledFilterProblem, pooledFilterScratchBytes } from "./filter_pooled.ts";
 import { type GemmBlocks, gemmBlocksProblem, gemmScratchBytes, withInPlaceRows } from "./gemm.ts";
 import { machineGemmBlocks } from "./blocking.ts";
 import { KernelHeap } from "./heap.ts";
@@ -1123,6 +1124,74 @@ export class WasmKernels {
         threads,
       );
       this.#unstage(dx, dxAt!, dx.length);
+      if (planeSums) this.#unstage(planeSums, sumsAt!, planes);
+      return true;
+    } finally {
+      this.#releaseTemporaries();
+    }
+  }
+
+  /**
+   * The weight gradient of a convolution whose output was max-pooled, from the pooled gradient `dy`
+   * and the winners `argmax` (`dw` overwritten; see `filter_pooled.ts`); with `reluOf`, only the
+   * pooled outputs whose value is > 0 count; with `planeSums` (batch × outChannels), each plane's
+   * counted gradients summed. False where the kernels cannot take the shapes
+   * (`pooledFilterProblem`) or the operands do not fit the kernel memory.
+   */
+  convBackwardFilterPooled(
+    x: Float32Array,
+    dy: Float32Array,
+    argmax: Int32Array,
+    dw: Float32Array,
+    g: Conv2dGeometry,
+    pool: Pool2dGeometry,
+    epilogue: { reluOf?: Float32Array; planeSums?: Float32Array } = {},
+  ): boolean {
+    if (pooledFilterProblem(g, pool) !== undefined) return false;
+    const { reluOf, planeSums } = epilogue;
+    const outputs = pool.outHeight * pool.outWidth, planes = g.batch * g.outChannels;
+    checkLength("x", x, g.batch * g.inChannels * g.inHeight * g.inWidth);
+    checkLength("dw", dw, g.outChannels * (g.inChannels / g.groups) * g.kernelH * g.kernelW);
+    if (
+      dy.length !== planes * outputs || argmax.length !== dy.length ||
+      (reluOf && reluOf.length !== dy.length) ||
+      (planeSums && planeSums.length !== planes)
+    ) {
+      throw new Error(`conv2d: pooled gradient sizes do not match the geometry`);
+    }
+    // Each counted pooled output costs kernelH · kernelW multiply-adds (lanes past kernelW too).
+    const threads = Math.min(
+      g.outChannels,
+      this.#threadsFor(2 * dy.length * g.kernelH * 4 * Math.ceil(g.kernelW / 4)),
+    );
+    try {
+      const imageAt = this.#stage(x, x.length, true), dyAt = this.#stage(dy, dy.length, true);
+      const argmaxAt = this.#stage(argmax, argmax.length, true);
+      const reluAt = reluOf ? this.#stage(reluOf, reluOf.length, true) : 0;
+      const weightAt = this.#stage(dw, dw.length, false);
+      const sumsAt = planeSums ? this.#stage(planeSums, planes, false) : 0;
+      const offsets = pooledFilterOffsets(g), scratchStride = pooledFilterScratchBytes(g);
+      const offsetsAt = this.#scratch(4 * offsets.length), scratch = this.#scratch(threads * scratchStride);
+      if ([imageAt, dyAt, argmaxAt, reluAt, weightAt, sumsAt, offsetsAt, scratch].includes(undefined)) {
+        return false;
+      }
+      new Int32Array(this.#memory.buffer, offsetsAt!, offsets.length).set(offsets);
+      this.#run(TaskKind.filterPooled, {
+        ...g,
+        pooledOutputs: outputs,
+        image: imageAt!,
+        dy: dyAt!,
+        argmax: argmaxAt!,
+        reluOf: reluAt!,
+        masked: reluOf !== undefined,
+        weight: weightAt!,
+        planeSums: sumsAt!,
+        summed: planeSums !== undefined,
+        offsets: offsetsAt!,
+        scratch: scratch!,
+        scratchStride,
+      }, threads);
+      this.#unstage(dw, weightAt!, dw.length);
       if (planeSums) this.#unstage(planeSums, sumsAt!, planes);
       return true;
     } finally {

@@ -38,6 +38,7 @@ import { GEMM_TILE, gemmBlocked, type GemmBlocks, type GemmProblem, gemmWindow }
 import type { KernelExports } from "./generate/module.ts";
 import { LRN_FIELDS, type LrnTask, runLrnImages } from "./lrn.ts";
 import { runWinogradPhase } from "./winograd/phases.ts";
+import { convBackwardFilterPooled, type PooledFilterTask } from "./filter_pooled.ts";
 import { WINOGRAD_FIELDS, type WinogradTask } from "./winograd/plan.ts";
 import { POOL_EPILOGUE_FIELDS, type PoolEpilogue } from "./pool_epilogue.ts";
 
@@ -65,6 +66,7 @@ export const TaskKind = {
   avgPoolBackward: 12,
   elementwise: 13,
   winograd: 14,
+  filterPooled: 15,
 } as const;
 
 /**
@@ -322,6 +324,23 @@ const POOL_BACKWARD_FIELDS = [
   "summed",
 ] as const;
 
+/** A pooled weight gradient (`filter_pooled.ts`): the convolution's geometry, then its operands. */
+const FILTER_POOLED_FIELDS = [
+  ...CONV_FIELDS.slice(0, 14),
+  "pooledOutputs",
+  "image",
+  "dy",
+  "argmax",
+  "reluOf",
+  "masked",
+  "weight",
+  "planeSums",
+  "summed",
+  "offsets",
+  "scratch",
+  "scratchStride",
+] as const;
+
 /**
  * Bytes of dx a max-pooling backward task scatters before it sums those planes (with plane sums):
  * few enough that they are still in L2 when summed.
@@ -346,6 +365,7 @@ function fieldsOf(kind: TaskKind): readonly string[] {
   if (kind === TaskKind.avgPoolForward || kind === TaskKind.avgPoolBackward) return AVG_POOL_FIELDS;
   if (kind === TaskKind.lrnForward || kind === TaskKind.lrnBackward) return LRN_FIELDS;
   if (kind === TaskKind.winograd) return WINOGRAD_FIELDS;
+  if (kind === TaskKind.filterPooled) return FILTER_POOLED_FIELDS;
   return kind === TaskKind.maxPoolForward ? POOL_FIELDS : CONV_FIELDS;
 }
 
@@ -371,7 +391,8 @@ export function encodeTask(
     | PoolBackwardTask
     | LrnTask
     | ElementwiseTask
-    | WinogradTask,
+    | WinogradTask
+    | PooledFilterTask,
   out: Int32Array,
 ): void {
   const record = task as unknown as Record<string, number | boolean>;
@@ -662,6 +683,30 @@ export function runTaskShare(
     // Whole planes per thread: every output (and every dx element) is computed by one thread.
     const [p0, p1] = share(task.planes, t, threads);
     if (p1 > p0) runAvgPoolPlanes(x, kind === TaskKind.avgPoolBackward, task, p0, p1, t);
+    return;
+  }
+  if (kind === TaskKind.filterPooled) {
+    // Whole filters per thread: each filter's sums run through every image on one thread.
+    const [f0, f1] = share(task.outChannels, t, threads);
+    convBackwardFilterPooled(
+      x,
+      task as unknown as Conv2dGeometry,
+      task.pooledOutputs,
+      {
+        image: task.image,
+        dy: task.dy,
+        argmax: task.argmax,
+        reluOf: task.reluOf,
+        masked: task.masked === 1,
+        weight: task.weight,
+        planeSums: task.planeSums,
+        summed: task.summed === 1,
+        offsets: task.offsets,
+      },
+      f0,
+      f1,
+      task.scratch + t * task.scratchStride,
+    );
     return;
   }
   if (kind === TaskKind.maxPoolBackward) {

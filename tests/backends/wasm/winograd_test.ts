@@ -15,6 +15,7 @@ import { winogradMatrices } from "../../../backends/cpu/wasm/winograd/matrices.t
 import { type WinogradPass, winogradPlan, winogradSide } from "../../../backends/cpu/wasm/winograd/plan.ts";
 import { conv2d, conv2dGradients, type RefTensor } from "../../reference/float64.ts";
 import { mulberry32 } from "../../reference/random.ts";
+import { assertRelativelyClose } from "../../reference/close.ts";
 
 const rand = mulberry32(0x9a1e);
 
@@ -29,17 +30,6 @@ function randomArray(length: number): Float32Array {
  * (im2col's are about 1e-6); a transform with one wrong constant is off by 1e-2 or more.
  */
 const TOL = 3e-5;
-
-function assertClose(actual: Float32Array, expected: Float64Array, what: string): void {
-  assert.equal(actual.length, expected.length, `${what}: length`);
-  let diff = 0, scale = 0;
-  for (let i = 0; i < expected.length; i++) {
-    const d = Math.abs(actual[i] - expected[i]);
-    if (!(d <= diff)) diff = d; // NaN fails
-    scale = Math.max(scale, Math.abs(expected[i]));
-  }
-  assert.ok(diff / scale <= TOL, `${what}: max diff ${diff} over max |float64| ${scale} = ${diff / scale}`);
-}
 
 function sameBits(a: Float32Array, b: Float32Array): boolean {
   const x = new Uint32Array(a.buffer, a.byteOffset, a.length),
@@ -211,7 +201,7 @@ Deno.test("winograd conv: forward, input and weight gradients match float64", ()
     const o = operands(c), got = passes(winograd, o), want = reference(c, o), plain = passes(im2col, o);
     const passOf = { y: "forward", dx: "input", dw: "filter" } as const;
     for (const pass of ["y", "dx", "dw"] as const) {
-      assertClose(got[pass], want[pass], `${c.name} ${pass}`);
+      assertRelativelyClose(got[pass], want[pass], TOL, `${c.name} ${pass}`);
       // Where Winograd runs, its rounding is not im2col's: the test cannot pass on im2col alone.
       const winogradRan = winogradSide(o.g, passOf[pass]) !== undefined;
       assert.equal(
@@ -242,7 +232,7 @@ Deno.test("winograd conv: a weight gradient summed over several image chunks mat
   const backend = new CpuBackend({ threads: 2 });
   const o = operands(CHUNKED), got = passes(backend, o), want = reference(CHUNKED, o);
   for (const pass of ["y", "dx", "dw"] as const) {
-    assertClose(got[pass], want[pass], `${CHUNKED.name} ${pass}`);
+    assertRelativelyClose(got[pass], want[pass], TOL, `${CHUNKED.name} ${pass}`);
   }
   backend.dispose();
 });

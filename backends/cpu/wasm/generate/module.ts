@@ -13,6 +13,7 @@ import { CONV_EXPORTS, emitConvKernels } from "./conv_kernels.ts";
 import { emitElementwiseKernels, emitFiniteKernel } from "./elementwise_kernels.ts";
 import { emitLrnKernels } from "./lrn_kernels.ts";
 import { emitGemmKernels } from "./gemm_kernels.ts";
+import { emitPooledFilterKernels } from "./filter_pooled_kernels.ts";
 import { emitMaxPoolKernels } from "./max_pool_kernels.ts";
 import { emitAvgPoolKernels } from "./avg_pool_kernels.ts";
 import { emitOptimizerKernels } from "./optimizer_kernels.ts";
@@ -47,6 +48,8 @@ export interface KernelModuleOptions {
 export interface KernelExports extends GemmExports {
   /** See `WINOGRAD_EXPORTS`: `(src, lanes, count, srcStep, dst, dstStep, inStride, outStride, wrapEvery, srcWrap, dstWrap)`. */
   [transform: `winograd_${string}`]: (...args: number[]) => void;
+  /** See `pooledFilterExport` in `filter_pooled_kernels.ts`: one per kernel shape. */
+  [pooledFilter: `conv_filter_pooled_${string}`]: (...args: number[]) => void;
   /** See `CONV_EXPORTS.im2col`. */
   conv_im2col(...args: number[]): void;
   /** See `CONV_EXPORTS.col2imAdd`. */
@@ -182,6 +185,7 @@ export function kernelModuleBytes(options: KernelModuleOptions): Uint8Array<Arra
   emitRandomKernels(builder);
   emitWinogradKernels(builder);
   emitFilterKernels(builder, { fma: options.fma });
+  emitPooledFilterKernels(builder, { fma: options.fma });
   return builder.build();
 }
 
