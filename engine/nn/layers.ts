@@ -456,7 +456,8 @@ export interface FusedRun {
  * The layers at the start of `layers` that run as one op, with the bits of running them one by
  * one, or undefined when the first runs alone: a Conv2d or a Linear followed by a ReLU (the ReLU in
  * the layer's epilogue), and a Conv2d, a ReLU and a MaxPool2d (the pooling in the same op, the
- * unpooled output dropped once pooled, the ReLU's mask applied to the pooled gradient). Exact
+ * unpooled output dropped once pooled, the ReLU's mask applied to the pooled gradient), or a
+ * Conv2d, a MaxPool2d and a ReLU (the same op: ReLU and max commute). Exact
  * classes only, since a subclass may change what a layer computes. `Sequential`, Caffe-style graphs
  * and the hybrid's sharded head all ask here.
  *
@@ -464,12 +465,19 @@ export interface FusedRun {
  * ```ts
  * import { Conv2d, fusedRun, Linear, MaxPool2d, ReLU } from "./layers.ts";
  * fusedRun([new Conv2d(3, 8, 3), new ReLU(), new MaxPool2d({ kernel: 2 })])?.length; // 3
+ * fusedRun([new Conv2d(3, 8, 3), new MaxPool2d({ kernel: 2 }), new ReLU()])?.length; // 3
  * fusedRun([new Linear(8, 4), new ReLU()])?.length; // 2
  * fusedRun([new Linear(8, 4)]); // undefined
  * ```
  */
 export function fusedRun(layers: readonly (Module | undefined)[]): FusedRun | undefined {
   const [layer, next, after] = layers;
+  if (layer?.constructor === Conv2d && next?.constructor === MaxPool2d && after?.constructor === ReLU) {
+    // The ReLU after the pooling (cifar10_quick's conv1) runs before it: ReLU and max commute, so
+    // the pooled values are the same, and so are the winners wherever the mask passes a gradient.
+    const maxPool = (next as MaxPool2d).options;
+    return { length: 3, forward: (x) => (layer as Conv2d).forwardFused(x, { activation: "relu", maxPool }) };
+  }
   if (next?.constructor !== ReLU) return undefined;
   if (layer?.constructor === Linear) {
     const linear = layer as Linear;
@@ -510,7 +518,8 @@ export class Sequential extends Module {
 
   /**
    * Applies the layers to a batch in order. A {@link Conv2d} or {@link Linear} directly followed by
-   * a {@link ReLU}, and a Conv2d, ReLU and {@link MaxPool2d}, run as one op ({@link fusedRun}): the
+   * a {@link ReLU}, and a Conv2d, ReLU and {@link MaxPool2d} (in either order after the Conv2d),
+   * run as one op ({@link fusedRun}): the
    * same bits, fewer passes over the outputs and fewer intermediate tensors.
    */
   forward(x: Tensor, context?: ForwardContext): Tensor {

@@ -22,7 +22,8 @@
  * fusing a pooling whose input blob is asked for (that blob is never made); the graph fusing
  * through a blob with a second reader (that reader's blob is never made). For the WebAssembly
  * kernels' pooled forward (`conv2dForwardMaxPool`): threads' image outputs overlapping; the pooling
- * before the ReLU; `conv2d` not calling it.
+ * before the ReLU; `conv2d` not calling it. For a ReLU after the pooling: `fusedRun` refusing that
+ * order (a ReLU pass runs).
  */
 
 import assert from "node:assert/strict";
@@ -440,6 +441,33 @@ Deno.test("fused max pooling: Sequential runs Conv2d → ReLU → MaxPool2d as o
       4 * 8 * 9 * 9,
       "unfused, the mask covers the convolution's output",
     );
+    fused.forEach((v, i) => sameBits(v, plain[i], `output ${i}`));
+  } finally {
+    setBackend("cpu");
+  }
+});
+
+Deno.test("fused max pooling: Sequential runs Conv2d → MaxPool2d → ReLU (cifar10_quick's order) as the same one op, with the bits of the three layers", async () => {
+  const counting = countingBackend("cpu-counting-pool-relu");
+  try {
+    // relu(maxPool(y)) = maxPool(relu(y)), and the winners agree wherever the mask passes a gradient.
+    const net = (relu: ReLU) =>
+      new Sequential({
+        conv: new Conv2d(3, 8, 3, { padding: 1 }),
+        pool: new MaxPool2d({ kernel: 3, stride: 2 }),
+        relu,
+        flat: new Flatten(),
+        fc: new Linear(8 * 4 * 4, 5),
+      }).initialize(4);
+    const fusedNet = net(new ReLU()), plainNet = net(new SeparateReLU());
+    const x = tensor(values(4 * 3 * 9 * 9), { shape: [4, 3, 9, 9] });
+    counting.reluPasses = 0;
+    counting.reluGradElements = 0;
+    const fused = await lossAndGrads(() => fusedNet.forward(x), fusedNet.parameters());
+    assert.deepEqual([counting.reluPasses, counting.reluGradElements], [0, 4 * 8 * 4 * 4], "one op");
+    counting.reluPasses = 0;
+    const plain = await lossAndGrads(() => plainNet.forward(x), plainNet.parameters());
+    assert.equal(counting.reluPasses, 1, "unfused, a ReLU pass on the pooled output");
     fused.forEach((v, i) => sameBits(v, plain[i], `output ${i}`));
   } finally {
     setBackend("cpu");
