@@ -180,6 +180,7 @@ function callFlops(method: string, args: readonly unknown[]): number {
     case "conv2dBackwardFilter":
       return conv2dFlops(args[3] as Conv2dGeometry);
     case "conv2dForwardMaxPool":
+    case "conv2dBackwardFilterPooled":
       return conv2dFlops(args[4] as Conv2dGeometry);
     default:
       return 0;

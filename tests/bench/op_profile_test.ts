@@ -5,8 +5,8 @@
  *
  * Mutations tried, each of which fails this file: `this.backend = inner` in the `OpProfiler`
  * constructor (the wrapper bypassed: no calls recorded), `withBackend` without `setBackend` (tensors
- * made on the unwrapped backend), `conv2dFlops` without the division by `groups`, and `matmulFlops`
- * without the batch factor.
+ * made on the unwrapped backend), `conv2dFlops` without the division by `groups`, `matmulFlops`
+ * without the batch factor, and the pooled weight gradient left uncounted (as it first was).
  */
 
 import assert from "node:assert/strict";
@@ -84,6 +84,37 @@ Deno.test("op profile: a conv2d forward and backward is 3 convolution calls with
     assert.equal(profile.total.flops, 3 * perPass, "only GEMM and convolution count flops");
     assert.ok(profile.categories.elementwise.calls > 0, "the sum and its gradient are elementwise");
     assert.ok(profile.categories.allocation.calls > 0, "outputs were allocated");
+  } finally {
+    inner.dispose();
+  }
+});
+
+Deno.test("op profile: a first layer's pooled convolution counts its forward and its weight gradient from the pooled gradient", async () => {
+  const { inner, profiler } = profiled("cpu-profiled-pooled");
+  try {
+    // x needs no gradient: the weight gradient comes straight from the pooled gradient, one call.
+    await withBackend(profiler.backend, () => {
+      const x = randn([2, 1, 12, 12], { seed: 3 });
+      const w = randn([8, 1, 5, 5], { seed: 4, requiresGrad: true });
+      profiler.reset();
+      tidy(() => {
+        const y = ops.conv2d(x, w, null, {
+          padding: 2,
+          activation: "relu",
+          maxPool: { kernel: 3, stride: 2 },
+        });
+        ops.sum(y).backward();
+      });
+      assert.ok(w.grad, "the weight gradient was computed");
+      for (const t of [x, w, w.grad]) t.dispose();
+    });
+    const profile = profiler.snapshot();
+    const perPass = 2 * 2 * 8 * 12 * 12 * 1 * 5 * 5;
+    for (const method of ["conv2dForwardMaxPool", "conv2dBackwardFilterPooled"]) {
+      assert.equal(profile.methods[method]?.calls, 1, method);
+      assert.equal(profile.methods[method].flops, perPass, method);
+    }
+    assert.equal(profile.categories.convolution.flops, 2 * perPass);
   } finally {
     inner.dispose();
   }
