@@ -493,6 +493,31 @@ export function fusedRun(layers: readonly (Module | undefined)[]): FusedRun | un
 }
 
 /**
+ * Applies `layers` to a batch in order, each run that {@link fusedRun} finds as one op: what
+ * {@link Sequential.forward} does, for any slice of a network's layers (a hybrid schedule's body).
+ * Intermediate outputs are disposed (the graph keeps what backward needs); `x` is not.
+ *
+ * @example
+ * ```ts
+ * import { Conv2d, forwardLayers, MaxPool2d, ReLU } from "./layers.ts";
+ * import { zeros } from "../creation.ts";
+ * const y = forwardLayers([new Conv2d(1, 4, 3), new ReLU(), new MaxPool2d({ kernel: 2 })], zeros([2, 1, 8, 8]));
+ * console.log(y.shape); // [2, 4, 3, 3]
+ * ```
+ */
+export function forwardLayers(layers: readonly Module[], x: Tensor, context?: ForwardContext): Tensor {
+  let h = x;
+  for (let i = 0; i < layers.length; i++) {
+    const fused = fusedRun(layers.slice(i, i + 3));
+    const next = fused ? fused.forward(h) : layers[i].forward(h, context);
+    if (fused) i += fused.length - 1;
+    if (h !== x) h.dispose(); // the graph keeps what backward needs
+    h = next;
+  }
+  return h;
+}
+
+/**
  * Layers applied in order. Named layers (an object) give dotted parameter names like
  * `conv2.weight`; an array names them `0`, `1`, ….
  *
@@ -523,17 +548,7 @@ export class Sequential extends Module {
    * same bits, fewer passes over the outputs and fewer intermediate tensors.
    */
   forward(x: Tensor, context?: ForwardContext): Tensor {
-    let h = x;
-    const layers = this.children();
-    for (let i = 0; i < layers.length; i++) {
-      const layer = layers[i][1];
-      const fused = fusedRun(layers.slice(i, i + 3).map(([, module]) => module));
-      const next = fused ? fused.forward(h) : layer.forward(h, context);
-      if (fused) i += fused.length - 1;
-      if (h !== x) h.dispose(); // the graph keeps what backward needs
-      h = next;
-    }
-    return h;
+    return forwardLayers(this.children().map(([, module]) => module), x, context);
   }
 
   /** Output shape and per-sample forward FLOPs for an input shape. */

@@ -41,7 +41,7 @@ import {
 import { fromStorage } from "../../engine/creation.ts";
 import { streamOf } from "../../engine/nn/init.ts";
 import type { Backend } from "../../backends/backend.ts";
-import { type Dropout, fusedRun } from "../../engine/nn/layers.ts";
+import { type Dropout, forwardLayers, fusedRun } from "../../engine/nn/layers.ts";
 import type { ParameterLayout, ParameterSlot } from "./parameter_layout.ts";
 import type { ComputeSpan } from "./protocol.ts";
 import { gatheredSamples, type MicroBatch, SliceGradientSum, WHOLE_SHARD } from "./head_micro_batches.ts";
@@ -242,13 +242,9 @@ export class HeadShard {
       this.#bodyOutput = tidy(() => {
         // A graph's body runs as a graph, up to the blob the head reads.
         if (graph && bodyOutput) return graph.run(images, [bodyOutput], this.#context)[0];
-        let h = images;
-        for (const [, layer] of this.#network.layers().slice(0, this.#setup.head.bodyLayers)) {
-          const next = layer.forward(h, this.#context);
-          if (h !== images) h.dispose(); // the graph keeps what backward needs
-          h = next;
-        }
-        return h;
+        // As Sequential runs them: Conv2d → ReLU → MaxPool2d as one op, and so on (`fusedRun`).
+        const body = this.#network.layers().slice(0, this.#setup.head.bodyLayers).map(([, layer]) => layer);
+        return forwardLayers(body, images, this.#context);
       });
     } finally {
       images.dispose();
