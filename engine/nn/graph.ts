@@ -20,7 +20,7 @@
 import { formatShape, ShapeError, TandemError } from "../errors.ts";
 import type { Tensor } from "../tensor.ts";
 import { JoinModule } from "./join.ts";
-import { fusedRun } from "./layers.ts";
+import { type FusedRun, fusedRun } from "./layers.ts";
 import type { ForwardContext, LayerDescription, Module } from "./module.ts";
 
 /** One layer of a graph. */
@@ -185,25 +185,13 @@ export class Graph {
     for (let k = 0; k < order.length; k++) {
       const node = this.nodes[order[k]], module = node.module;
       const inputs = node.bottoms.map((b) => blobs.get(b)!);
-      // Layers that run as one op (`fusedRun`: a convolution or fully connected layer, its ReLU, a
-      // max pooling) fuse where each blob between them has the next as its one reader and is not
-      // asked for: those blobs are never made, the last node's is.
-      const chain = [node];
-      while (chain.length < 3) {
-        const last = chain[chain.length - 1], after = this.nodes[order[k + chain.length]];
-        if (
-          after === undefined || after.bottoms.length !== 1 || after.bottoms[0] !== last.top ||
-          readers.get(last.top) !== 1 || kept.has(last.top)
-        ) break;
-        chain.push(after);
-      }
-      const fused = module instanceof JoinModule ? undefined : fusedRun(chain.map((n) => n.module));
+      const fused = this.fusedFrom(order, k, readers, kept);
       const out = module instanceof JoinModule
         ? module.forwardAll(inputs, context)
         : fused
-        ? fused.forward(inputs[0])
+        ? fused.op.forward(inputs[0])
         : module.forward(inputs[0], context);
-      const run = chain.slice(0, fused?.length ?? 1);
+      const run = fused?.nodes ?? [node];
       for (const inner of run.slice(0, -1)) readers.set(inner.top, 0);
       k += run.length - 1;
       blobs.set(run[run.length - 1].top, out);
@@ -218,6 +206,33 @@ export class Graph {
       }
     }
     return outputs.map((b) => blobs.get(b)!);
+  }
+
+  /**
+   * The nodes from `order[k]` on that run as one op ({@link fusedRun}: a convolution or fully
+   * connected layer, its ReLU, a max pooling) and that op, or `undefined` where the node runs alone.
+   * They fuse where each blob between them has the next as its one reader (`readers`: readers left
+   * among the nodes `order` runs) and is not asked for (`kept`): those blobs are never made, the
+   * last node's is. {@link Graph.run} runs them so, and the simulator's profile times them so.
+   */
+  fusedFrom(
+    order: readonly number[],
+    k: number,
+    readers: ReadonlyMap<string, number>,
+    kept: ReadonlySet<string>,
+  ): { nodes: GraphNode[]; op: FusedRun } | undefined {
+    const chain = [this.nodes[order[k]]];
+    if (chain[0].module instanceof JoinModule) return undefined;
+    while (chain.length < 3) {
+      const last = chain[chain.length - 1], after = this.nodes[order[k + chain.length]];
+      if (
+        after === undefined || after.bottoms.length !== 1 || after.bottoms[0] !== last.top ||
+        readers.get(last.top) !== 1 || kept.has(last.top)
+      ) break;
+      chain.push(after);
+    }
+    const op = fusedRun(chain.map((n) => n.module));
+    return op && { nodes: chain.slice(0, op.length), op };
   }
 
   /**

@@ -19,10 +19,12 @@ import {
   type Network,
   noGrad,
   ops,
+  type ParameterEntry,
   randn,
   type Tensor,
   tidy,
 } from "../../engine/mod.ts";
+import { fusedRun } from "../../engine/nn/layers.ts";
 import type { LayerProfile, Profile } from "./profile.ts";
 
 /** Options of {@link measureProfile}. */
@@ -45,8 +47,90 @@ function median(values: number[]): number {
   return sorted[Math.floor(sorted.length / 2)];
 }
 
+/** The parent path of a leaf: only layers of one container fuse, as its `Sequential.forward` runs them. */
+const parentOf = (layer: Module) => layer.path.slice(0, Math.max(0, layer.path.lastIndexOf(".")));
+
+/** Elements of a tensor of `shape`. */
+const sizeOf = (shape: readonly number[]) => shape.reduce((a, b) => a * b, 1);
+
 /**
- * Measures `network` at `batchSize` samples (one device's share of a global batch).
+ * Times one run of the network — a layer, or layers that run as one op — `repeats` times after a
+ * warm-up on `sources` (copies, so each repeat's graph is its own; those with `needsGradient` take
+ * a gradient, as inside the network), and keeps the last repeat's output, detached.
+ */
+function timeRun(
+  forward: (xs: Tensor[], step: number) => Tensor,
+  sources: readonly Tensor[],
+  needsGradient: readonly boolean[],
+  parameters: readonly ParameterEntry[],
+  stream: number,
+  repeats: number,
+): { forwardSeconds: number; backwardSeconds: number; output: Tensor } {
+  const forwardTimes: number[] = [], backwardTimes: number[] = [];
+  let output: Tensor | undefined;
+  for (let r = 0; r <= repeats; r++) {
+    tidy(() => {
+      const xs = sources.map((source, i) => {
+        const x = noGrad(() => ops.reshape(source, source.shape));
+        x.requiresGrad = needsGradient[i];
+        return x;
+      });
+      const t0 = performance.now();
+      const y = forward(xs, r);
+      const t1 = performance.now();
+      const probe = randn(y.shape, { seed: 7, stream });
+      const t2 = performance.now();
+      // A parameter-free first layer (a flatten) has no backward in training: nothing needs it.
+      const backward = y.requiresGrad;
+      if (backward) y.backward({ gradOutput: probe });
+      const t3 = performance.now();
+      for (const p of parameters) {
+        p.tensor.grad?.dispose();
+        p.tensor.grad = null;
+      }
+      if (r > 0) { // the first run warms up the JIT and scratch buffers
+        forwardTimes.push((t1 - t0) / 1000);
+        backwardTimes.push(backward ? (t3 - t2) / 1000 : 0);
+      }
+      if (r === repeats) {
+        output = noGrad(() => ops.reshape(y, y.shape));
+        return output;
+      }
+    });
+  }
+  output!.requiresGrad = false;
+  return { forwardSeconds: median(forwardTimes), backwardSeconds: median(backwardTimes), output: output! };
+}
+
+/**
+ * The profile's entries of one timed run: its time on its first layer (layers fused into one op run
+ * inside it and get 0), and every layer's own output bytes (`outputs`, elements) and kind.
+ */
+function runEntries(
+  run: readonly Module[],
+  names: readonly string[],
+  groups: readonly string[],
+  timed: { forwardSeconds: number; backwardSeconds: number },
+  outputs: readonly number[],
+): LayerProfile[] {
+  return run.map((layer, i) => ({
+    name: names[i],
+    group: groups[i],
+    forwardSeconds: i === 0 ? timed.forwardSeconds : 0,
+    backwardSeconds: i === 0 ? timed.backwardSeconds : 0,
+    parameterBytes: layer.namedParameters().reduce((n, p) => n + p.tensor.size * 4, 0),
+    // fp32 activations at this batch: what a hybrid plan's all-gathers and reduce-scatters move.
+    outputBytes: outputs[i] * 4,
+    kind: layer.kind,
+  }));
+}
+
+/**
+ * Measures `network` at `batchSize` samples (one device's share of a global batch). Layers that
+ * training runs as one op ({@link fusedRun}: a convolution or fully connected layer with its ReLU,
+ * and the max pooling after it) are timed as that op, on the first layer's entry: timed one by one,
+ * the ReLU and pooling passes of AlexNet-like's body and their backward cost as much again as its
+ * convolutions, which put most of a step in the wrong place.
  *
  * @example
  * ```ts
@@ -63,57 +147,32 @@ export function measureProfile(network: Network, batchSize: number, options: Mea
   let input: Tensor = randn([batchSize, ...network.inputShape], { seed: options.seed ?? 0 });
   const wasTraining = network.training;
   network.train();
-  let group = network.namedParameters().at(-1)?.group ?? "all";
   const all = leaves(network);
   // Parameter-free layers belong to the group of the parametrised layer before them, as in summaries.
-  const firstGroup = all.flatMap((l) => l.namedParameters())[0]?.group ?? group;
-  group = firstGroup;
-  all.forEach((layer, index) => {
-    const own = layer.namedParameters();
-    if (own.length > 0) group = own[0].group;
-    const forwardTimes: number[] = [], backwardTimes: number[] = [];
-    let output: Tensor | undefined;
-    for (let r = 0; r <= repeats; r++) {
-      tidy(() => {
-        const x = noGrad(() => ops.reshape(input, input.shape));
-        x.requiresGrad = index > 0; // the first layer's input needs no gradient in training
-        const t0 = performance.now();
-        const y = layer.forward(x, { step: r });
-        const t1 = performance.now();
-        const probe = randn(y.shape, { seed: 7, stream: index });
-        const t2 = performance.now();
-        // A parameter-free first layer (a flatten) has no backward in training: nothing needs it.
-        const backward = y.requiresGrad;
-        if (backward) y.backward({ gradOutput: probe });
-        const t3 = performance.now();
-        for (const p of own) {
-          p.tensor.grad?.dispose();
-          p.tensor.grad = null;
-        }
-        if (r > 0) { // the first run warms up the JIT and scratch buffers
-          forwardTimes.push((t1 - t0) / 1000);
-          backwardTimes.push(backward ? (t3 - t2) / 1000 : 0);
-        }
-        if (r === repeats) {
-          output = noGrad(() => ops.reshape(y, y.shape));
-          return output;
-        }
-      });
-    }
-    layers.push({
-      name: layer.path,
-      group,
-      forwardSeconds: median(forwardTimes),
-      backwardSeconds: median(backwardTimes),
-      parameterBytes: own.reduce((n, p) => n + p.tensor.size * 4, 0),
-      // fp32 activations at this batch: what a hybrid plan's all-gathers and reduce-scatters move.
-      outputBytes: output!.size * 4,
-      kind: layer.kind,
-    });
+  let group = all.flatMap((l) => l.namedParameters())[0]?.group ?? network.namedParameters().at(-1)?.group ??
+    "all";
+  for (let index = 0; index < all.length;) {
+    const layer = all[index];
+    const candidates = all.slice(index, index + 3);
+    const fused = fusedRun(candidates.filter((l, i) => i === 0 || parentOf(l) === parentOf(layer)));
+    const run = all.slice(index, index + (fused?.length ?? 1));
+    const groups = run.map((l) => group = l.namedParameters()[0]?.group ?? group);
+    const outputs: number[] = [];
+    let shape = input.shape;
+    for (const l of run) outputs.push(sizeOf(shape = l.describe(shape).outputShape));
+    const timed = timeRun(
+      ([x], step) => fused ? fused.forward(x) : layer.forward(x, { step }),
+      [input],
+      [index > 0], // the first layer's input needs no gradient in training
+      run.flatMap((l) => l.namedParameters()),
+      index,
+      repeats,
+    );
+    layers.push(...runEntries(run, run.map((l) => l.path), groups, timed, outputs));
     input.dispose();
-    input = output!;
-    input.requiresGrad = false;
-  });
+    input = timed.output;
+    index += run.length;
+  }
   input.dispose();
   network.train(wasTraining);
   return { layers, batchSize, description: options.description };
@@ -122,7 +181,8 @@ export function measureProfile(network: Network, batchSize: number, options: Mea
 /**
  * {@link measureProfile} of a network on a graph: every node in topological order (the reverse of
  * the order backward runs them), each timed on the blobs that really reach it — one forward pass's,
- * each kept until its last reader is measured — with gradients into every bottom but the images.
+ * each kept until its last reader is measured — with gradients into every bottom but the images,
+ * and the nodes that training runs as one op ({@link Graph.fusedFrom}) timed as that op.
  * Auxiliary heads count, as training runs them.
  */
 function measureGraph(network: Network, graph: Graph, batchSize: number, options: MeasureOptions): Profile {
@@ -130,64 +190,45 @@ function measureGraph(network: Network, graph: Graph, batchSize: number, options
   const layers: LayerProfile[] = [];
   const wasTraining = network.training;
   network.train();
-  const blobs = new Map<string, Tensor>([[
-    graph.input,
-    randn([batchSize, ...network.inputShape], {
-      seed: options.seed ?? 0,
-    }),
-  ]]);
+  const inputShape = [batchSize, ...network.inputShape];
+  const shapes = graph.describe(inputShape).shapes;
+  const blobs = new Map<string, Tensor>([[graph.input, randn(inputShape, { seed: options.seed ?? 0 })]]);
   const readers = new Map<string, number>();
   for (const node of graph.nodes) for (const b of node.bottoms) readers.set(b, (readers.get(b) ?? 0) + 1);
-  const firstGroup = network.namedParameters()[0]?.group ?? "all";
-  let group = firstGroup;
-  graph.nodes.forEach((node, index) => {
-    const own = node.module.namedParameters();
-    if (own.length > 0) group = own[0].group;
-    const forwardTimes: number[] = [], backwardTimes: number[] = [];
-    let output: Tensor | undefined;
-    for (let r = 0; r <= repeats; r++) {
-      tidy(() => {
-        const xs = node.bottoms.map((b) => {
-          const source = blobs.get(b)!;
-          const x = noGrad(() => ops.reshape(source, source.shape));
-          x.requiresGrad = b !== graph.input;
-          return x;
-        });
-        const t0 = performance.now();
-        const y = node.module instanceof JoinModule
-          ? node.module.forwardAll(xs, { step: r })
-          : node.module.forward(xs[0], { step: r });
-        const t1 = performance.now();
-        const probe = randn(y.shape, { seed: 7, stream: index });
-        const t2 = performance.now();
-        const backward = y.requiresGrad;
-        if (backward) y.backward({ gradOutput: probe });
-        const t3 = performance.now();
-        for (const p of own) {
-          p.tensor.grad?.dispose();
-          p.tensor.grad = null;
-        }
-        if (r > 0) {
-          forwardTimes.push((t1 - t0) / 1000);
-          backwardTimes.push(backward ? (t3 - t2) / 1000 : 0);
-        }
-        if (r === repeats) {
-          output = noGrad(() => ops.reshape(y, y.shape));
-          return output;
-        }
-      });
-    }
-    layers.push({
-      name: node.module.path,
-      group,
-      forwardSeconds: median(forwardTimes),
-      backwardSeconds: median(backwardTimes),
-      parameterBytes: own.reduce((n, p) => n + p.tensor.size * 4, 0),
-      outputBytes: output!.size * 4,
-      kind: node.module.kind,
-    });
-    output!.requiresGrad = false;
-    blobs.set(node.top, output!);
+  // Training asks for its losses' logits (`Network.lossAndLogits`): those blobs never fuse away.
+  const kept = new Set([...graph.trainingOutputs, graph.output]);
+  const order = graph.nodes.map((_, i) => i);
+  let group = network.namedParameters()[0]?.group ?? "all";
+  for (let index = 0; index < graph.nodes.length;) {
+    const node = graph.nodes[index];
+    const fused = graph.fusedFrom(order, index, readers, kept);
+    const run = fused?.nodes ?? [node];
+    const groups = run.map((n) => group = n.module.namedParameters()[0]?.group ?? group);
+    const timed = timeRun(
+      (xs, step) =>
+        node.module instanceof JoinModule
+          ? node.module.forwardAll(xs, { step })
+          : fused
+          ? fused.op.forward(xs[0])
+          : node.module.forward(xs[0], { step }),
+      node.bottoms.map((b) => blobs.get(b)!),
+      node.bottoms.map((b) => b !== graph.input),
+      run.flatMap((n) => n.module.namedParameters()),
+      index,
+      repeats,
+    );
+    layers.push(
+      ...runEntries(
+        run.map((n) => n.module),
+        run.map((n) => n.module.path),
+        groups,
+        timed,
+        run.map((n) => sizeOf(shapes.get(n.top)!)),
+      ),
+    );
+    blobs.set(run[run.length - 1].top, timed.output);
+    // The blobs inside a fused run are never made; their one reader is in the run.
+    for (const inner of run.slice(0, -1)) readers.set(inner.top, 0);
     for (const b of node.bottoms) {
       const left = readers.get(b)! - 1;
       readers.set(b, left);
@@ -196,7 +237,8 @@ function measureGraph(network: Network, graph: Graph, batchSize: number, options
         blobs.delete(b);
       }
     }
-  });
+    index += run.length;
+  }
   for (const t of blobs.values()) t.dispose();
   network.train(wasTraining);
   return { layers, batchSize, description: options.description };

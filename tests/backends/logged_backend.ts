@@ -1,6 +1,10 @@
-/** A backend seen through a proxy that logs its calls and can hide an optional capability. */
+/**
+ * Backends that watch their own calls: a proxy that logs them and can hide an optional capability,
+ * and a CPU backend that counts its standalone ReLU passes, to tell fused runs apart.
+ */
 
-import type { Backend } from "../../backends/backend.ts";
+import type { Backend, Storage, UnaryOp } from "../../backends/backend.ts";
+import { CpuBackend } from "../../backends/cpu/backend.ts";
 import { registerBackend } from "../../mod.ts";
 
 /**
@@ -38,4 +42,17 @@ export function registerLogged(
       },
     }),
   );
+}
+
+/**
+ * The CPU backend, counting the ReLU passes it runs on their own (`unary("relu")`), not those in a
+ * product's epilogue: a layer that runs fused with its convolution or product adds none.
+ */
+export class CountingCpu extends CpuBackend {
+  /** Standalone ReLU passes so far. */
+  reluPasses = 0;
+  override unary(op: UnaryOp, x: Storage, out: Storage): void {
+    if (op === "relu") this.reluPasses++;
+    super.unary(op, x, out);
+  }
 }

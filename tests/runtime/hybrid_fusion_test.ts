@@ -5,21 +5,11 @@
  */
 
 import assert from "node:assert/strict";
-import { CpuBackend } from "../../backends/cpu/backend.ts";
-import type { Storage, UnaryOp } from "../../backends/mod.ts";
 import { BackendDevice } from "../../schedule/devices/backend_device.ts";
 import { hybridPlan } from "../../schedule/plan/builtins.ts";
 import { DataParallelTrainer } from "../../schedule/runtime/trainer.ts";
+import { CountingCpu } from "../backends/logged_backend.ts";
 import { tinyBatch, tinyGroups, tinyModel, tinyOptimizers } from "../fixtures/data_parallel.ts";
-
-/** The CPU backend, counting the ReLU passes it runs on their own (not in a product's epilogue). */
-class CountingCpu extends CpuBackend {
-  reluPasses = 0;
-  override unary(op: UnaryOp, x: Storage, out: Storage): void {
-    if (op === "relu") this.reluPasses++;
-    super.unary(op, x, out);
-  }
-}
 
 // tinyAlexNet's body is conv1 → relu1 → norm1 → pool1 → conv2 → relu2 → pool2: two fused runs,
 // each with its ReLU inside; its head's fc1 → relu3 runs as one product too. Mutation: the body's
