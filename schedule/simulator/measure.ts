@@ -3,11 +3,13 @@
  * bytes, output bytes and the layer type for every layer, the input the simulator and the
  * AlexNet-like test need.
  *
- * Each layer is timed in isolation on the activation that really reaches it (captured in one
- * forward pass), forward and backward separately, taking the median of several repeats so a stray
- * pause does not skew a layer. A network on a graph is measured node by node in topological order,
- * each node on its own bottoms, so the profile reads from the output side in the order backward
- * runs (what the AlexNet-like test walks).
+ * Each layer is timed on its own on the activation that really reaches it (captured in one forward
+ * pass), forward and backward separately, taking the median of several repeats so a stray pause
+ * does not skew a layer; layers that training runs as one op (`fusedRun`: a convolution or fully
+ * connected layer with its ReLU, and a max pooling after them) are timed as that op, on the first
+ * layer's entry. A network on a graph is measured node by node in topological order, each node on
+ * its own bottoms, so the profile reads from the output side in the order backward runs (what the
+ * AlexNet-like test walks).
  *
  * @module
  */
@@ -153,8 +155,10 @@ export function measureProfile(network: Network, batchSize: number, options: Mea
     "all";
   for (let index = 0; index < all.length;) {
     const layer = all[index];
-    const candidates = all.slice(index, index + 3);
-    const fused = fusedRun(candidates.filter((l, i) => i === 0 || parentOf(l) === parentOf(layer)));
+    // Only the leaves right after it in the same container: a nested one runs its own forward.
+    const siblings = all.slice(index, index + 3);
+    const stranger = siblings.findIndex((l) => parentOf(l) !== parentOf(layer));
+    const fused = fusedRun(stranger < 0 ? siblings : siblings.slice(0, stranger));
     const run = all.slice(index, index + (fused?.length ?? 1));
     const groups = run.map((l) => group = l.namedParameters()[0]?.group ?? group);
     const outputs: number[] = [];

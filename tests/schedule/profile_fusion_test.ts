@@ -11,10 +11,12 @@ import {
   Flatten,
   Graph,
   Linear,
+  LRN,
   MaxPool2d,
   type Module,
   Network,
   ReLU,
+  Sequential,
 } from "../../engine/nn/mod.ts";
 import { registerBackend, setBackend } from "../../mod.ts";
 import { measureProfile } from "../../schedule/simulator/measure.ts";
@@ -71,6 +73,23 @@ Deno.test("measureProfile times a chain's Conv2d → ReLU (→ MaxPool2d) and Li
   const bytes = Object.fromEntries(profile.layers.map((l) => [l.name, l.outputBytes]));
   assert.equal(bytes.relu2, 4 * 4 * 16 * 8 * 8);
   assert.equal(bytes.pool2, 4 * 4 * 16 * 4 * 4);
+});
+
+// Mutation seen failing: the chain path fusing the leaves of one container across a nested one
+// (conv1 and relu1 around `inner`, as a filter on the parent did), where Sequential runs them apart.
+Deno.test("measureProfile fuses only what Sequential fuses: not across a nested container", () => {
+  const net = () =>
+    new Network("nested", [2, 8, 8], 5, {
+      conv1: new Conv2d(2, 4, 3, { padding: 1 }),
+      inner: new Sequential({ norm: new LRN({ size: 3 }) }),
+      relu1: new ReLU(),
+      flatten: new Flatten(),
+      fc: new Linear(4 * 8 * 8, 5),
+    }).initialize(1);
+  const { profile, reluPasses } = profiled("cpu-profile-nested", net);
+  // relu1 runs alone in training (conv1 is followed by `inner`): once in the warm-up, once timed.
+  assert.equal(reluPasses, 2, "standalone ReLU passes while profiling");
+  assertTimed(profile, { conv1: true, "inner.norm": true, relu1: true, fc: true });
 });
 
 /**
