@@ -11,7 +11,8 @@
  *
  * Products: 512³, 1024³ and the three products of a 9216→4096 fully connected layer at batch 64.
  * Each candidate is timed in pairs of calls against the untuned blocks (the cache sizes' blocks,
- * or the defaults), so a slow stretch of a shared machine falls on both calls of a pair; its score
+ * or the defaults; a backend built beside the candidate's, after a first one is dropped: see `trial`'s
+ * callers), so a slow stretch of a shared machine falls on both calls of a pair; its score
  * is the geometric mean over the products of its median speedup. The search takes MC first, then
  * NC at the best MC. The untuned blocks stay unless a candidate is faster by more than
  * {@link MARGIN} and by more than twice the noise (the score the untuned blocks show against a
@@ -136,7 +137,13 @@ function trial(blocks: GemmBlocks): Trial {
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const base = trial(untuned);
+// The first backend a process builds runs its GEMMs slower than those built after it, for as long
+// as it lives (2-core Xeon, 1 thread, 1024³ and the three FC products, 7–9 pairs each): 1.03–1.17×
+// the time of a second backend in the same blocks; 0.95–1.04× where one had been built and disposed
+// first. Against such a first backend the untuned blocks scored 1.10× and 1.11× over themselves in
+// two runs, and twice that margin kept them against candidates 1.15–1.25× faster. So one is built
+// and dropped before any timing, and each comparison builds its own untuned reference.
+trial(untuned).backend.dispose();
 const baseBest = SHAPES.map(() => Infinity);
 
 /**
@@ -151,7 +158,7 @@ function compare(
   shapes = SHAPES.map((_, s) => s),
 ): Measured {
   if (!again && label(blocks) === label(untuned)) return measured(blocks, shapes.map(() => 1));
-  const candidate = trial(blocks);
+  const base = trial(untuned), candidate = trial(blocks);
   const speedups = shapes.map((s) => {
     const ratios: number[] = [];
     for (let p = 0; p < count; p++) {
@@ -164,6 +171,7 @@ function compare(
     }
     return median(ratios);
   });
+  base.backend.dispose();
   candidate.backend.dispose();
   return measured(blocks, speedups);
 }
@@ -242,8 +250,6 @@ const row = (r: Measured, tag: string) =>
 for (const r of ranked) row(r, label(r.blocks) === label(untuned) ? " (untuned)" : "");
 row(noise, " again (the noise: same blocks)");
 if (confirmation !== leader) row(confirmation, ` measured again (${2 * pairs} pairs)`);
-base.backend.dispose();
-
 const baseScore = Math.exp(
   baseBest.reduce((sum, t, s) => sum + Math.log(gemmGflops(SHAPES[s], t)), 0) / SHAPES.length,
 );
