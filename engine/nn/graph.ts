@@ -214,6 +214,8 @@ export class Graph {
    * They fuse where each blob between them has the next as its one reader (`readers`: readers left
    * among the nodes `order` runs) and is not asked for (`kept`): those blobs are never made, the
    * last node's is. {@link Graph.run} runs them so, and the simulator's profile times them so.
+   *
+   * @internal For `Graph.run` and the simulator's profile (`measureProfile`).
    */
   fusedFrom(
     order: readonly number[],
