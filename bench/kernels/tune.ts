@@ -137,12 +137,14 @@ function trial(blocks: GemmBlocks): Trial {
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-// The first backend a process builds runs its GEMMs slower than those built after it, for as long
-// as it lives (2-core Xeon, 1 thread, 1024³ and the three FC products, 7–9 pairs each): 1.03–1.17×
-// the time of a second backend in the same blocks; 0.95–1.04× where one had been built and disposed
-// first. Against such a first backend the untuned blocks scored 1.10× and 1.11× over themselves in
-// two runs, and twice that margin kept them against candidates 1.15–1.25× faster. So one is built
-// and dropped before any timing, and each comparison builds its own untuned reference.
+// The first backend a process builds has run its GEMMs slower than those built after it, for as
+// long as it lived (2-core Xeon, 1 thread, 1024³ and the three FC products, 7–9 pairs each):
+// 1.03–1.17× the time of a second backend in the same blocks; 0.95–1.04× where one had been built
+// and disposed first. Against such a first backend the untuned blocks scored 1.10× and 1.11× over
+// themselves in two runs, and twice that margin kept them against candidates 1.15–1.25× faster.
+// Hours later the same test showed no gap (0.97–1.06×): the cause is not known. Whatever it is, a
+// comparison is fair only between backends built alike: one is built and dropped before any
+// timing, and each comparison builds its own untuned reference beside its candidate.
 trial(untuned).backend.dispose();
 const baseBest = SHAPES.map(() => Infinity);
 
