@@ -458,8 +458,21 @@ export function filterChunks(g: Conv2dGeometry): number {
  * ```
  */
 export function filterChunkImages(g: Conv2dGeometry, chunk: number): [number, number] {
-  const chunks = filterChunks(g);
-  return [Math.floor((chunk * g.batch) / chunks), Math.floor(((chunk + 1) * g.batch) / chunks)];
+  return imagePart(g.batch, filterChunks(g), chunk);
+}
+
+/**
+ * Images [n0, n1) of part `part` when `images` are cut into `parts` as evenly as they go: the
+ * im2col weight gradient's chunks ({@link filterChunkImages}) and the Winograd one's parts.
+ *
+ * @example
+ * ```ts
+ * import { imagePart } from "./conv.ts";
+ * imagePart(20, 8, 1); // [2, 5]
+ * ```
+ */
+export function imagePart(images: number, parts: number, part: number): [number, number] {
+  return [Math.floor((part * images) / parts), Math.floor(((part + 1) * images) / parts)];
 }
 
 /**

@@ -573,6 +573,8 @@ export class WasmKernels {
       phase: 0,
       first: 0,
       images: 0,
+      parts: plan.parts,
+      chunkImages: plan.chunkImages,
       r: plan.r,
       groups: plan.groups,
       depth: plan.depth,
@@ -601,14 +603,17 @@ export class WasmKernels {
       this.#run(TaskKind.winograd, { ...task, phase: WinogradPhase.images, images: g.batch }, threads);
       return true;
     }
-    const phases = [WinogradPhase.filterTiles, WinogradPhase.filterProducts];
-    for (let first = 0; first < g.batch; first += plan.chunkImages) {
-      const images = Math.min(plan.chunkImages, g.batch - first);
-      for (const phase of phases) this.#run(TaskKind.winograd, { ...task, phase, first, images }, threads);
+    if (plan.parts > 1) {
+      this.#run(TaskKind.winograd, { ...task, phase: WinogradPhase.filterParts, images: g.batch }, threads);
+      this.#run(TaskKind.winograd, { ...task, phase: WinogradPhase.filterSum }, threads);
+    } else {
+      const phases = [WinogradPhase.filterTiles, WinogradPhase.filterProducts];
+      for (let first = 0; first < g.batch; first += plan.chunkImages) {
+        const images = Math.min(plan.chunkImages, g.batch - first);
+        for (const phase of phases) this.#run(TaskKind.winograd, { ...task, phase, first, images }, threads);
+      }
     }
-    if (pass === "filter") {
-      this.#run(TaskKind.winograd, { ...task, phase: WinogradPhase.filterGradient }, threads);
-    }
+    this.#run(TaskKind.winograd, { ...task, phase: WinogradPhase.filterGradient }, threads);
     return true;
   }
 

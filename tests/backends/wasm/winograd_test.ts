@@ -66,8 +66,10 @@ const CASES: Case[] = [
     w: [260, 264, 3, 3],
     padding: 1,
   },
-  // 9 tiles an image: the weight gradient's depth block of 256 tiles ends inside image 28's second tile row.
   { name: "3×3 over 30 images of 9 tiles", x: [30, 8, 11, 9], w: [8, 8, 3, 3], padding: 1 },
+  // 18×18 tiles an image: the weight gradient's depth block of 256 tiles ends 4 tiles into an
+  // image's 15th tile row (each of the 2 images is a part of its own).
+  { name: "3×3 over 2 images of 324 tiles", x: [2, 8, 72, 72], w: [8, 8, 3, 3], padding: 1 },
 ];
 
 function geometryOf(c: Case): Conv2dGeometry {
@@ -193,8 +195,8 @@ Deno.test("winograd: which convolutions take it", () => {
 // ignored in transformFilters); its padding p instead of r − 1 − p; the second GEMM depth block
 // overwriting the first (accumulate 0); quad corners computed with the tile rows for the tile
 // columns; the weight gradient's tile rows not cut where a depth block ends; its first chunk
-// adding to the stale scratch instead of overwriting Z; winogradSide accepting nothing (the
-// im2col bits assertion).
+// adding to the stale scratch instead of overwriting Z (a part's first chunk too: `first > 0` for
+// `first > n0` in `filterPart`); winogradSide accepting nothing (the im2col bits assertion).
 Deno.test("winograd conv: forward, input and weight gradients match float64", () => {
   const winograd = new CpuBackend({ threads: 1 }), im2col = new CpuBackend({ threads: 1, winograd: false });
   for (const c of CASES) {
@@ -216,37 +218,58 @@ Deno.test("winograd conv: forward, input and weight gradients match float64", ()
 });
 
 /**
- * 32×32 outputs of 5×5 filters over 8 channels: each image's weight-gradient tiles (V and Ŷ) take
- * 256 KiB, so a 1 MiB chunk holds 4 and a batch of 6 takes 2 chunks, the second partial.
+ * Weight gradients in several chunks, both ways (`WinogradPlan.parts`). Small sums: 32×32 outputs
+ * of 5×5 filters over 8 channels (16 KiB of Z) take 256 KiB of V and Ŷ per image, so a 1 MiB chunk
+ * holds 4, and 40 images make 8 parts of 5, each summed as a chunk of 4 and a chunk of 1. Large
+ * sums: 96 channels into 96 through 3×3 filters (1.27 MiB of Z, one for the batch) take 432 KiB
+ * per image at 16×16 outputs, so a 16 MiB chunk holds 37, and 40 images make a chunk of 37 and
+ * one of 3. Each against the im2col kernels (tested against float64 above): a float64 reference
+ * of these would take seconds.
  */
-const CHUNKED: Case = {
-  name: "weight gradient in 2 chunks",
-  x: [6, 8, 32, 32],
-  w: [8, 8, 5, 5],
-  padding: 2,
-};
+const CHUNKED: Case[] = [
+  { name: "small sums: 8 parts of 2 chunks", x: [40, 8, 32, 32], w: [8, 8, 5, 5], padding: 2 },
+  { name: "large sums: one Z, 2 chunks", x: [40, 96, 16, 16], w: [96, 96, 3, 3], padding: 1 },
+];
 
-// Mutation that fails this test: later chunks overwriting Z instead of adding to it.
-Deno.test("winograd conv: a weight gradient summed over several image chunks matches float64", () => {
-  assert.equal(winogradPlan(geometryOf(CHUNKED), "filter").chunkImages, 4);
-  const backend = new CpuBackend({ threads: 2 });
-  const o = operands(CHUNKED), got = passes(backend, o), want = reference(CHUNKED, o);
-  for (const pass of ["y", "dx", "dw"] as const) {
-    assertRelativelyClose(got[pass], want[pass], TOL, `${CHUNKED.name} ${pass}`);
+// Mutations each of which fails this test: later chunks overwriting Z instead of adding to it (in
+// the parts, `filterPart` passing `onto` false; without, `filterProducts` overwriting at
+// `first` > 0); the parts' Z not added (`filterSum` skipped).
+Deno.test("winograd conv: a weight gradient summed over several image chunks matches im2col", async () => {
+  const plans = CHUNKED.map((c) => winogradPlan(geometryOf(c), "filter"));
+  assert.deepEqual(plans.map((p) => [p.parts, p.chunkImages]), [[8, 4], [1, 37]]);
+  const winograd = new CpuBackend({ threads: 2 }), im2col = new CpuBackend({ threads: 2, winograd: false });
+  await winograd.startThreads();
+  for (const c of CHUNKED) {
+    const o = operands(c), g = o.g;
+    const gradient = (backend: CpuBackend) => {
+      const [x, dy] = [o.x, o.dy].map((a) => backend.upload(a)), dw = backend.allocate(o.w.length, "float32");
+      backend.conv2dBackwardFilter(x, dy, dw, g);
+      const out = Float32Array.from(backend.readSync(dw) as Float32Array);
+      for (const s of [x, dy, dw]) backend.release(s);
+      return out;
+    };
+    assertRelativelyClose(gradient(winograd), Float64Array.from(gradient(im2col)), TOL, c.name);
   }
-  backend.dispose();
+  winograd.dispose();
+  im2col.dispose();
 });
 
 // Mutations that fail this test: every layer in 1 MiB chunks (AlexNet's conv3 then takes 1 image
 // per chunk, reading and writing its 14 MB of sums Z 16 times) or every layer in 16 MiB chunks (the
-// AlexNet-like net's conv2 takes its whole batch in one 14 MB chunk, out of the L2 cache).
+// AlexNet-like net's conv2 takes its whole batch in one 14 MB chunk, out of the L2 cache); one part
+// everywhere (the AlexNet-like conv2's weight gradient, its chunks shared between the threads, ran
+// 2.7–3.6 ms on 2 threads against 1.6–2.1 in 8 parts); a part per layer (bvlc_alexnet's conv3 would
+// hold 8 × 13.5 MiB of sums).
 Deno.test("winograd conv: weight-gradient chunks stay in L2 where the sums are small, and run long where they are large", () => {
   // AlexNet-like conv2: 216 KiB of V and Ŷ per image, 144 KiB of Z.
-  const small = conv2dGeometry([64, 32, 14, 14], [64, 16, 3, 3], { padding: 1, groups: 2 });
-  assert.equal(winogradPlan(small, "filter").chunkImages, 4);
+  const small = winogradPlan(
+    conv2dGeometry([64, 32, 14, 14], [64, 16, 3, 3], { padding: 1, groups: 2 }),
+    "filter",
+  );
+  assert.deepEqual([small.chunkImages, small.parts], [4, 8]);
   // bvlc_alexnet conv3: 1.41 MiB of V and Ŷ per image, 13.5 MiB of Z.
-  const large = conv2dGeometry([64, 256, 13, 13], [384, 256, 3, 3], { padding: 1 });
-  assert.equal(winogradPlan(large, "filter").chunkImages, 11);
+  const large = winogradPlan(conv2dGeometry([64, 256, 13, 13], [384, 256, 3, 3], { padding: 1 }), "filter");
+  assert.deepEqual([large.chunkImages, large.parts], [11, 1]);
 });
 
 // Mutation that fails this test: the threads ignoring the job's claims (each running every unit:

@@ -8,19 +8,25 @@
  *
  * Forward-type passes take whole images: a thread transforms an image's tiles, multiplies every
  * position and transforms back while the image's operands are in its cache. A weight gradient runs
- * in image chunks (`WinogradPlan.chunkImages`): threads transform the chunk's tiles, then
- * take positions, each summing the chunk's products into Z in order; Z is transformed once at the
- * end. Every output element is computed whole by one thread in an order fixed by the geometry
- * alone (the chunks, the depth blocks of {@link GEMM_DEPTH}), so results are bit-identical for any
- * thread count. The bits differ from the im2col path's by the transforms' rounding, about 1e-5 of
- * the outputs' magnitude (measured against float64 in the tests).
+ * in image chunks (`WinogradPlan.chunkImages`). Where its sums Z are small, the batch is cut into
+ * parts (`WinogradPlan.parts`) and a thread takes a whole part: it transforms each chunk's tiles
+ * into its own scratch and sums their products into the part's own Z, so a chunk never leaves the
+ * core that wrote it; the parts' Z are then added in part order. Threads that shared each chunk —
+ * transforming its tiles, then taking positions — spent their time moving cache lines between
+ * cores: on 2 cores the AlexNet-like conv2's weight gradient ran no faster than on one (2.7–3.6
+ * against 3.3 ms). Where Z is large (AlexNet's layers) one Z per part would not fit the caches, and
+ * the threads still share each chunk. Z is transformed once at the end. Every output element is
+ * computed whole by one thread in an order fixed by the geometry alone (the parts, the chunks, the
+ * depth blocks of {@link GEMM_DEPTH}), so results are bit-identical for any thread count. The bits
+ * differ from the im2col path's by the transforms' rounding, about 1e-5 of the outputs' magnitude
+ * (measured against float64 in the tests).
  *
  * @module
  */
 
 import { align64, GEMM_DEPTH, GEMM_TILE, QUAD_ROWS } from "../gemm.ts";
 import type { KernelExports } from "../generate/module.ts";
-import type { Claim } from "../conv.ts";
+import { type Claim, imagePart } from "../conv.ts";
 import { type Layout, layoutOf, TABLE, tableAt, WinogradPhase, type WinogradTask } from "./plan.ts";
 import { imageOutputAt, imageOutputBytes, poolImage } from "../pool_epilogue.ts";
 
@@ -167,7 +173,26 @@ export function runWinogradPhase(x: KernelExports, task: WinogradTask, scratch: 
       return;
     case WinogradPhase.filterProducts: {
       const units = task.groups * L.positions;
-      for (let u = next(); u < units; u = next()) filterProduct(x, task, L, u, tile);
+      for (let u = next(); u < units; u = next()) filterProduct(x, task, L, u, tile, task.first > 0);
+      return;
+    }
+    case WinogradPhase.filterParts: {
+      const tilesV = align64(tile + 4 * GEMM_TILE.mr * GEMM_TILE.nr);
+      const tilesM = tilesV +
+        task.groups * L.positions * layoutOf({ ...task, images: task.chunkImages }).strides.tilesV;
+      for (let p = next(); p < task.parts; p = next()) {
+        filterPart(x, { ...task, tilesV, tilesM }, p, padded, outPadded, tile);
+      }
+      return;
+    }
+    case WinogradPhase.filterSum: {
+      // Per group and position: Z of part 0 += each later part's, in part order.
+      const units = task.groups * L.positions, floats = task.outputs * task.depth;
+      const partBytes = units * L.strides.filters;
+      for (let u = next(); u < units; u = next()) {
+        const z = task.filters + u * L.strides.filters;
+        for (let p = 1; p < task.parts; p++) x.add_scale(z, z + p * partBytes, z, floats, 1);
+      }
       return;
     }
     case WinogradPhase.filterGradient: {
@@ -457,16 +482,48 @@ function filterTiles(
   }
 }
 
-/** Phase 2 of a weight gradient: one position's Z (+)= Ŷᵀ·V over the chunk's depth blocks. */
-function filterProduct(x: KernelExports, task: WinogradTask, L: Layout, unit: number, tile: number): void {
+/**
+ * Phase 2 of a weight gradient: one position's Z (+)= Ŷᵀ·V over the chunk's depth blocks; the
+ * first block overwrites Z unless `onto` (a later chunk of the same Z), every later one adds.
+ */
+function filterProduct(
+  x: KernelExports,
+  task: WinogradTask,
+  L: Layout,
+  unit: number,
+  tile: number,
+  onto: boolean,
+): void {
   const gi = Math.floor(unit / L.positions), pos = unit % L.positions;
   const z = task.filters + unit * L.strides.filters;
   for (let start = 0; start < L.chunkTiles; start += GEMM_DEPTH) {
     const length = Math.min(GEMM_DEPTH, L.chunkTiles - start);
     const a = filterGradientsAt(task, L, gi, pos, start, 0), b = filterTilesAt(task, L, gi, pos, start, 0);
-    // The first chunk's first block overwrites Z; every later block adds to it, in order.
-    const accumulate = task.first > 0 || start > 0 ? 1 : 0;
+    const accumulate = onto || start > 0 ? 1 : 0;
     x.gemm_macro_quads(a, b, z, task.outputs, task.depth, length, 4 * task.depth, accumulate, tile);
+  }
+}
+
+/**
+ * Part `p` of a weight gradient in parts, whole on this thread: its images chunk by chunk, each
+ * chunk's tiles into `task`'s V and Ŷ (this thread's scratch) and their products summed into the
+ * part's own Z, in chunk order.
+ */
+function filterPart(
+  x: KernelExports,
+  task: WinogradTask,
+  p: number,
+  padded: number,
+  dyPadded: number,
+  tile: number,
+): void {
+  const [n0, n1] = imagePart(task.images, task.parts, p), whole = layoutOf(task);
+  const partZ = task.filters + p * task.groups * whole.positions * whole.strides.filters;
+  for (let first = n0; first < n1; first += task.chunkImages) {
+    const chunk = { ...task, first, images: Math.min(task.chunkImages, n1 - first), filters: partZ };
+    const L = layoutOf(chunk);
+    for (let n = 0; n < chunk.images; n++) filterTiles(x, chunk, L, n, padded, dyPadded);
+    for (let u = 0; u < task.groups * L.positions; u++) filterProduct(x, chunk, L, u, tile, first > n0);
   }
 }
 

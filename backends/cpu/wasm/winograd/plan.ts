@@ -11,6 +11,7 @@ import type { Conv2dGeometry } from "../../../geometry.ts";
 import { align64, GEMM_TILE } from "../gemm.ts";
 import { WINOGRAD_OUTPUT_TILE, type WinogradFilterSide } from "./matrices.ts";
 import { POOL_EPILOGUE_FIELDS, type PoolEpilogue } from "../pool_epilogue.ts";
+import { filterChunks } from "../conv.ts";
 
 /** Which of a convolution's three passes a plan is for. */
 export type WinogradPass = "forward" | "input" | "filter";
@@ -54,6 +55,14 @@ export interface WinogradPlan {
    * one image at a time.
    */
   chunkImages: number;
+  /**
+   * Image parts of a weight gradient whose sums Z are small (at most {@link CACHED_CHUNK_BYTES}):
+   * the batch cut as the im2col path cuts it (`filterChunks` in `conv.ts`), each part summed
+   * whole by one thread into a Z of its own, chunk by chunk in that thread's scratch, and the
+   * parts' Z added in part order before the last transform. 1 (one Z, each chunk's tiles shared by
+   * the threads) where Z is larger, and for forward-type passes.
+   */
+  parts: number;
 }
 
 /**
@@ -127,6 +136,7 @@ export function winogradPlan(g: Conv2dGeometry, pass: WinogradPass): WinogradPla
   const depth = (input ? g.outChannels : g.inChannels) / g.groups;
   const outputs = (input ? g.inChannels : g.outChannels) / g.groups;
   const perImage = 4 * alpha * alpha * g.groups * tiles * (depth + outputs);
+  const smallSums = 4 * alpha * alpha * g.groups * depth * outputs <= CACHED_CHUNK_BYTES;
   return {
     pass,
     r,
@@ -153,6 +163,7 @@ export function winogradPlan(g: Conv2dGeometry, pass: WinogradPass): WinogradPla
         Math.min(g.batch, Math.floor(filterChunkBytes(alpha, g.groups, depth, outputs) / perImage)),
       )
       : g.batch,
+    parts: pass === "filter" && smallSums ? filterChunks(g) : 1,
   };
 }
 
@@ -168,9 +179,12 @@ function filterChunkBytes(alpha: number, groups: number, depth: number, outputs:
  */
 export interface WinogradTask extends PoolEpilogue {
   phase: number;
-  /** First image of the chunk and its image count. */
+  /** First image of the chunk and its image count (the whole batch for `filterParts`). */
   first: number;
   images: number;
+  /** A weight gradient's parts and images per chunk ({@link WinogradPlan}). */
+  parts: number;
+  chunkImages: number;
   r: number;
   groups: number;
   depth: number;
@@ -201,14 +215,19 @@ export interface WinogradTask extends PoolEpilogue {
 
 /**
  * The phases: a forward-type pass runs one (`images`: each image's tiles transformed, multiplied
- * and transformed back by one thread); the weight gradient, chunk by chunk, transforms x's and
- * dy's tiles, sums their products into Z, then transforms Z once after the last chunk.
+ * and transformed back by one thread). The weight gradient, with one part, chunk by chunk
+ * transforms x's and dy's tiles (`filterTiles`) and sums their products into Z
+ * (`filterProducts`); with several, each thread takes whole parts, transforming and summing
+ * their chunks in its own scratch into each part's Z (`filterParts`), and the parts' Z are added
+ * in order (`filterSum`). Either way Z is transformed once at the end (`filterGradient`).
  */
 export const WinogradPhase = {
   images: 1,
   filterTiles: 4,
   filterProducts: 5,
   filterGradient: 6,
+  filterParts: 7,
+  filterSum: 8,
 } as const;
 
 /** The task's fields in the order threads decode them. */
@@ -216,6 +235,8 @@ export const WINOGRAD_FIELDS = [
   "phase",
   "first",
   "images",
+  "parts",
+  "chunkImages",
   "r",
   "groups",
   "depth",
@@ -382,7 +403,9 @@ export function tableAt(task: WinogradTask, layout: Layout, which: number): numb
 
 /**
  * Bytes of one thread's scratch: the padded input image, a padded output (forward-type passes
- * whose output is not whole tiles) or padded dy (weight gradient), and the macro-kernel's edge tile.
+ * whose output is not whole tiles) or padded dy (weight gradient), the macro-kernel's edge tile,
+ * and where the thread transforms what it multiplies: one image's V and M (forward-type passes),
+ * one chunk's V and Ŷ (a weight gradient in parts).
  *
  * @example
  * ```ts
@@ -395,17 +418,20 @@ export function winogradThreadBytes(plan: WinogradPlan): number {
   const m = WINOGRAD_OUTPUT_TILE;
   const padded = 4 * plan.groups * plan.depth * plan.paddedHeight * plan.paddedWidth + 64;
   const out = 4 * plan.groups * plan.outputs * m * plan.tileRows * m * plan.tileColumns + 64;
-  // Forward-type passes also hold one image's V and M.
-  const strides = positionStrides(false, 1, plan.tiles, plan.depth, plan.outputs);
-  const image = plan.pass === "filter"
+  const filter = plan.pass === "filter";
+  const strides = filter
+    ? positionStrides(true, plan.chunkImages, plan.tiles, plan.depth, plan.outputs)
+    : positionStrides(false, 1, plan.tiles, plan.depth, plan.outputs);
+  const tiles = filter && plan.parts === 1
     ? 0
     : plan.groups * plan.alpha * plan.alpha * (strides.tilesV + strides.tilesM);
-  return 64 + align64(padded) + align64(out) + align64(4 * GEMM_TILE.mr * GEMM_TILE.nr) + image + 64;
+  return 64 + align64(padded) + align64(out) + align64(4 * GEMM_TILE.mr * GEMM_TILE.nr) + tiles + 64;
 }
 
 /**
- * Bytes of the shared buffers: transformed filters (or the weight gradient's Z), and one chunk's
- * transformed tiles V and products M (or transformed dy Ŷ).
+ * Bytes of the shared buffers: transformed filters (or the weight gradient's Z, one per part),
+ * and one chunk's transformed tiles V and products M (or transformed dy Ŷ; none with several
+ * parts, whose chunks are in each thread's scratch).
  *
  * @example
  * ```ts
@@ -424,6 +450,7 @@ export function winogradSharedBytes(plan: WinogradPlan): { filters: number; tile
     plan.outputs,
   );
   if (plan.pass !== "filter") return { filters: count * strides.filters, tilesV: 0, tilesM: 0 };
+  if (plan.parts > 1) return { filters: plan.parts * count * strides.filters, tilesV: 0, tilesM: 0 };
   return {
     filters: count * strides.filters,
     tilesV: count * strides.tilesV + 64,
