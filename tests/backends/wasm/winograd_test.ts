@@ -4,8 +4,9 @@
  * correlation exactly in float64; the forward pass and both gradients agree with float64 references
  * over partial tiles, tiles smaller than the output, groups, every padding, GEMM depth blocks (over
  * channels, and over tiles where a block ends inside an image's tile row), and weight gradients in
- * several image chunks; which layers take the path; bits independent of the thread count; and a
- * fused bias and ReLU with the bits of the separate operations.
+ * several image chunks, in parts each on one thread (small sums) and in one shared sum (large);
+ * which layers take the path and how their weight gradients split; bits independent of the thread
+ * count; and a fused bias and ReLU with the bits of the separate operations.
  */
 
 import assert from "node:assert/strict";
