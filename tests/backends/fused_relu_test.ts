@@ -8,15 +8,16 @@
  * three calls, however the threads split it; and `Sequential` and graphs really fuse (no separate
  * ReLU pass runs; with the pooling, the ReLU's mask covers only the pooled gradient).
  *
- * Mutations tried, each made a test here fail: the WebAssembly epilogue skipping its ReLU; the
- * TypeScript kernel skipping it; WebGPU skipping its ReLU dispatch; the fused backward passing the
- * gradient on without the ReLU's mask; `Sequential` not fusing (a ReLU pass runs: the counted
- * `unary("relu")` calls are not 0); the graph not fusing (the same); the graph fusing a
+ * Mutations tried, each made a test here fail: the WebAssembly epilogue skipping its ReLU (also
+ * only on the unrolled vectors of its one pass, `channel_bias`, or storing those all at the first's
+ * place); the TypeScript kernel skipping it; WebGPU skipping its ReLU dispatch; the fused backward
+ * passing the gradient on without the ReLU's mask; `Sequential` not fusing (a ReLU pass runs: the
+ * counted `unary("relu")` calls are not 0); the graph not fusing (the same); the graph fusing a
  * convolution another node also reads (that node reads a blob that was never made). For the fully
- * connected layer: the WebAssembly matmul's epilogue reading the bias from column 0 in every
- * window (the second thread's columns wrong); its ReLU skipped; the TypeScript matmul's bias
- * skipped; WebGPU's matmul skipping its ReLU, or its bias; `linear`'s backward without the ReLU's
- * mask; `fusedRun` refusing a Linear (a ReLU pass runs). For a max pooling fused after the ReLU: its
+ * connected layer: the WebAssembly matmul's epilogue reading the bias from column 0 in every window
+ * (the second thread's columns wrong); its ReLU skipped; the TypeScript matmul's bias skipped;
+ * WebGPU's matmul skipping its ReLU, or its bias; `linear`'s backward without the ReLU's mask;
+ * `fusedRun` refusing a Linear (a ReLU pass runs). For a max pooling fused after the ReLU: its
  * backward routing the pooled gradient unmasked; `fusedRun` refusing a MaxPool2d (the ReLU's mask
  * covers the unpooled output again); the graph stopping its chains at 2 nodes (the same); the graph
  * fusing a pooling whose input blob is asked for (that blob is never made); the graph fusing

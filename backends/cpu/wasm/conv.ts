@@ -17,11 +17,11 @@ import { isPointwise } from "../../geometry.ts";
 import { gemmBlocked, type GemmBlocks, gemmScratchBytes, packedABytes, packWholeA } from "./gemm.ts";
 import type { KernelExports } from "./generate/module.ts";
 import {
+  finishImage,
   imageOutputAt,
   imageOutputBytes,
   NO_POOLING,
   type PoolEpilogue,
-  poolImage,
 } from "./pool_epilogue.ts";
 
 /**
@@ -341,9 +341,7 @@ export function convForwardImages(
     }
     // The bias, the ReLU and any pooling in the epilogue, while this image's output is in cache.
     const y = imageOutputAt(pool, scratch, at.output, n, imageBytes);
-    if (at.bias) x.add_channels(y, at.bias, y, 1, g.outChannels, P);
-    if (at.relu) x.relu(y, y, g.outChannels * P);
-    poolImage(x, pool, n, y, g.outChannels, g.outHeight, g.outWidth);
+    finishImage(x, pool, n, y, at.bias ?? 0, at.relu ?? false, g.outChannels, g.outHeight, g.outWidth);
   }
 }
 

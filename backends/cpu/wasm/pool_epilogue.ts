@@ -123,10 +123,32 @@ export function imageOutputAt(
 }
 
 /**
+ * The epilogue of image `n`'s convolution output at `y` (`channels` planes of `height` × `width`),
+ * while it is in cache: the bias (byte address, 0 for none) and the ReLU in one pass (`channel_bias`;
+ * two passes, `add_channels` then `relu`, cost the AlexNet-like conv1 a fifth of its forward), then
+ * the pooling, if any ({@link poolImage}). Both convolution paths end each image with it.
+ */
+export function finishImage(
+  x: KernelExports,
+  task: PoolEpilogue,
+  n: number,
+  y: number,
+  bias: number,
+  relu: boolean,
+  channels: number,
+  height: number,
+  width: number,
+): void {
+  if (bias) x.channel_bias(y, bias, channels, height * width, relu ? 1 : 0);
+  else if (relu) x.relu(y, y, channels * height * width);
+  poolImage(x, task, n, y, channels, height, width);
+}
+
+/**
  * Pools image `n`'s convolution output at `source` (`channels` planes of `height` × `width`) into
  * image `n` of the pooled output and its winners; nothing without pooling.
  */
-export function poolImage(
+function poolImage(
   x: KernelExports,
   task: PoolEpilogue,
   n: number,

@@ -432,7 +432,8 @@ Deno.test("wasm conv: forward, input and weight gradients match the oracle", () 
 });
 
 // Mutations tried, each made this test fail: the WebAssembly epilogue adding the bias of the
-// next channel; the TypeScript kernel adding the bias once per group instead of once per image.
+// next channel; the TypeScript kernel adding the bias once per group instead of once per image;
+// the one-pass epilogue (`channel_bias`) leaving a plane's single-float tail without its bias.
 Deno.test("conv with bias: the fused epilogue gives the bits of a convolution then a broadcast add", async () => {
   const { CpuBackend } = await import("../../../backends/cpu/backend.ts");
   for (const kernels of ["wasm", "ts"] as const) {

@@ -131,6 +131,8 @@ export interface KernelExports extends GemmExports {
   add_channels(x: number, bias: number, out: number, outer: number, channels: number, inner: number): void;
   /** See `ELEMENTWISE_EXPORTS.biasRows`. */
   bias_rows(c: number, bias: number, rows: number, columns: number, rowBytes: number, relu: number): void;
+  /** See `ELEMENTWISE_EXPORTS.channelBias`. */
+  channel_bias(y: number, bias: number, channels: number, inner: number, relu: number): void;
   /** See `ELEMENTWISE_EXPORTS.sumRows`. */
   sum_rows(x: number, out: number, rows: number, size: number): void;
   /** See `ELEMENTWISE_EXPORTS.addScale`. */

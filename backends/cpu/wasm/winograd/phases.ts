@@ -28,7 +28,7 @@ import { align64, GEMM_DEPTH, GEMM_TILE, QUAD_ROWS } from "../gemm.ts";
 import type { KernelExports } from "../generate/module.ts";
 import { type Claim, imagePart } from "../conv.ts";
 import { type Layout, layoutOf, TABLE, tableAt, WinogradPhase, type WinogradTask } from "./plan.ts";
-import { imageOutputAt, imageOutputBytes, poolImage } from "../pool_epilogue.ts";
+import { finishImage, imageOutputAt, imageOutputBytes } from "../pool_epilogue.ts";
 
 type Transform = (
   src: number,
@@ -322,9 +322,7 @@ function forwardOutputs(
       m * L.tileColumns,
     );
   }
-  if (task.bias) x.add_channels(y, task.bias, y, 1, channels, outPlane);
-  if (task.relu) x.relu(y, y, channels * outPlane);
-  poolImage(x, task, image, y, channels, task.outHeight, task.outWidth);
+  finishImage(x, task, image, y, task.bias, task.relu !== 0, channels, task.outHeight, task.outWidth);
 }
 
 /**
