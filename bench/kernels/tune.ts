@@ -2,7 +2,8 @@
  * `deno task tune [--pairs N] [--dry-run] [--report]`: measures the WebAssembly GEMM in a range of cache
  * blocks (MC rows of A, NC columns of B per packed block) on this machine, one thread, then the rows
  * of W per tile with which the FC forward product reads W in place (`inPlaceRows` in
- * `backends/cpu/wasm/gemm.ts`: 5, 6, or 0 to pack W), and files
+ * `backends/cpu/wasm/gemm.ts`: 5, 6, or 0 to pack W), then the NC of products with few rows
+ * (`fewRowsNc`, timed on the FC input gradient), and files
  * the fastest under this machine's key (CPU model and cache sizes) in the tuning file
  * (`$TANDEM_CACHE_DIR`, `$XDG_CACHE_HOME/tandem` or `~/.cache/tandem`, `gemm-blocks.json`), where
  * every later process finds it (`backends/cpu/wasm/blocking.ts`). Blocks never change a result's
@@ -33,6 +34,7 @@ import {
 } from "../../backends/cpu/wasm/blocking.ts";
 import {
   DEFAULT_IN_PLACE_ROWS,
+  FEW_ROWS,
   GEMM_BLOCK_LIMITS,
   type GemmBlocks,
   IN_PLACE_ROWS,
@@ -57,6 +59,11 @@ import {
  */
 const ROW_BLOCKS = [24, 48, 96, 144, 192, 288, 384];
 const COLUMN_BLOCKS = [1024, 2048, 4096, 8192];
+/**
+ * Few rows' NC candidates: down to blocks of B that stay in a 256 KiB L2 (KC 256 × 256 floats),
+ * since such a product reuses each block only once per MC block of its rows.
+ */
+const FEW_ROWS_COLUMN_BLOCKS = [256, 512, 1024, 2048, 4096, 8192];
 const SHAPES: GemmShape[] = [squareShape(512), squareShape(1024), ...FC_SHAPES];
 
 function fail(message: string): never {
@@ -90,7 +97,9 @@ const current = machineGemmBlocks();
 // What this machine would use without a tuning: the lookup without the file.
 const untuned = resolveMachineBlocks({ caches: current.caches }).blocks;
 const label = (b: GemmBlocks) =>
-  `${b.mc}×${b.nc}${b.inPlaceRows === undefined ? "" : `, in-place rows ${b.inPlaceRows}`}`;
+  `${b.mc}×${b.nc}${b.inPlaceRows === undefined ? "" : `, in-place rows ${b.inPlaceRows}`}${
+    b.fewRowsNc === undefined ? "" : `, few rows' NC ${b.fewRowsNc}`
+  }`;
 
 const lines: string[] = [];
 /** Prints a line and keeps it for `--report`. */
@@ -207,31 +216,99 @@ const winner = label(chosen) === label(untuned)
   ? results.find((r) => label(r.blocks) === label(untuned))!
   : confirmation;
 
-// The in-place rows: only the FC forward product (X·Wᵀ) reads W in place, so each choice is timed
-// on that product alone, in the chosen MC×NC, against the untuned blocks; one replaces the default
-// only by clearing the margin over the default's own speedup, twice (again with twice the pairs).
-const fcForward = SHAPES.findIndex((s) => s.transB && !s.transA && s.m < s.n);
-const rowsChoice = (rows: number, count = pairs) =>
-  compare({ mc: winner.blocks.mc, nc: winner.blocks.nc, inPlaceRows: rows }, true, count, [fcForward]);
-const rowsResults = IN_PLACE_ROWS.map((rows) => rowsChoice(rows));
-// The noise of the figure these compare: the untuned blocks' own speedup on that product.
-const rowsMargin = noiseMargin(measured(untuned, [noise.speedups[fcForward]]));
-const rowsOf = (m: Measured) => m.blocks.inPlaceRows!;
-const defaultRows = rowsResults.find((r) => rowsOf(r) === DEFAULT_IN_PLACE_ROWS)!;
-const rowsLeader = [...rowsResults].sort((a, b) => b.score - a.score)[0];
 /** `m` as a speedup over `base` (both timed against the untuned blocks). */
 const over = (m: Measured, base: Measured) => measured(m.blocks, [m.score / base.score]);
-let inPlaceRows: number = DEFAULT_IN_PLACE_ROWS;
-let rowsAgain: [Measured, Measured] | undefined;
-// The confirmation is measured only for a leader that clears the margin in the search.
-if (rowsOf(rowsLeader) !== DEFAULT_IN_PLACE_ROWS && clearsMargin(over(rowsLeader, defaultRows), rowsMargin)) {
-  rowsAgain = [rowsChoice(rowsOf(rowsLeader), 2 * pairs), rowsChoice(DEFAULT_IN_PLACE_ROWS, 2 * pairs)];
-  inPlaceRows = chooseBlocks(
-    defaultRows.blocks,
-    over(rowsLeader, defaultRows),
-    over(rowsAgain[0], rowsAgain[1]),
-    rowsMargin,
-  ).inPlaceRows!;
+
+/** One setting chosen on one product alone: its candidates, the default's, and the choice. */
+interface ProductChoice {
+  /** Every candidate (the default among them), by value. */
+  results: Measured[];
+  baseline: Measured;
+  /** The leader and the default measured again with twice the pairs, where the leader cleared the margin. */
+  again?: [Measured, Measured];
+  chosen: number;
+  /** The noise of that product's own speedup (see {@link noiseMargin}). */
+  margin: number;
+}
+
+/**
+ * Times the `values` of one setting (`blocksFor(value)`, in the chosen blocks) on product `shape`
+ * alone, each against the untuned blocks; a value replaces `fallback` only by clearing the margin
+ * over the fallback's own speedup, twice (again with twice the pairs). The confirmation is measured
+ * only for a leader that clears the margin in the search.
+ */
+function chooseOnProduct(
+  values: readonly number[],
+  fallback: number,
+  shape: number,
+  blocksFor: (value: number) => GemmBlocks,
+  valueOf: (blocks: GemmBlocks) => number,
+): ProductChoice {
+  const time = (value: number, count = pairs) => compare(blocksFor(value), true, count, [shape]);
+  const of = (m: Measured) => valueOf(m.blocks);
+  const results = [...new Set([...values, fallback])].sort((a, b) => a - b).map((value) => time(value));
+  // The noise of the figure these compare: the untuned blocks' own speedup on that product.
+  const margin = noiseMargin(measured(untuned, [noise.speedups[shape]]));
+  const baseline = results.find((r) => of(r) === fallback)!;
+  const leader = [...results].sort((a, b) => b.score - a.score)[0];
+  if (of(leader) === fallback || !clearsMargin(over(leader, baseline), margin)) {
+    return { results, baseline, chosen: fallback, margin };
+  }
+  const again: [Measured, Measured] = [time(of(leader), 2 * pairs), time(fallback, 2 * pairs)];
+  const chosen = valueOf(
+    chooseBlocks(baseline.blocks, over(leader, baseline), over(again[0], again[1]), margin),
+  );
+  return { results, baseline, again, chosen, margin };
+}
+
+// The in-place rows: only the FC forward product (X·Wᵀ) reads W in place, so each choice is timed
+// on that product alone, in the chosen MC×NC.
+const fcForward = SHAPES.findIndex((s) => s.transB && !s.transA && s.m < s.n);
+const rows = chooseOnProduct(
+  IN_PLACE_ROWS,
+  DEFAULT_IN_PLACE_ROWS,
+  fcForward,
+  (inPlaceRows) => ({ mc: winner.blocks.mc, nc: winner.blocks.nc, inPlaceRows }),
+  (blocks) => blocks.inPlaceRows!,
+);
+const inPlaceRows = rows.chosen;
+// The few rows' NC (`fewRowsNc`): of these products only the FC input gradient has few rows and
+// packs B in blocks (the FC forward reads W in place), so each NC is timed on it alone, in the
+// chosen blocks and rows.
+const fewRowsProduct = SHAPES.findIndex((s) => !s.transA && !s.transB && s.m <= FEW_ROWS);
+const few = chooseOnProduct(
+  FEW_ROWS_COLUMN_BLOCKS.filter((nc) => nc <= GEMM_BLOCK_LIMITS.nc[1]),
+  winner.blocks.nc,
+  fewRowsProduct,
+  (fewRowsNc) => ({ mc: winner.blocks.mc, nc: winner.blocks.nc, inPlaceRows, fewRowsNc }),
+  (blocks) => blocks.fewRowsNc!,
+);
+const fewRowsNc = few.chosen;
+
+/** A {@link ProductChoice} as a table under `heading`, each value (`valueOf`) against the default's. */
+function sayChoice(
+  choice: ProductChoice,
+  heading: string,
+  column: string,
+  fallback: string,
+  valueOf: (blocks: GemmBlocks) => number,
+): void {
+  say(heading);
+  say(`| ${column} | speedup | against ${fallback} (the default) |`);
+  say(`| --- | --- | --- |`);
+  for (const r of choice.results) {
+    say(
+      `| ${valueOf(r.blocks)} | ${r.score.toFixed(3)}× | ${(r.score / choice.baseline.score).toFixed(3)}× |`,
+    );
+  }
+  if (choice.again) {
+    const [leader, base] = choice.again;
+    say(
+      `| ${valueOf(leader.blocks)} measured again (${2 * pairs} pairs) | ${leader.score.toFixed(3)}× | ${
+        (leader.score / base.score).toFixed(3)
+      }× |`,
+    );
+  }
 }
 
 say(`| product | untuned ${label(untuned)}: fastest call | % of peak |`);
@@ -255,38 +332,41 @@ if (confirmation !== leader) row(confirmation, ` measured again (${2 * pairs} pa
 const baseScore = Math.exp(
   baseBest.reduce((sum, t, s) => sum + Math.log(gemmGflops(SHAPES[s], t)), 0) / SHAPES.length,
 );
-say(
+sayChoice(
+  rows,
   `\nIn-place rows of the FC forward product (${SHAPES[fcForward].name}; 0: W packed), in ` +
     `MC ${winner.blocks.mc}, NC ${winner.blocks.nc}, speedup over the untuned blocks (median of ${pairs} pairs):\n`,
+  "in-place rows",
+  `${DEFAULT_IN_PLACE_ROWS} rows`,
+  (blocks) => blocks.inPlaceRows!,
 );
-say(`| in-place rows | speedup | against ${DEFAULT_IN_PLACE_ROWS} rows (the default) |`);
-say(`| --- | --- | --- |`);
-for (const r of rowsResults) {
-  say(`| ${rowsOf(r)} | ${r.score.toFixed(3)}× | ${(r.score / defaultRows.score).toFixed(3)}× |`);
-}
-if (rowsAgain) {
-  say(
-    `| ${rowsOf(rowsAgain[0])} measured again (${2 * pairs} pairs) | ${rowsAgain[0].score.toFixed(3)}× | ${
-      (rowsAgain[0].score / rowsAgain[1].score).toFixed(3)
-    }× |`,
-  );
-}
+sayChoice(
+  few,
+  `\nNC of products with few rows (${SHAPES[fewRowsProduct].name}), in MC ${winner.blocks.mc}, ` +
+    `NC ${winner.blocks.nc}, in-place rows ${inPlaceRows}, speedup over the untuned blocks (median of ${pairs} pairs):\n`,
+  "few rows' NC",
+  `NC ${winner.blocks.nc}`,
+  (blocks) => blocks.fewRowsNc!,
+);
 const entry = {
   ...winner.blocks,
   inPlaceRows,
+  fewRowsNc,
   gflops: Number((baseScore * winner.score).toFixed(2)),
   untunedGflops: Number(baseScore.toFixed(2)),
   tuned: new Date().toISOString(),
 };
 say(
-  `\nChosen: MC ${winner.blocks.mc}, NC ${winner.blocks.nc}, in-place rows ${inPlaceRows} (${
+  `\nChosen: MC ${winner.blocks.mc}, NC ${winner.blocks.nc}, in-place rows ${inPlaceRows}, NC ${fewRowsNc} for few rows (${
     winner.score.toFixed(3)
   }× the untuned blocks; ` +
     `a candidate must be ${(100 * (Math.exp(margin) - 1)).toFixed(1)}% faster to replace them, twice over: ` +
     `${100 * MARGIN}%, or twice the score the same blocks showed against themselves; ` +
     `in-place rows other than ${DEFAULT_IN_PLACE_ROWS} ${
-      (100 * (Math.exp(rowsMargin) - 1)).toFixed(1)
-    }% faster on the FC forward product, by the same rule on that product's speedup).`,
+      (100 * (Math.exp(rows.margin) - 1)).toFixed(1)
+    }% faster on the FC forward product, by the same rule on that product's speedup; ` +
+    `an NC for few rows other than NC ${(100 * (Math.exp(few.margin) - 1)).toFixed(1)}% faster on the FC ` +
+    `input gradient, by the same rule).`,
 );
 if (values["dry-run"]) {
   say("Dry run: nothing filed.");

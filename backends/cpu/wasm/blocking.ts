@@ -2,7 +2,8 @@
  * This machine's GEMM cache blocks (MC, NC; see `gemm.ts`), resolved once per process, first
  * found first:
  *
- * 1. `TANDEM_GEMM_BLOCKS=mc,nc` or `mc,nc,inPlaceRows` in the environment (experiments, A/B runs);
+ * 1. `TANDEM_GEMM_BLOCKS=mc,nc`, `mc,nc,inPlaceRows` or `mc,nc,inPlaceRows,fewRowsNc` in the
+ *    environment (experiments, A/B runs);
  * 2. the blocks `deno task tune` measured on this machine, cached on disk and keyed by the CPU
  *    model and its cache sizes ({@link tuningFile});
  * 3. blocks derived from the cache sizes the OS reports (`/sys/devices/system/cpu/cpu0/cache/`
@@ -10,10 +11,12 @@
  *    directory; {@link blocksForCaches});
  * 4. {@link DEFAULT_GEMM_BLOCKS}.
  *
- * The in-place rows of a fully connected layer's forward product (`GemmBlocks.inPlaceRows`) come
- * from the first two only, else {@link DEFAULT_IN_PLACE_ROWS}: caches do not tell which tile a core
- * runs fastest. MC, NC and those rows never change a bit of any result (only the depth block KC
- * does, and it is fixed), so machines that choose differently still agree bit for bit. Without
+ * The in-place rows of a fully connected layer's forward product (`GemmBlocks.inPlaceRows`) and
+ * the NC of products with few rows (`GemmBlocks.fewRowsNc`) come from the first two only, else
+ * {@link DEFAULT_IN_PLACE_ROWS} and NC: caches do not tell which tile a core runs fastest, nor how
+ * often a block of B pays for repacking A. MC, NC and those never change a bit of any result (only
+ * the depth block KC does, and it is fixed), so machines that choose differently still agree bit
+ * for bit. Without
  * read or env permission the sources that need it are skipped, never prompted for. A variable or
  * tuning file that cannot be used is skipped too, with a one-line warning
  * ({@link MachineBlocks.warning}): a stale cache must not stop a program that imports Tandem.
@@ -361,18 +364,26 @@ export function writeTunedBlocks(file: string, machine: string, entry: TunedBloc
   Deno.renameSync(temporary, file);
 }
 
-/** `"mc,nc"` or `"mc,nc,inPlaceRows"` as blocks, or a {@link GemmBlocksError} naming the variable. */
+/**
+ * `"mc,nc"`, `"mc,nc,inPlaceRows"` or `"mc,nc,inPlaceRows,fewRowsNc"` as blocks, or a
+ * {@link GemmBlocksError} naming the variable.
+ */
 function parseBlocksVariable(variable: string, text: string): GemmBlocks {
   const parts = text.split(",").map((part) => Number(part.trim()));
-  if (parts.length < 2 || parts.length > 3 || parts.some((part) => !Number.isFinite(part))) {
+  if (parts.length < 2 || parts.length > 4 || parts.some((part) => !Number.isFinite(part))) {
     throw new GemmBlocksError(
       variable,
-      `${JSON.stringify(text)} is not mc,nc or mc,nc,inPlaceRows (e.g. 96,2048 or 96,2048,6)`,
+      `${JSON.stringify(text)} is not mc,nc, mc,nc,inPlaceRows or mc,nc,inPlaceRows,fewRowsNc ` +
+        "(e.g. 96,2048 or 96,2048,6 or 96,2048,6,1024)",
     );
   }
-  const blocks: GemmBlocks = parts.length === 3
-    ? { mc: parts[0], nc: parts[1], inPlaceRows: parts[2] }
-    : { mc: parts[0], nc: parts[1] };
+  const [mc, nc, inPlaceRows, fewRowsNc] = parts;
+  const blocks: GemmBlocks = {
+    mc,
+    nc,
+    ...(inPlaceRows === undefined ? {} : { inPlaceRows }),
+    ...(fewRowsNc === undefined ? {} : { fewRowsNc }),
+  };
   const problem = gemmBlocksProblem(blocks);
   if (problem) throw new GemmBlocksError(variable, problem);
   return blocks;
@@ -426,8 +437,13 @@ export function resolveMachineBlocks(lookup: BlocksLookup): MachineBlocks {
   const file = lookup.file;
   const tuned = file === undefined ? undefined : attempt(() => readTunedBlocks(file, machine));
   if (tuned) {
-    const { mc, nc, inPlaceRows } = tuned;
-    return found(inPlaceRows === undefined ? { mc, nc } : { mc, nc, inPlaceRows }, "tuned");
+    const { mc, nc, inPlaceRows, fewRowsNc } = tuned;
+    return found({
+      mc,
+      nc,
+      ...(inPlaceRows === undefined ? {} : { inPlaceRows }),
+      ...(fewRowsNc === undefined ? {} : { fewRowsNc }),
+    }, "tuned");
   }
   if (caches.l2 !== undefined || caches.l3 !== undefined) return found(blocksForCaches(caches), "caches");
   return found({ ...DEFAULT_GEMM_BLOCKS }, "default");
@@ -459,8 +475,10 @@ export function machineGemmBlocks(): MachineBlocks {
 }
 
 /**
- * One line for reports: "MC 192, NC 4096, KC 256, in-place rows 6 (blocks from the cache sizes; AMD
- * EPYC · L1d 32K · …)"; in-place rows 0 means W packed (`GemmBlocks.inPlaceRows`).
+ * One line for reports: "MC 192, NC 4096 (1024 for few rows), KC 256, in-place rows 6 (blocks from
+ * the cache sizes; AMD EPYC · L1d 32K · …)"; in-place rows 0 means W packed
+ * (`GemmBlocks.inPlaceRows`); the few rows' NC is named only where it differs
+ * (`GemmBlocks.fewRowsNc`).
  *
  * @example
  * ```ts
@@ -469,8 +487,9 @@ export function machineGemmBlocks(): MachineBlocks {
  * ```
  */
 export function describeMachineBlocks(m: MachineBlocks): string {
-  const rows = m.blocks.inPlaceRows ?? DEFAULT_IN_PLACE_ROWS;
-  return `MC ${m.blocks.mc}, NC ${m.blocks.nc}, KC ${GEMM_DEPTH}, in-place rows ${rows} (${
+  const rows = m.blocks.inPlaceRows ?? DEFAULT_IN_PLACE_ROWS, few = m.blocks.fewRowsNc ?? m.blocks.nc;
+  const nc = few === m.blocks.nc ? `${m.blocks.nc}` : `${m.blocks.nc} (${few} for few rows)`;
+  return `MC ${m.blocks.mc}, NC ${nc}, KC ${GEMM_DEPTH}, in-place rows ${rows} (${
     SOURCE_LABELS[m.source]
   }; ${m.machine})`;
 }

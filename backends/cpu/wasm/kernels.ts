@@ -29,7 +29,7 @@ import { addFilterChunks, columnRows, filterPartialsBytes } from "./conv.ts";
 import { detectWasmFeatures, type WasmFeatures } from "./features.ts";
 import { firstFound } from "./finite.ts";
 import { pooledFilterOffsets, pooledFilterProblem, pooledFilterScratchBytes } from "./filter_pooled.ts";
-import { type GemmBlocks, gemmBlocksProblem, gemmScratchBytes, withInPlaceRows } from "./gemm.ts";
+import { type GemmBlocks, gemmBlocksProblem, gemmScratchBytes, kernelBlocks } from "./gemm.ts";
 import { machineGemmBlocks } from "./blocking.ts";
 import { KernelHeap } from "./heap.ts";
 import { checkLrn, type LrnParams } from "../../geometry.ts";
@@ -180,8 +180,8 @@ export class WasmKernels {
   private constructor(
     readonly features: WasmFeatures,
     readonly fma: boolean,
-    /** The GEMM's cache blocks (MC, NC) and in-place rows, the same on every thread. */
-    readonly blocks: GemmBlocks,
+    /** The GEMM's cache blocks (MC, NC, NC for few rows) and in-place rows, the same on every thread. */
+    readonly blocks: Required<GemmBlocks>,
     /** Whether convolutions that qualify run by Winograd's algorithm. */
     readonly winograd: boolean,
     module: WebAssembly.Module,
@@ -216,7 +216,7 @@ export class WasmKernels {
       return new WasmKernels(
         features,
         fma,
-        withInPlaceRows(blocks ?? machineGemmBlocks().blocks, fma),
+        kernelBlocks(blocks ?? machineGemmBlocks().blocks, fma),
         winograd,
         module,
         memory,

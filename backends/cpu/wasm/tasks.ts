@@ -113,7 +113,7 @@ export type TaskKind = typeof TaskKind[keyof typeof TaskKind];
  * `mc`, `nc` (every thread must pack in the same blocks its scratch was sized for), then the
  * epilogue: `bias` per column, then the ReLU.
  */
-export interface MatmulTask extends GemmProblem, GemmBlocks {
+export interface MatmulTask extends GemmProblem, Required<GemmBlocks> {
   batch: number;
   aBatchStride: number;
   bBatchStride: number;
@@ -125,7 +125,7 @@ export interface MatmulTask extends GemmProblem, GemmBlocks {
 }
 
 /** A convolution pass: geometry, operand addresses and the GEMM's cache blocks. */
-export interface ConvTask extends Conv2dGeometry, GemmBlocks {
+export interface ConvTask extends Conv2dGeometry, Required<GemmBlocks> {
   image: number;
   weight: number;
   output: number;
@@ -238,6 +238,7 @@ const MATMUL_FIELDS = [
   "mc",
   "nc",
   "inPlaceRows",
+  "fewRowsNc",
   "bias",
   "relu",
 ] as const;
@@ -269,6 +270,7 @@ const CONV_FIELDS = [
   "mc",
   "nc",
   "inPlaceRows",
+  "fewRowsNc",
   ...POOL_EPILOGUE_FIELDS,
 ] as const;
 
@@ -379,7 +381,7 @@ function fieldsOf(kind: TaskKind): readonly string[] {
  * encodeTask(TaskKind.matmul, {
  *   batch: 1, m: 2, n: 2, k: 2, a: 0, lda: 2, transA: false, aBatchStride: 0, b: 16, ldb: 2,
  *   transB: false, bBatchStride: 0, c: 32, ldc: 2, cBatchStride: 0, accumulate: false,
- *   scratch: 1024, scratchStride: 0, mc: 96, nc: 2048, inPlaceRows: 6, bias: 0, relu: false,
+ *   scratch: 1024, scratchStride: 0, mc: 96, nc: 2048, inPlaceRows: 6, fewRowsNc: 2048, bias: 0, relu: false,
  * }, args);
  * ```
  */
@@ -520,7 +522,7 @@ function runMatmul(
   claim?: Claim,
 ): void {
   const scratch = task.scratch + t * task.scratchStride;
-  const blocks = { mc: task.mc, nc: task.nc, inPlaceRows: task.inPlaceRows };
+  const blocks = { mc: task.mc, nc: task.nc, inPlaceRows: task.inPlaceRows, fewRowsNc: task.fewRowsNc };
   const problem = (i: number): GemmProblem => ({
     m: task.m,
     n: task.n,
@@ -753,7 +755,7 @@ export function runTaskShare(
     relu: task.relu === 1,
   };
   const scratch = task.scratch + t * task.scratchStride;
-  const blocks = { mc: task.mc, nc: task.nc, inPlaceRows: task.inPlaceRows };
+  const blocks = { mc: task.mc, nc: task.nc, inPlaceRows: task.inPlaceRows, fewRowsNc: task.fewRowsNc };
   if (kind === TaskKind.convBackwardFilter) {
     // Units are (image chunk, row block) pairs, chunk by chunk; each sums into its chunk's partial.
     const rows = columnRows(g), block = filterRowBlock(g, threads), blocksPerChunk = Math.ceil(rows / block);

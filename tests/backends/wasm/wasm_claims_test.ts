@@ -25,7 +25,6 @@ import {
   filterChunks,
   filterPartialsBytes,
 } from "../../../backends/cpu/wasm/conv.ts";
-import { DEFAULT_GEMM_BLOCKS } from "../../../backends/cpu/wasm/gemm.ts";
 import { directFilter } from "../../../backends/cpu/wasm/filter_direct.ts";
 import { instantiateKernels, kernelModuleBytes } from "../../../backends/cpu/wasm/generate/module.ts";
 import {
@@ -37,7 +36,12 @@ import {
   runTaskShare,
   TaskKind,
 } from "../../../backends/cpu/wasm/tasks.ts";
-import { GEMM_TILE, gemmScratchBytes } from "../../../backends/cpu/wasm/gemm.ts";
+import {
+  DEFAULT_GEMM_BLOCKS,
+  GEMM_TILE,
+  gemmScratchBytes,
+  kernelBlocks,
+} from "../../../backends/cpu/wasm/gemm.ts";
 import { type Conv2dGeometry, conv2dGeometry } from "../../../backends/geometry.ts";
 import { mulberry32 } from "../../reference/random.ts";
 
@@ -149,7 +153,7 @@ function run(c: Case, threads: number, order?: number[]): { result: Float32Array
     partials,
     scratch,
     scratchStride,
-    ...DEFAULT_GEMM_BLOCKS,
+    ...kernelBlocks(DEFAULT_GEMM_BLOCKS, true),
   };
   encodeTask(c.kind, task, args);
   const taken = Array(threads).fill(0);
@@ -239,7 +243,7 @@ function runProducts(
     accumulate: false,
     scratch,
     scratchStride,
-    ...DEFAULT_GEMM_BLOCKS,
+    ...kernelBlocks(DEFAULT_GEMM_BLOCKS, true),
     bias: 0,
     relu: false,
   }, args);
