@@ -16,9 +16,8 @@
  * {@link DEFAULT_IN_PLACE_ROWS} and NC: caches do not tell which tile a core runs fastest, nor how
  * often a block of B pays for repacking A. MC, NC and those never change a bit of any result (only
  * the depth block KC does, and it is fixed), so machines that choose differently still agree bit
- * for bit. Without
- * read or env permission the sources that need it are skipped, never prompted for. A variable or
- * tuning file that cannot be used is skipped too, with a one-line warning
+ * for bit. Without read or env permission the sources that need it are skipped, never prompted
+ * for. A variable or tuning file that cannot be used is skipped too, with a one-line warning
  * ({@link MachineBlocks.warning}): a stale cache must not stop a program that imports Tandem.
  *
  * @module

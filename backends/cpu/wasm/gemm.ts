@@ -94,10 +94,10 @@ export interface GemmBlocks {
   inPlaceRows?: number;
   /**
    * NC where op(A) has few rows ({@link fewRows}) and op(B) is packed in blocks (default `nc`).
-   * Such a product reads each packed B block only once per MC block of its few rows, so a block
-   * that stays in L2 can pay for packing A once per block of B: on a 2-core Xeon (2 MiB L2) the
-   * FC input gradient dY·W (64×9216×4096) ran 46.5 GFLOP/s on 1 thread at NC 1024 and 43.1 at NC
-   * 8192, which its weight gradient (4096 rows) ran 3% faster than 1024.
+   * Such a product reads each packed B block only once per MC block of its few rows, so keeping
+   * that block in L2 is worth packing A again for every block of B: on a 2-core Xeon (2 MiB L2)
+   * the FC input gradient dY·W (64×9216×4096) ran 46.5 GFLOP/s on 1 thread at NC 1024 and 43.1 at
+   * NC 8192, while its weight gradient (4096 rows) ran 3% faster at 8192 than at 1024.
    */
   fewRowsNc?: number;
 }
