@@ -10,7 +10,8 @@
  * reading the tuning file before TANDEM_GEMM_BLOCKS; a tuning filed under another machine being
  * used; `readCacheSizes` not falling back to `/proc/cpuinfo` where sysfs reports no cache (this
  * virtual machine kind lacks the directory); the cpuinfo size read as the L2 on Intel; the driver
- * ignoring the few rows' NC (`fewRowsNc`: every product blocked in NC).
+ * ignoring the few rows' NC (`fewRowsNc`: every product blocked in NC); the convolution's implicit
+ * im2col packing every column block from the image's first column (the 576-column case).
  */
 
 import assert from "node:assert/strict";
@@ -424,6 +425,9 @@ Deno.test("GEMM blocks: products and convolutions have the same bits in any bloc
   const convs = [
     conv2dGeometry([4, 16, 13, 13], [40, 16, 3, 3], { padding: 1 }),
     conv2dGeometry([3, 12, 9, 9], [24, 6, 5, 5], { padding: 2, groups: 2 }),
+    // 576 output columns per image, past the 256- and 520-column blocks: its packed columns start
+    // inside the image (few rows, 8 filters, so in the few rows' NC where one is set).
+    conv2dGeometry([2, 3, 24, 24], [8, 3, 3, 3], { padding: 1 }),
   ];
   const operands = shapes.map(([m, n, k]) => ({ a: randomArray(m * k), b: randomArray(k * n) }));
   const convOperands = convs.map((g) => ({
