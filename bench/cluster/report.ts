@@ -343,20 +343,44 @@ function predictMs(
   link: LinkRates,
   { computeOf = r, commCpuShare = 0 }: { computeOf?: RankResult; commCpuShare?: number } = {},
 ): number {
-  /** Measured compute over the profile's, for a run's own grouping of the layers. */
-  const scaleOf = (run: RankResult) => {
+  /**
+   * Measured compute over the profile's, for a run's own grouping of the layers, in two parts: the
+   * backward of every group but the plan's first (`bodyBackwardMs`: what runs beside the first
+   * group's exchange, and slows with it), and the rest (forward and the first group's backward, which
+   * no transfer of the step runs beside). One scale for both priced the AlexNet-like net's `bucketed`
+   * and `overlap` rows over 1 Gbit/s 3–5 ms long: their conv backward ran twice as long as in
+   * `sequential`, their forward not at all longer.
+   */
+  const scalesOf = (run: RankResult, split: boolean) => {
     const grouped = run.assignment ? regroupProfile(profile, run.assignment) : profile;
-    const modelled = groupTimes(grouped).reduce((n, t) => n + t.backwardSeconds, 0) +
+    const times = groupTimes(grouped);
+    const body = times.filter((t) => t.group !== run.plan.groups[0]).reduce(
+      (n, t) => n + t.backwardSeconds,
+      0,
+    );
+    const head = times.reduce((n, t) => n + t.backwardSeconds, 0) - body +
       grouped.layers.reduce((n, l) => n + l.forwardSeconds, 0);
-    return (run.slowestComputeMs / 1000) / modelled;
+    const whole = (run.slowestComputeMs / 1000) / (head + body);
+    if (!split || !(body > 0 && run.bodyBackwardMs > 0 && run.bodyBackwardMs < run.slowestComputeMs)) {
+      return { head: whole, body: whole };
+    }
+    return {
+      head: ((run.slowestComputeMs - run.bodyBackwardMs) / 1000) / head,
+      body: (run.bodyBackwardMs / 1000) / body,
+    };
   };
   const grouped = r.assignment ? regroupProfile(profile, r.assignment) : profile;
   const totals = groupTimes(grouped);
   const forward = grouped.layers.reduce((n, l) => n + l.forwardSeconds, 0);
-  const scale = scaleOf(computeOf);
+  // Another run's compute (`pred.`: `sequential`'s, beside no transfer) in one scale: its groups
+  // need not be this row's.
+  const scales = scalesOf(computeOf, computeOf === r);
+  const first = r.plan.groups[0];
   const scaled = calibrateProfile(grouped, {
-    forwardSeconds: forward * scale,
-    backwardSeconds: Object.fromEntries(totals.map((t) => [t.group, t.backwardSeconds * scale])),
+    forwardSeconds: forward * scales.head,
+    backwardSeconds: Object.fromEntries(
+      totals.map((t) => [t.group, t.backwardSeconds * (t.group === first ? scales.head : scales.body)]),
+    ),
   });
   return simulate(r.plan, scaled, {
     link: { bandwidthBytesPerSecond: link.twoWay, latencySeconds: 50e-6 },
@@ -456,8 +480,9 @@ say(
     "(on every rank's trace, the ranks' clocks aligned: from when the last rank starts sending its FC gradients to " +
     "when the last rank holds the new FC parameters), as a fraction of the link rate per direction; **sim.** the " +
     "simulator's step for the same plan on the per-layer profile scaled to the slowest rank's measured compute " +
-    "(each step's slowest, median over steps) and, for `hybrid`, with each activation collective's handoff " +
-    "between the device and the runtime measured in the same row's trace (median), and its error; **pred.** " +
+    "(each step's slowest, median over steps; the backward of every group but the plan's first, which runs " +
+    "beside the first group's exchange, and the rest of the compute each scaled to its own) and, for " +
+    "`hybrid`, with each activation collective's handoff between the device and the runtime measured in the same row's trace (median), and its error; **pred.** " +
     "the simulator's step for the row from the compute of the same mode's `sequential` row (whose compute no " +
     "transfer runs beside) instead of the row's own, with compute beside a transfer at 1 − s of its speed, s " +
     "measured on the largest probe (below): what the simulator tells before the row runs, and its error.",
@@ -472,7 +497,8 @@ say(
     "exchange is the MPI runtime's pipeline " +
     `of chunks (in master mode a 32nd of the group, 64 KiB to ${CHUNK_MIB} MiB and at least 1 ms on the link: at the rate the ` +
     `ranks measure when they start, and in the simulator at its link's; in allreduce mode ` +
-    `${CHUNK_MIB} MiB; each averaged and updated, then sent back in master mode, while the next arrives; where a plan's ` +
+    `${CHUNK_MIB} MiB; the last chunk holds what is left of the group; each averaged and updated, then sent ` +
+    `back in master mode, while the next arrives; where a plan's ` +
     `update does not follow its reduce, as in \`sequential\`, each averaged while the next arrives); its CPU ` +
     `rates are measured here on one kernel thread, a rank's share: SGD update ${
       (1 / cpuRates.updateSecondsPerByte / 1e9).toFixed(1)
