@@ -284,10 +284,13 @@ interface StepCpu {
 function stepFiguresOf(
   run: { results: DataParallelStepResult[]; trace: TraceRecorder; cpu: StepCpu[] },
   config: RankConfig,
-  fcGroup: string,
+  groups: readonly string[],
   ranks: number,
 ) {
   const { trace } = run;
+  const fcGroup = groups[0];
+  // The body's backward spans: a hybrid head's layers have spans of their own (`backward fc7`).
+  const bodyBackward = new Set(groups.slice(1).map((g) => `backward ${g}`));
   const timed = run.results.slice(config.warmup);
   const perStep = timed.map((r) => {
     const spans = trace.spans.filter((s) => s.step === r.iteration && s.device === 0);
@@ -339,9 +342,10 @@ function stepFiguresOf(
     // The backward of every group but the FC one: what an overlapping schedule can hide the FC
     // exchange behind.
     bodyBackwardMs: slowestRank((spans) =>
-      spans.filter((s) =>
-        s.lane === "compute" && s.name.startsWith("backward ") && s.name !== `backward ${fcGroup}`
-      ).reduce((n, s) => n + s.end - s.start, 0)
+      spans.filter((s) => s.lane === "compute" && bodyBackward.has(s.name)).reduce(
+        (n, s) => n + s.end - s.start,
+        0,
+      )
     ),
     commMs: median(timed.map((r) => r.ms.communication)),
     updateMs: median(timed.map((r) => r.ms.update)),
@@ -476,7 +480,7 @@ if (import.meta.main) {
     const fcBytes = runs[0].trainer.layout.groups.find((g) => g.name === fcGroup)!.size * 4;
     for (const run of runs) await run.trainer.close();
     if (transport.rank === 0) {
-      const [own, paired] = runs.map((run) => stepFiguresOf(run, config, run.plan.groups[0], transport.size));
+      const [own, paired] = runs.map((run) => stepFiguresOf(run, config, run.plan.groups, transport.size));
       console.log(JSON.stringify({
         net: config.net,
         schedule: plan.name,
