@@ -8,6 +8,10 @@
  * TypeScript throughout: that is the reference the WebAssembly kernels (and every other backend)
  * are tested against.
  *
+ * It stays one file although long: it is the one class that implements the backend contract, one
+ * short method per operation that picks the WebAssembly kernel or the TypeScript loop; the kernels
+ * themselves live in `wasm/` and the loops in their own files.
+ *
  * @module
  */
 
