@@ -347,9 +347,9 @@ function predictMs(
    * Measured compute over the profile's, for a run's own grouping of the layers, in two parts: the
    * backward of every group but the plan's first (`bodyBackwardMs`: what runs beside the first
    * group's exchange, and slows with it), and the rest (forward and the first group's backward, which
-   * no transfer of the step runs beside). One scale for both priced the AlexNet-like net's `bucketed`
-   * and `overlap` rows over 1 Gbit/s 3–5 ms long: their conv backward ran twice as long as in
-   * `sequential`, their forward not at all longer.
+   * no transfer of the step runs beside). One scale for both priced the AlexNet-like net's `overlap`
+   * rows over 1 Gbit/s 3–5 ms long (its `bucketed` allreduce row up to 2): their conv backward ran
+   * twice as long as in `sequential`, their forward no longer.
    */
   const scalesOf = (run: RankResult, split: boolean) => {
     const grouped = run.assignment ? regroupProfile(profile, run.assignment) : profile;
@@ -482,7 +482,8 @@ say(
     "simulator's step for the same plan on the per-layer profile scaled to the slowest rank's measured compute " +
     "(each step's slowest, median over steps; the backward of every group but the plan's first, which runs " +
     "beside the first group's exchange, and the rest of the compute each scaled to its own) and, for " +
-    "`hybrid`, with each activation collective's handoff between the device and the runtime measured in the same row's trace (median), and its error; **pred.** " +
+    "`hybrid`, with each activation collective's handoff between the device and the runtime measured in " +
+    "the same row's trace (median), and its error; **pred.** " +
     "the simulator's step for the row from the compute of the same mode's `sequential` row (whose compute no " +
     "transfer runs beside) instead of the row's own, with compute beside a transfer at 1 − s of its speed, s " +
     "measured on the largest probe (below): what the simulator tells before the row runs, and its error.",
