@@ -64,6 +64,18 @@ async function fakeCaches(dir: string, entries: [string, string, string, string]
   return `${dir}/cache`;
 }
 
+/** `exports` with `name` calling `seen` with its arguments before it runs. */
+function watching(exports: object, name: keyof GemmExports, seen: (args: number[]) => void): GemmExports {
+  const kernel = (exports as Record<string, (...args: number[]) => void>)[name];
+  return {
+    ...exports,
+    [name]: (...args: number[]) => {
+      seen(args);
+      kernel(...args);
+    },
+  } as unknown as GemmExports;
+}
+
 Deno.test("GEMM blocks: Linux cache sizes give MC from L2 and NC from a thread's share of L3", async () => {
   await withTempDir(async (dir) => {
     const root = await fakeCaches(dir, [
@@ -303,14 +315,7 @@ Deno.test("GEMM blocks: the FC forward product reads W in place in the chosen ro
   // path taken only while m ≤ blockRows, as before (the blocked loop: gemm_pack_a for 20 rows).
   const small = { ...problem, m: 64 };
   const packedRows: number[] = [];
-  const packA = exports.gemm_pack_a as unknown as (...args: number[]) => void;
-  const withRows = {
-    ...x,
-    gemm_pack_a: (...args: number[]) => {
-      packedRows.push(args[3]);
-      packA(...args);
-    },
-  } as unknown as GemmExports;
+  const withRows = watching(x, "gemm_pack_a", (args) => packedRows.push(args[3]));
   for (
     const [inPlaceRows, expected] of [[6, "gemm_macro_rows6"], [0, "gemm_macro"]] as const
   ) {
@@ -348,14 +353,7 @@ Deno.test("GEMM blocks: a product with few rows packs B in the few rows' NC, any
     memory,
   );
   const columns: number[] = [];
-  const macro = exports.gemm_macro as unknown as (...args: number[]) => void;
-  const x = {
-    ...exports,
-    gemm_macro: (...args: number[]) => {
-      columns.push(args[4]);
-      macro(...args);
-    },
-  } as unknown as GemmExports;
+  const x = watching(exports, "gemm_macro", (args) => columns.push(args[4]));
   const blocks = { mc: 48, nc: 1024, fewRowsNc: 256 };
   const scratch = 1 << 22;
   assert.ok(scratch + gemmScratchBytes(blocks) <= memory.buffer.byteLength);
