@@ -113,6 +113,14 @@ export interface SgdStep {
   decay: number;
 }
 
+/** Where a fused SGD step writes the values it overwrites (see {@link Backend.sgdUpdate}). */
+export interface SgdSaved {
+  /** Takes the parameter's values before the step. */
+  param: Storage;
+  /** Takes the momentum before the step. */
+  history: Storage;
+}
+
 /** Hyper-parameters of one fused Adam step (PyTorch's order of operations). */
 export interface AdamStep {
   /** Learning rate of this parameter. */
@@ -408,9 +416,11 @@ export interface Backend {
    * Optional fused SGD update, in place on `param` and `history` (the one exception to fresh
    * outputs: optimizers exist to mutate state). Must round like the composed elementwise ops:
    * `diff = g + w·decay`, `history = history·momentum + diff·rate`, `w = w − history`, each product
-   * and sum rounded to float32. Without it optimizers fall back to those ops.
+   * and sum rounded to float32. Without it optimizers fall back to those ops. With `saved`, the
+   * values `param` and `history` held before are written there too (the copies that undo a failed
+   * step), in the same pass where the backend can.
    */
-  sgdUpdate?(param: Storage, grad: Storage, history: Storage, step: SgdStep): void;
+  sgdUpdate?(param: Storage, grad: Storage, history: Storage, step: SgdStep, saved?: SgdSaved): void;
   /** Optional fused Adam update, in place on `param`, `m` and `v`; rounding as `sgdUpdate`. */
   adamUpdate?(param: Storage, grad: Storage, m: Storage, v: Storage, step: AdamStep): void;
   /**

@@ -30,6 +30,7 @@ export type {
   MaxPoolBackwardEpilogue,
   ReduceOp,
   RowSpec,
+  SgdSaved,
   SgdStep,
   StagedValues,
   Storage,

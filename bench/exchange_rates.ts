@@ -20,9 +20,9 @@ export interface ExchangeRates {
    */
   sumBytesPerSecond: number;
   /**
-   * Seconds per parameter byte of the copy an undoable update makes first (`Optimizer.step` with
-   * `undoable`: the parameter and its momentum, each by `copyStrided` into a buffer kept aside), the
-   * simulator's `undo.secondsPerByte`.
+   * Seconds per parameter byte that an undoable update (`Optimizer.step` with `undoable`) takes
+   * beyond a plain one: its fused pass also writes the parameter and its momentum into buffers kept
+   * aside. The simulator's `undo.secondsPerByte`.
    */
   undoSecondsPerByte: number;
   /** Seconds per parameter byte of the finite check after an update (`firstNonFinite`). */
@@ -31,8 +31,8 @@ export interface ExchangeRates {
 
 /**
  * The median of 7 timed calls of `backend`'s fused SGD update, of its device-order average, of the
- * undo's copies of a parameter and its momentum, and of the finite check, on 16 MiB buffers in kernel
- * memory (where a device's gradients and the exchange's buffers live).
+ * update that also saves the parameter and its momentum for the undo, and of the finite check, on
+ * 16 MiB buffers in kernel memory (where a device's gradients and the exchange's buffers live).
  *
  * @example
  * ```ts
@@ -66,18 +66,15 @@ function measureOn(backend: CpuBackend, buffers: Storage[], n: number): Exchange
     }
     return times.sort((a, b) => a - b)[3];
   };
-  const update = median(() => backend.sgdUpdate(p, g, h, { rate: 0.01, momentum: 0.9, decay: 5e-4 }));
+  const step = { rate: 0.01, momentum: 0.9, decay: 5e-4 };
+  const update = median(() => backend.sgdUpdate(p, g, h, step));
   const sum = median(() => backend.averageInOrder([g, h], out));
-  const dense = { offset: 0, strides: [1] };
-  const undo = median(() => {
-    backend.copyStrided(p, dense, copyP, dense, [n]);
-    backend.copyStrided(h, dense, copyH, dense, [n]);
-  });
+  const saving = median(() => backend.sgdUpdate(p, g, h, step, { param: copyP, history: copyH }));
   const check = median(() => backend.firstNonFinite(p));
   return {
     updateSecondsPerByte: update / bytes,
     sumBytesPerSecond: bytes / sum,
-    undoSecondsPerByte: undo / bytes,
+    undoSecondsPerByte: Math.max(0, saving - update) / bytes,
     checkSecondsPerByte: check / bytes,
   };
 }

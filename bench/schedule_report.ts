@@ -203,11 +203,11 @@ say(
   `Gradient exchange on this thread, as the simulator prices it: device-order sum ${
     (rates.sumBytesPerSecond / 1e9).toFixed(1)
   } GB/s per input, SGD update ${(1 / rates.updateSecondsPerByte / 1e9).toFixed(2)} GB/s of parameters, ` +
-    `the undo's copy of a parameter and its momentum ${
-      (1 / rates.undoSecondsPerByte / 1e9).toFixed(2)
+    `the same update also saving the parameter and its momentum for the undo ${
+      (1 / (rates.updateSecondsPerByte + rates.undoSecondsPerByte) / 1e9).toFixed(2)
     } GB/s of parameters, the finite check ${(1 / rates.checkSecondsPerByte / 1e9).toFixed(1)} GB/s. ` +
     "The trainers here keep the runtime's defaults, finite checks on and failed steps undone over shared " +
-    "memory, so every update scans what it wrote and copies its group first (`plan/undo.ts`): the " +
+    "memory, so every update scans what it wrote and saves what it overwrites (`plan/undo.ts`): the " +
     "simulator prices both.",
 );
 // An emulated transfer ends when the link's clock thread wakes (`waitUntil`), a little after its
@@ -285,8 +285,8 @@ for (const { label, spec } of models) {
       heading: `${label}, link ${link?.label ?? "none (shared memory)"}`,
       runs: [{ label: "sequential", spans: seq.spans }, { label: "overlap", spans: ovl.spans }],
     });
-    // Without a link a device's gradients travel as one pass over memory; over an emulated one each
-    // transfer also pays the clock's lateness, as latency.
+    // Without a link a broadcast is one pass over memory (a reduce moves nothing); over an emulated
+    // one each transfer also pays the clock's lateness, as latency.
     const simLink = link
       ? { ...link, latencySeconds: link.latencySeconds + overshootMs / 1000 }
       : { bandwidthBytesPerSecond: rates.sumBytesPerSecond, latencySeconds: 0 };
@@ -295,6 +295,8 @@ for (const { label, spec } of models) {
       devices: 2,
       mode: "master" as const,
       topology: "star" as const,
+      // Without a link the master averages the peers' gradients where they lie.
+      gatherInPlace: !link,
       memoryBandwidthBytesPerSecond: rates.sumBytesPerSecond,
       updateSecondsPerByte: rates.updateSecondsPerByte,
       checkSecondsPerByte: rates.checkSecondsPerByte,

@@ -30,6 +30,7 @@ import type {
   Pool2dGeometry,
   ReduceOp,
   RowSpec,
+  SgdSaved,
   SgdStep,
   Storage,
   StridedView,
@@ -538,10 +539,11 @@ export class CpuBackend implements Backend {
     averageKernel(arrays, o);
   }
 
-  sgdUpdate(param: Storage, grad: Storage, history: Storage, step: SgdStep): void {
+  sgdUpdate(param: Storage, grad: Storage, history: Storage, step: SgdStep, saved?: SgdSaved): void {
+    const into = saved && { param: f32(saved.param), history: f32(saved.history) };
     // WebAssembly only on arrays in kernel memory: wrapped host memory is updated where it lies.
-    if (this.wasm?.sgdUpdate(f32(param), f32(grad), f32(history), step)) return;
-    sgdUpdateKernel(f32(param), f32(grad), f32(history), step);
+    if (this.wasm?.sgdUpdate(f32(param), f32(grad), f32(history), step, into)) return;
+    sgdUpdateKernel(f32(param), f32(grad), f32(history), step, into);
   }
 
   /**

@@ -11,18 +11,26 @@ import type { AdamStep, SgdStep } from "../backend.ts";
 
 const f = Math.fround;
 
-/** Caffe SGD in place: `diff = g + w·decay; h = h·momentum + diff·rate; w = w − h`. */
+/**
+ * Caffe SGD in place: `diff = g + w·decay; h = h·momentum + diff·rate; w = w − h`; with `saved`, each
+ * w and h it overwrites is written there first.
+ */
 export function sgdUpdateKernel(
   param: Float32Array,
   grad: Float32Array,
   history: Float32Array,
   { rate, momentum, decay }: SgdStep,
+  saved?: { param: Float32Array; history: Float32Array },
 ): void {
   const r = f(rate), m = f(momentum), d = f(decay);
   for (let i = 0; i < param.length; i++) {
-    const w = param[i];
+    const w = param[i], before = history[i];
+    if (saved) {
+      saved.param[i] = w;
+      saved.history[i] = before;
+    }
     const diff = d !== 0 ? f(grad[i] + f(w * d)) : grad[i];
-    const h = f(f(history[i] * m) + f(diff * r));
+    const h = f(f(before * m) + f(diff * r));
     history[i] = h;
     param[i] = w - h;
   }

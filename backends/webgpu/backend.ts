@@ -34,6 +34,7 @@ import type {
   Pool2dGeometry,
   ReduceOp,
   RowSpec,
+  SgdSaved,
   SgdStep,
   StagedValues,
   Storage,
@@ -837,10 +838,16 @@ export class WebGpuBackend implements Backend {
   // ---------------------------------------------------------------------------------------------
   // Optimizers
 
-  sgdUpdate(param: Storage, grad: Storage, history: Storage, step: SgdStep): void {
+  /** {@link Backend.sgdUpdate}; `saved` takes two buffer copies queued before the step. */
+  sgdUpdate(param: Storage, grad: Storage, history: Storage, step: SgdStep, saved?: SgdSaved): void {
     const buffers = [param, grad, history].map((s) => this.own(s, "sgdUpdate").buffer);
     const n = param.length;
     if (n === 0) return;
+    if (saved) {
+      const dense = { offset: 0, strides: [1] };
+      this.copyStrided(param, dense, saved.param, dense, [n]);
+      this.copyStrided(history, dense, saved.history, dense, [n]);
+    }
     this.dispatch(
       "sgdUpdate",
       "sgd",

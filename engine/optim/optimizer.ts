@@ -218,6 +218,22 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
     context: UpdateContext,
   ): void;
 
+  /**
+   * {@link Optimizer.update}, also writing the values it overwrites into `saved` — `param`'s, then
+   * each slot's in `slots`' order — for the undo. This default copies them first; an optimizer whose
+   * backend writes them in the update's own pass over memory overrides it.
+   */
+  protected updateSaving(
+    param: Tensor,
+    grad: Tensor,
+    slots: Readonly<Record<string, Tensor>>,
+    context: UpdateContext,
+    saved: readonly Tensor[],
+  ): void {
+    [param, ...Object.values(slots)].forEach((target, i) => saved[i].assign(target));
+    this.update(param, grad, slots, context);
+  }
+
   /** The live hyper-parameters, for subclasses' updates (no copy, unlike {@link Optimizer.hyper}). */
   protected get settings(): Readonly<H> {
     return this.#hyper;
@@ -625,15 +641,19 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
         for (const { p, from, to } of chosen) {
           const slots = this.#slots.get(p.name)!;
           const partSlots = Object.fromEntries(Object.entries(slots).map(([k, t]) => [k, view(t, from, to)]));
-          const param = view(p.tensor, from, to);
+          const param = view(p.tensor, from, to), grad = view(p.tensor.grad!, from, to);
+          const count = this.#updates.get(p.name)! + 1;
+          const context = { rate: rate * p.lrMult, decay: this.#hyper.weightDecay * p.decayMult, count };
           if (options.undoable) {
             // The undo keeps views of its own on the same elements: these die with this call.
             const targets = [p.tensor, ...Object.values(slots)].map((t) => viewOf(t, from, to));
-            this.#saveForUndo(p.name, targets, true);
-          }
-          const count = this.#updates.get(p.name)! + 1;
-          const context = { rate: rate * p.lrMult, decay: this.#hyper.weightDecay * p.decayMult, count };
-          tidy(() => this.update(param, view(p.tensor.grad!, from, to), partSlots, context));
+            this.#updateKeeping(
+              p.name,
+              targets,
+              true,
+              (saved) => this.updateSaving(param, grad, partSlots, context, saved),
+            );
+          } else tidy(() => this.update(param, grad, partSlots, context));
           // The count moves once the whole parameter has been updated, as one whole update moves it.
           const done = (this.#elementsDone.get(p.name) ?? 0) + to - from;
           this.#elementsDone.set(p.name, done);
@@ -655,19 +675,32 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
     }
   }
 
-  /** Copies of `targets` kept until the iteration ends, for {@link Optimizer.undoIteration}. */
-  #saveForUndo(name: string, targets: Tensor[], view = false): void {
-    if (!this.#undoCounts.has(name)) this.#undoCounts.set(name, this.#updates.get(name)!);
-    for (const target of targets) {
+  /**
+   * Runs `update` (one parameter's, in a `tidy` scope) with copies of `targets` — what it overwrites —
+   * for it to fill, and keeps them until the iteration ends, for {@link Optimizer.undoIteration}.
+   * They are recorded only once the update has returned: one that throws leaves nothing to put back
+   * (the backends check their operands before they write). `view`: the targets are views the undo
+   * owns.
+   */
+  #updateKeeping(name: string, targets: Tensor[], view: boolean, update: (saved: Tensor[]) => void): void {
+    const copies = targets.map((target) => {
       const spare = this.#spares.get(target.backend)?.get(target.size)?.pop();
       // A spare has the length; the shape is the target's (assign checks shapes).
       const copy = spare && spare.shape.every((d, i) => d === target.shape[i]) && spare.rank === target.rank
         ? spare
         : (spare?.dispose(), allocateTensor(target.backend, target.shape));
       untrackFromScopes(copy);
-      copy.assign(target);
-      this.#undo.push({ target, copy, view });
+      return copy;
+    });
+    try {
+      tidy(() => update(copies));
+    } catch (error) {
+      for (const copy of copies) copy.dispose();
+      if (view) { for (const target of targets) target.dispose(); }
+      throw error;
     }
+    if (!this.#undoCounts.has(name)) this.#undoCounts.set(name, this.#updates.get(name)!);
+    targets.forEach((target, i) => this.#undo.push({ target, copy: copies[i], view }));
   }
 
   /** Every gradient fits its parameter, checked before anything is touched. */
@@ -692,21 +725,23 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
     this.#checkGradients(chosen);
     const rate = this.learningRate;
     noGrad(() => {
-      if (options.undoable) {
-        // Copies on the parameter's own backend (a GPU copy for device-resident replicas), made
-        // just before the update overwrites them, of this group only.
-        for (const p of chosen) {
-          if (!this.#undoCounts.has(p.name)) {
-            this.#saveForUndo(p.name, [p.tensor, ...Object.values(this.#slots.get(p.name)!)]);
-          }
-        }
-      }
       for (const p of chosen) {
         const count = this.#updates.get(p.name)! + 1;
         const context = { rate: rate * p.lrMult, decay: this.#hyper.weightDecay * p.decayMult, count };
         const slots = this.#slots.get(p.name)!;
-        // One scope per parameter keeps the peak at one parameter's temporaries.
-        tidy(() => this.update(p.tensor, p.tensor.grad!, slots, context));
+        if (options.undoable && !this.#undoCounts.has(p.name)) {
+          // Copies on the parameter's own backend (a GPU copy for device-resident replicas) of
+          // what the update overwrites, written in its own pass where the backend can.
+          this.#updateKeeping(
+            p.name,
+            [p.tensor, ...Object.values(slots)],
+            false,
+            (saved) => this.updateSaving(p.tensor, p.tensor.grad!, slots, context, saved),
+          );
+        } else {
+          // One scope per parameter keeps the peak at one parameter's temporaries.
+          tidy(() => this.update(p.tensor, p.tensor.grad!, slots, context));
+        }
         this.#updates.set(p.name, count);
       }
     });

@@ -1,7 +1,8 @@
 /**
- * Which updates of a plan must be undoable: copy what they overwrite (the group's parameters and
- * optimizer state) just before, so that a step that fails after them can be undone. The executor
- * runs by this rule and the simulator prices its copies, so both see the same updates.
+ * Which updates of a plan must be undoable: keep a copy of what they overwrite (the group's
+ * parameters and optimizer state; `Optimizer.updateSaving` writes it, in the update's own pass where
+ * the backend can), so that a step that fails after them can be undone. The executor runs by this
+ * rule and the simulator prices its copies, so both see the same updates.
  *
  * An update copies only where a failure can still follow it: a device still computing (the update
  * comes before the plan's last backward), a later reduce or broadcast of an exchange whose transfers

@@ -37,7 +37,7 @@
  *   sharded group runs on every device, on its 1/N slice: `bytes/N · updateSecondsPerByte`; it is
  *   never reduced or broadcast.
  * - Where a runtime undoes failed steps (`undo`), an update that may still be followed by a failure
- *   first copies its group's parameters and optimizer state (`plan/undo.ts` says which), and with
+ *   also saves its group's parameters and optimizer state (`plan/undo.ts` says which), and with
  *   finite checks (`checkSecondsPerByte`) every update is followed by a scan of what it wrote; both
  *   run where the update runs and add to its length.
  * - Where one direction alone runs faster than both at once (`oneWayBandwidthBytesPerSecond`, a link
@@ -120,10 +120,10 @@ export interface CostOptions {
    */
   readonly checkSecondsPerByte?: number;
   /**
-   * Where set, every update that `undoableUpdates` (`plan/undo.ts`) names under `rule` first copies
-   * the group's parameters and optimizer state for the undo of a failed step, at `secondsPerByte`
-   * per parameter byte (SGD with momentum copies two bytes per parameter byte); default: no update
-   * copies. Not priced inside pipelines.
+   * Where set, every update that `undoableUpdates` (`plan/undo.ts`) names under `rule` also saves
+   * the group's parameters and optimizer state for the undo of a failed step, which takes
+   * `secondsPerByte` per parameter byte beyond the update (the CPU backend writes the copies in the
+   * update's own pass); default: no update saves. Not priced inside pipelines.
    */
   readonly undo?: { readonly rule: UndoRule; readonly secondsPerByte: number };
   /**
@@ -142,6 +142,12 @@ export interface CostOptions {
    * default the link's rate.
    */
   readonly oneWayBandwidthBytesPerSecond?: number;
+  /**
+   * Master mode: the master reads the peers' gradients where they lie (devices sharing its memory,
+   * no emulated link), so a reduce is the average alone and only the broadcast moves bytes; default
+   * false.
+   */
+  readonly gatherInPlace?: boolean;
 }
 
 /**
@@ -259,6 +265,8 @@ export function checkCostOptions(options: CostOptions, where: string): Required<
   }
   const share = options.commCpuShare ?? 0;
   if (!(share >= 0 && share < 1)) fail(`commCpuShare must be a number in [0, 1), got ${share}`);
+  const inPlace = options.gatherInPlace ?? false;
+  if (typeof inPlace !== "boolean") fail(`gatherInPlace must be a boolean, got ${JSON.stringify(inPlace)}`);
   return {
     link,
     devices,
@@ -272,6 +280,7 @@ export function checkCostOptions(options: CostOptions, where: string): Required<
     undo,
     commCpuShare: share,
     oneWayBandwidthBytesPerSecond: oneWay,
+    gatherInPlace: inPlace,
   };
 }
 
@@ -358,7 +367,8 @@ export function commActionSeconds(
   if (kind === "update") return bytes * o.updateSecondsPerByte;
   if (n === 1) return 0;
   if (o.mode === "master") {
-    return kind === "reduce" ? gather + (bytes * (n - 1)) / o.memoryBandwidthBytesPerSecond : gather;
+    if (kind === "broadcast") return gather;
+    return (o.gatherInPlace ? 0 : gather) + (bytes * (n - 1)) / o.memoryBandwidthBytesPerSecond;
   }
   if (kind === "broadcast") return 0;
   return (2 * (n - 1) / n) * bytes / o.link.bandwidthBytesPerSecond + 2 * (n - 1) * o.link.latencySeconds +

@@ -469,8 +469,9 @@ Deno.test("undoable updates: undoIteration puts back parameters, state and count
     for (const g of groups) optimizer.step(g, { undoable: true });
     assert.notDeepEqual(params.map((p) => bits(p.tensor)), parametersBefore, "the update changed nothing");
     optimizer.undoIteration();
-    // Mutation caught: dropping the copies in `#apply` (or restoring before copying) leaves the
-    // updated values here.
+    // Mutations caught: dropping the copies in `#apply` (or restoring before copying) leaves the
+    // updated values here; so do `SGD.updateSaving` not handing the copies to the backend's fused
+    // update, and the base class's `updateSaving` (Adam's) not filling them.
     assert.deepEqual(params.map((p) => bits(p.tensor)), parametersBefore);
     const after = optimizer.state();
     assert.deepEqual([...after.perParameter.values()].map((s) => Object.values(s).map(bits)), slotsBefore);

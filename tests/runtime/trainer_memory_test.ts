@@ -14,6 +14,7 @@ import type { WasmKernels } from "../../backends/cpu/wasm/kernels.ts";
 import { hybridPlan, overlapPlan, sequentialPlan } from "../../schedule/plan/builtins.ts";
 import type { Plan, ReductionMode } from "../../schedule/plan/plan.ts";
 import { DataParallelTrainer } from "../../schedule/runtime/trainer.ts";
+import { parseLink } from "../../schedule/runtime/exchange/link.ts";
 import {
   tinyBatch as batch,
   tinyGroups as groups,
@@ -44,8 +45,8 @@ function tinyTrainer(plan: Plan, mode: ReductionMode = "master"): Promise<DataPa
 // `CpuDevice.free` doing nothing (the replicas' four stay); the exchange not disposing its
 // optimizer (the momentum stays: 1.0×); `HybridHead.free` doing nothing (the head slices' momentum).
 const closings: { name: string; plan: Plan; mode: ReductionMode; copies: number }[] = [
-  // Two replicas' parameters and gradients, the master's average, the momentum, and (master mode)
-  // the peer's received gradients.
+  // Two replicas' parameters and gradients, the master's average, the momentum, and the undo's
+  // copies of the parameters and momentum.
   { name: "overlap, master", plan: overlapPlan(groups), mode: "master", copies: 6 },
   { name: "overlap, allreduce", plan: overlapPlan(groups), mode: "allreduce", copies: 6 },
   // The body's exchange as above; the head's slices each with their own optimizer.
@@ -131,4 +132,34 @@ Deno.test("a trainer keeps its host work on the backend current at create when a
     other.dispose?.();
   }
   assert.deepEqual(calls, { main: groups.length, other: 0 });
+});
+
+// Mutations seen failing: the master copying a peer's gradients into a receive buffer without a link
+// too (sends recorded there); reading device 0's gradients in place of the peer's (other bits).
+Deno.test("without a link the master averages a peer's gradients where they lie: nothing sent, the bits of an emulated link's copies", async () => {
+  const run = async (link?: string) => {
+    const sends: string[] = [];
+    const trainer = await DataParallelTrainer.create({
+      model,
+      devices: 2,
+      plan: overlapPlan(groups),
+      mode: "master",
+      link: link ? parseLink(link) : undefined,
+      optimizer: tinyOptimizers.sgd,
+      seed: 4,
+      onEvent: (e) => {
+        if (/^send .* gradients$/.test(e.name)) sends.push(e.name);
+      },
+    });
+    try {
+      for (let i = 0; i < 3; i++) await trainer.step(batch(i));
+      return { sends, bits: new Int32Array(trainer.masterParameters().buffer.slice(0)) };
+    } finally {
+      await trainer.close();
+    }
+  };
+  const inPlace = await run(), copied = await run("100GB/s");
+  assert.deepEqual(inPlace.sends, []);
+  assert.equal(copied.sends.length, 3 * groups.length, "an emulated link carries every group, every step");
+  assert.deepEqual(inPlace.bits, copied.bits);
 });

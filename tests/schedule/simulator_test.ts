@@ -167,6 +167,10 @@ Deno.test("cost model: latency and bandwidth scale as documented", () => {
   near(commActionSeconds("broadcast", b, base), 3 * t, "shared broadcast");
   near(commActionSeconds("reduce", b, { ...base, topology: "star" }), t + (3 * b) / 1e10, "star reduce");
   near(commActionSeconds("broadcast", b, { ...base, topology: "star" }), t, "star broadcast");
+  // Devices sharing the master's memory: it averages their gradients where they lie (mutation seen
+  // failing: the flag ignored, the gather priced anyway); the broadcast still copies.
+  near(commActionSeconds("reduce", b, { ...base, gatherInPlace: true }), (3 * b) / 1e10, "in-place reduce");
+  near(commActionSeconds("broadcast", b, { ...base, gatherInPlace: true }), 3 * t, "in-place broadcast");
   near(commActionSeconds("update", b, base), 1e-4, "update");
   const ring = commActionSeconds("reduce", b, { ...base, mode: "allreduce" });
   near(ring, (2 * 3 / 4) * b / 1e9 + 2 * 3 * 1e-4 + (3 / 4) * b / 1e10, "ring");

@@ -1035,12 +1035,24 @@ export class WasmKernels {
   }
 
   /**
-   * Fused SGD step in place, the TypeScript kernel's bits (`sgdUpdateKernel`); false, with nothing
-   * done, unless `param`, `grad` and `history` all live in kernel memory with equal lengths
-   * (arrays elsewhere, such as a device's shared buffers, would be copied in and out every step).
+   * Fused SGD step in place, the TypeScript kernel's bits (`sgdUpdateKernel`), with `saved` the
+   * values of `param` and `history` it overwrites written there in the same pass; false, with
+   * nothing done, unless every array lives in kernel memory with equal lengths (arrays elsewhere,
+   * such as a device's shared buffers, would be copied in and out every step).
    */
-  sgdUpdate(param: Float32Array, grad: Float32Array, history: Float32Array, step: SgdStep): boolean {
-    const at = this.#residentAddresses([param, grad, history]);
+  sgdUpdate(
+    param: Float32Array,
+    grad: Float32Array,
+    history: Float32Array,
+    step: SgdStep,
+    saved?: { param: Float32Array; history: Float32Array },
+  ): boolean {
+    const at = this.#residentAddresses([
+      param,
+      grad,
+      history,
+      ...(saved ? [saved.param, saved.history] : []),
+    ]);
     if (!at) return false;
     if (param.length === 0) return true;
     this.#run(TaskKind.sgdUpdate, {
@@ -1049,6 +1061,8 @@ export class WasmKernels {
       grad: at[1],
       history: at[2],
       v: 0,
+      savedParam: at[3] ?? 0,
+      savedHistory: at[4] ?? 0,
       hyper: [step.rate, step.momentum, step.decay].map(floatBits),
     }, this.#updateThreads(param.length));
     return true;
@@ -1075,6 +1089,8 @@ export class WasmKernels {
       grad: at[1],
       history: at[2],
       v: at[3],
+      savedParam: 0,
+      savedHistory: 0,
       hyper: [beta1, beta2, 1 - beta1, 1 - beta2, decay, eps, Math.sqrt(correction2), rate / correction1].map(
         floatBits,
       ),

@@ -169,8 +169,9 @@ export interface PoolTask extends PoolWindows {
 
 /**
  * A fused optimizer update of `length` floats from byte addresses `param`, `grad`, `history` (SGD's
- * momentum, or Adam's first moment) and `v` (Adam's second moment); the hyper-parameters are
- * float32 bit patterns (see {@link floatBits}), in the order of the kernel's arguments.
+ * momentum, or Adam's first moment) and `v` (Adam's second moment); for SGD, `savedParam` and
+ * `savedHistory` (0: none) take the values it overwrites. The hyper-parameters are float32 bit
+ * patterns (see {@link floatBits}), in the order of the kernel's arguments.
  */
 export interface UpdateTask {
   length: number;
@@ -178,6 +179,8 @@ export interface UpdateTask {
   grad: number;
   history: number;
   v: number;
+  savedParam: number;
+  savedHistory: number;
   hyper: readonly number[];
 }
 
@@ -309,7 +312,7 @@ const POOL_FIELDS = [
  */
 export const MAX_TASK_ARGS = 48;
 
-const UPDATE_FIELDS = ["length", "param", "grad", "history", "v"] as const;
+const UPDATE_FIELDS = ["length", "param", "grad", "history", "v", "savedParam", "savedHistory"] as const;
 
 const ELEMENTWISE_FIELDS = ["op", "length", "a", "b", "out", "extra", "extra2"] as const;
 
@@ -440,7 +443,7 @@ function bitsFloat(bits: number): number {
  * every element computed alone, so the split never changes a bit.
  */
 function runUpdate(x: KernelExports, kind: TaskKind, args: Int32Array, t: number, threads: number): void {
-  const [length, param, grad, history, v] = args;
+  const [length, param, grad, history, v, savedParam, savedHistory] = args;
   const [e0, e1] = share(length, t, threads, 16);
   if (e1 <= e0) return;
   const hyper: number[] = [];
@@ -448,8 +451,19 @@ function runUpdate(x: KernelExports, kind: TaskKind, args: Int32Array, t: number
     hyper.push(bitsFloat(args[i]));
   }
   const at = 4 * e0;
-  if (kind === TaskKind.sgdUpdate) x.sgd_update(param + at, grad + at, history + at, e1 - e0, ...hyper);
-  else x.adam_update(param + at, grad + at, history + at, v + at, e1 - e0, ...hyper);
+  if (kind === TaskKind.sgdUpdate && savedParam !== 0) {
+    x.sgd_update_saving(
+      param + at,
+      grad + at,
+      history + at,
+      savedParam + at,
+      savedHistory + at,
+      e1 - e0,
+      ...hyper,
+    );
+  } else if (kind === TaskKind.sgdUpdate) {
+    x.sgd_update(param + at, grad + at, history + at, e1 - e0, ...hyper);
+  } else x.adam_update(param + at, grad + at, history + at, v + at, e1 - e0, ...hyper);
 }
 
 /** Runs thread `t`'s share of an elementwise task (see {@link ElementwiseTask}). */

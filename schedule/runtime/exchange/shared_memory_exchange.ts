@@ -72,8 +72,9 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
       optimizer(hostParameterEntries(layout, device.parameters, this.#averaged[i], this.#host))
     );
     const compressed = this.wire !== undefined;
+    // Receive buffers only where something travels into them: an emulated link or a compressed wire.
     this.#received = devices.map((d) =>
-      sharedFloats(d.index === 0 && !compressed ? 0 : layout.total, this.#host)
+      sharedFloats((d.index === 0 || !link) && !compressed ? 0 : layout.total, this.#host)
     );
   }
 
@@ -91,15 +92,21 @@ export class SharedMemoryExchange extends InProcessExchange implements Exchange 
     const devices = this.local;
     const slice = (buffer: Float32Array) => this.#slice(buffer, group);
     if (this.mode === "master") {
-      // Each peer has its own link to the master; the transfers run side by side.
-      await Promise.all(
-        devices.slice(1).map(async (device) => {
-          const t = await transfer(slice(device.gradients), slice(this.#received[device.index]), this.link);
-          context.record(device.index, `send ${group} gradients`, t.start, t.end, t.bytes);
-        }),
-      );
+      // Without a link the master reads the peers' gradients where they lie: nothing travels, and
+      // a device writes its group's gradients again only in the next step's backward. Over an
+      // emulated link each peer has its own to the master; the transfers run side by side.
+      const link = this.link;
+      if (link) {
+        await Promise.all(
+          devices.slice(1).map(async (device) => {
+            const t = await transfer(slice(device.gradients), slice(this.#received[device.index]), link);
+            context.record(device.index, `send ${group} gradients`, t.start, t.end, t.bytes);
+          }),
+        );
+      }
+      const peer = (d: Device) => slice(link ? this.#received[d.index] : d.gradients);
       averageInDeviceOrder(
-        [slice(devices[0].gradients), ...devices.slice(1).map((d) => slice(this.#received[d.index]))],
+        [slice(devices[0].gradients), ...devices.slice(1).map(peer)],
         slice(this.#averaged[0]),
         this.#host,
       );

@@ -124,6 +124,42 @@ Deno.test("wasm SGD update: the TypeScript kernel's bits, decay 0, ±0 and non-z
   }
 });
 
+// The saving variant writes the undo's copies in the update's own pass (`Optimizer.updateSaving`).
+// Mutations tried, each made this test fail: the kernel storing the new w (after the update) as the
+// saved parameter; its saved-momentum pointer left out of those the loop advances; the task
+// running the plain kernel whatever its saved addresses (nothing saved); the TypeScript kernel
+// saving the momentum after updating it.
+Deno.test("wasm SGD update that saves what it overwrites: the plain update's bits, the old values saved, any length, 1 and 2 threads", () => {
+  const step: SgdStep = { rate: 0.02, momentum: 0.9, decay: 5e-4 };
+  for (const [name, kernels] of KERNELS) {
+    for (const n of LENGTHS) {
+      if (n > 5000 && name !== "2 threads") continue;
+      const { param, grad } = updateOperands(n);
+      const history = randomArray(n, 0.01);
+      const oldParam = param.slice(), oldHistory = history.slice();
+      const p = resident(kernels, param), g = resident(kernels, grad), h = resident(kernels, history);
+      // Stale values where the copies go, as the optimizer's spares from an earlier step hold.
+      const sp = resident(kernels, randomArray(n)), sh = resident(kernels, randomArray(n));
+      const oracle = { param: randomArray(n), history: randomArray(n) };
+      sgdUpdateKernel(param, grad, history, step, oracle);
+      assert.ok(
+        kernels.sgdUpdate(p, g, h, step, { param: sp, history: sh }),
+        "resident operands take the wasm path",
+      );
+      const what = `${name} saving SGD n=${n}`;
+      assertSameBits(p, param, `${what} param`, true);
+      assertSameBits(h, history, `${what} history`, true);
+      for (const [saved, label] of [[sp, "wasm"], [oracle.param, "TypeScript"]] as const) {
+        assertSameBits(saved, oldParam, `${what} ${label} saved param`, true);
+      }
+      for (const [saved, label] of [[sh, "wasm"], [oracle.history, "TypeScript"]] as const) {
+        assertSameBits(saved, oldHistory, `${what} ${label} saved history`, true);
+      }
+      free(kernels, p, g, h, sp, sh);
+    }
+  }
+});
+
 // Mutations tried, each made this test fail: (mi·step) / denominator instead of (mi / denominator)
 // · step; √vi / root2 computed as √(vi / root2 / root2); the decay term applied when decay is 0;
 // β2 passed in place of 1 − β2; the last thread's share starting 16 floats late.

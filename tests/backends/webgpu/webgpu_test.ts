@@ -511,6 +511,15 @@ test("fused SGD and Adam updates in place", async (g) => {
     b.sgdUpdate!(sw, sg, sh, { rate: 0.02, momentum: 0.9, decay: 0 });
     return [sw, sh];
   });
+  // The undo's copies, written by the step (on the GPU, buffer copies queued before it): the
+  // values after the first step. Mutations tried, each made this fail: the momentum's copy left
+  // out; the copies queued after the step.
+  await compare(g, "optim sgd saving", [w, grad, h], (b, [sw, sg, sh]) => {
+    const saved = { param: b.allocate(n, "float32"), history: b.allocate(n, "float32") };
+    b.sgdUpdate!(sw, sg, sh, { rate: 0.01, momentum: 0.9, decay: 5e-4 });
+    b.sgdUpdate!(sw, sg, sh, { rate: 0.02, momentum: 0.9, decay: 0 }, saved);
+    return [sw, sh, saved.param, saved.history];
+  });
   const v = randoms(n, rand, 0, 0.01);
   await compare(g, "optim adam", [w, grad, h, v], (b, [sw, sg, sm, sv]) => {
     b.adamUpdate!(sw, sg, sm, sv, {

@@ -94,6 +94,8 @@ export interface KernelExports extends GemmExports {
   ): void;
   /** See `OPTIMIZER_EXPORTS.sgdUpdate`. */
   sgd_update(...args: number[]): void;
+  /** See `OPTIMIZER_EXPORTS.sgdUpdateSaving`. */
+  sgd_update_saving(...args: number[]): void;
   /** See `OPTIMIZER_EXPORTS.adamUpdate`. */
   adam_update(...args: number[]): void;
   /** See `ELEMENTWISE_EXPORTS.relu`. */

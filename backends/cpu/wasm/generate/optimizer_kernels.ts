@@ -35,6 +35,12 @@ export const OPTIMIZER_EXPORTS = {
    */
   sgdUpdate: "sgd_update",
   /**
+   * `(param, grad, history, savedParam, savedHistory, n, rate, momentum, decay)`: `sgd_update`,
+   * also storing each w and h it reads at `savedParam` and `savedHistory` (the copies that undo
+   * the update), in the same pass: 7 streams over memory where copying first, then updating, takes 9.
+   */
+  sgdUpdateSaving: "sgd_update_saving",
+  /**
    * `(param, grad, m, v, n, beta1, beta2, oneMinusBeta1, oneMinusBeta2, decay, eps, root2,
    * step)`, the last eight float32 (`root2 = fround(√correction2)`, `step = fround(rate /
    * correction1)`): Adam over n floats in place, as `adamUpdateKernel`.
@@ -121,16 +127,25 @@ function byDecay(f: FunctionWriter, decay: number, loop: (withDecay: boolean) =>
   f.end();
 }
 
-function writeSgd(f: FunctionWriter): void {
-  const [param, grad, history, n, rate, momentum, decay] = [0, 1, 2, 3, 4, 5, 6];
+/** `sgd_update`, or with `saving` `sgd_update_saving` (two more pointers after `history`). */
+function writeSgd(f: FunctionWriter, saving: boolean): void {
+  const [param, grad, history] = [0, 1, 2];
+  const saved = saving ? [3, 4] : [];
+  const [n, rate, momentum, decay] = [3, 4, 5, 6].map((i) => i + saved.length);
   const r = splat(f, rate), m = splat(f, momentum), d = splat(f, decay);
   const w = f.local(v128), diff = f.local(v128), h = f.local(v128);
   const loop = (withDecay: boolean) =>
-    forEachLanes(f, n, [param, grad, history], (at, single) => {
+    forEachLanes(f, n, [param, grad, history, ...saved], (at, single) => {
       // diff = g + fround(w·d): the order of the TypeScript kernel.
       decayedGradient(f, [param, grad], at, single, w, withDecay ? d : undefined, diff);
-      // h = fround(h·m) + fround(diff·r)
       load(f, history, at, single);
+      if (saving) {
+        f.localSet(h);
+        store(f, saved[0], at, single, w);
+        store(f, saved[1], at, single, h);
+        f.localGet(h);
+      }
+      // h = fround(h·m) + fround(diff·r)
       f.localGet(m).f32x4Mul().localGet(diff).localGet(r).f32x4Mul().f32x4Add().localSet(h);
       store(f, history, at, single, h);
       f.localGet(w).localGet(h).f32x4Sub().localSet(w);
@@ -183,7 +198,18 @@ function writeAdam(f: FunctionWriter): void {
  * ```
  */
 export function emitOptimizerKernels(builder: ModuleBuilder): void {
-  builder.addFunction(OPTIMIZER_EXPORTS.sgdUpdate, [i32, i32, i32, i32, f32, f32, f32], [], writeSgd);
+  builder.addFunction(
+    OPTIMIZER_EXPORTS.sgdUpdate,
+    [i32, i32, i32, i32, f32, f32, f32],
+    [],
+    (f) => writeSgd(f, false),
+  );
+  builder.addFunction(
+    OPTIMIZER_EXPORTS.sgdUpdateSaving,
+    [i32, i32, i32, i32, i32, i32, f32, f32, f32],
+    [],
+    (f) => writeSgd(f, true),
+  );
   builder.addFunction(
     OPTIMIZER_EXPORTS.adamUpdate,
     [i32, i32, i32, i32, i32, f32, f32, f32, f32, f32, f32, f32, f32],
