@@ -12,11 +12,12 @@
  * shipped, averaged and applied while the devices are still computing conv gradients.
  *
  * A failed step is undone without copying everything each step: an update that may still be
- * followed by a failure (a device still computing, or a later action that can fail) is `undoable`,
- * which copies that group's parameters and optimizer state just before it overwrites them. An update
- * placed after every backward waits for the devices to finish and, where the exchange's remaining
- * actions cannot fail (shared memory), needs no copy: `sequential` copies nothing, `overlap` copies the
- * FC group while the conv backward runs.
+ * followed by a failure (a device still computing, a later action that can fail, or a finite check)
+ * is `undoable`, which keeps a copy of that group's parameters and optimizer state as it overwrites
+ * them. Without finite checks, an update placed after every backward waits for the devices to finish
+ * and, where the exchange's remaining actions cannot fail (shared memory), needs no copy: `sequential`
+ * copies nothing, `overlap` copies the FC group while the conv backward runs. With them (the default)
+ * every update copies, so none waits for the devices.
  *
  * @module
  */
@@ -173,17 +174,18 @@ export async function runIteration(run: IterationRun): Promise<DataParallelStepR
         if (needed.kind === "backward") await Promise.all(ready.map((r) => r.get(needed.group!)!.promise));
       }
     };
-    // Where a failed step is undone, an update after every backward waits for the devices to
-    // finish (their gradients are final already, so the wait is short): then no device can fail
-    // the step behind it any more. An update copies for the undo only where a failure can still
-    // follow it (`undoableUpdates`, the rule the simulator prices too).
-    const late = (index: number) => index > lastBackward;
+    // An update copies for the undo only where a failure can still follow it (`undoableUpdates`,
+    // the rule the simulator prices too). Where a failed step is undone, an update after every
+    // backward that need not copy waits for the devices to finish (their gradients are final
+    // already): then no device can fail the step behind it any more. One that copies anyway (a
+    // finite check follows it) starts at once: a device failing behind it is undone like any.
     const undoableAt = undoableUpdates(plan, {
       rollsBack: exchange.rollsBack,
       transfersCanFail: exchange.transfersCanFail,
       checkFinite,
     });
     const undoable = (index: number) => undoableAt[index];
+    const waitsForDevices = (index: number) => index > lastBackward && exchange.rollsBack && !undoable(index);
     const same = (index: number, kind: string, group: string) =>
       plan.actions[index]?.kind === kind && plan.actions[index]?.group === group;
     for (let i = 0; i < plan.actions.length; i++) {
@@ -196,7 +198,7 @@ export async function runIteration(run: IterationRun): Promise<DataParallelStepR
         // back while the next is still arriving.
         const withBroadcast = same(i + 2, "broadcast", group);
         await waitForBackward(i + 1);
-        if (late(i + 1) && exchange.rollsBack) await Promise.all(computes);
+        if (waitsForDevices(i + 1)) await Promise.all(computes);
         const options = { undoable: undoable(i + 1) };
         const parts = await exchange.pipeline(group, {
           update: (range) => {
@@ -213,7 +215,7 @@ export async function runIteration(run: IterationRun): Promise<DataParallelStepR
         i += withBroadcast ? 2 : 1;
         continue;
       }
-      if (action.kind === "update" && late(i) && exchange.rollsBack) await Promise.all(computes);
+      if (action.kind === "update" && waitsForDevices(i)) await Promise.all(computes);
       const start = performance.now();
       if (action.kind === "reduce") {
         await exchange.reduce(group, context);
