@@ -418,9 +418,17 @@ export interface Backend {
    * `diff = g + w·decay`, `history = history·momentum + diff·rate`, `w = w − history`, each product
    * and sum rounded to float32. Without it optimizers fall back to those ops. With `saved`, the
    * values `param` and `history` held before are written there too (the copies that undo a failed
-   * step), in the same pass where the backend can.
+   * step), in the same pass where the backend can. Returns whether every new parameter is finite
+   * where the backend checks that in the same pass (the runtime's finite check then skips its scan),
+   * nothing where it does not.
    */
-  sgdUpdate?(param: Storage, grad: Storage, history: Storage, step: SgdStep, saved?: SgdSaved): void;
+  sgdUpdate?(
+    param: Storage,
+    grad: Storage,
+    history: Storage,
+    step: SgdStep,
+    saved?: SgdSaved,
+  ): boolean | void;
   /** Optional fused Adam update, in place on `param`, `m` and `v`; rounding as `sgdUpdate`. */
   adamUpdate?(param: Storage, grad: Storage, m: Storage, v: Storage, step: AdamStep): void;
   /**

@@ -25,7 +25,10 @@ export interface ExchangeRates {
    * aside. The simulator's `undo.secondsPerByte`.
    */
   undoSecondsPerByte: number;
-  /** Seconds per parameter byte of the finite check after an update (`firstNonFinite`). */
+  /**
+   * Seconds per parameter byte of a finite check's scan (`firstNonFinite`): what follows an update
+   * that does not check in its own pass (Adam's; SGD's on the CPU does, inside `updateSecondsPerByte`).
+   */
   checkSecondsPerByte: number;
 }
 

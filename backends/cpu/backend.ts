@@ -539,11 +539,12 @@ export class CpuBackend implements Backend {
     averageKernel(arrays, o);
   }
 
-  sgdUpdate(param: Storage, grad: Storage, history: Storage, step: SgdStep, saved?: SgdSaved): void {
+  /** {@link Backend.sgdUpdate}; the finite check of the new parameters runs in the same pass. */
+  sgdUpdate(param: Storage, grad: Storage, history: Storage, step: SgdStep, saved?: SgdSaved): boolean {
     const into = saved && { param: f32(saved.param), history: f32(saved.history) };
     // WebAssembly only on arrays in kernel memory: wrapped host memory is updated where it lies.
-    if (this.wasm?.sgdUpdate(f32(param), f32(grad), f32(history), step, into)) return;
-    sgdUpdateKernel(f32(param), f32(grad), f32(history), step, into);
+    return this.wasm?.sgdUpdate(f32(param), f32(grad), f32(history), step, into) ??
+      sgdUpdateKernel(f32(param), f32(grad), f32(history), step, into);
   }
 
   /**

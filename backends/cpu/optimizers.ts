@@ -13,7 +13,7 @@ const f = Math.fround;
 
 /**
  * Caffe SGD in place: `diff = g + w·decay; h = h·momentum + diff·rate; w = w − h`; with `saved`, each
- * w and h it overwrites is written there first.
+ * w and h it overwrites is written there first. Returns whether every new w is finite.
  */
 export function sgdUpdateKernel(
   param: Float32Array,
@@ -21,8 +21,9 @@ export function sgdUpdateKernel(
   history: Float32Array,
   { rate, momentum, decay }: SgdStep,
   saved?: { param: Float32Array; history: Float32Array },
-): void {
+): boolean {
   const r = f(rate), m = f(momentum), d = f(decay);
+  let finite = true;
   for (let i = 0; i < param.length; i++) {
     const w = param[i], before = history[i];
     if (saved) {
@@ -32,8 +33,11 @@ export function sgdUpdateKernel(
     const diff = d !== 0 ? f(grad[i] + f(w * d)) : grad[i];
     const h = f(f(before * m) + f(diff * r));
     history[i] = h;
-    param[i] = w - h;
+    const updated = f(w - h);
+    param[i] = updated;
+    if (!Number.isFinite(updated)) finite = false;
   }
+  return finite;
 }
 
 /** Adam in place, in the operation order of the composed update (PyTorch's single-tensor Adam). */

@@ -140,6 +140,8 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
   /** What undoable `step(group)` calls of this iteration overwrote, for {@link Optimizer.undoIteration}. */
   #undo: { target: Tensor; copy: Tensor; view: boolean }[] = [];
   #undoCounts = new Map<string, number>();
+  /** Per parameter updated this iteration: whether its updates found every new value finite. */
+  #checkedFinite = new Map<string, boolean>();
   /**
    * Undo copies kept from one iteration to the next, by backend and length: every iteration makes
    * the same ones, and a fresh multi-hundred-megabyte buffer costs its page faults each time (real
@@ -210,13 +212,16 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
   /**
    * Updates `param` in place (with `assign`) from `grad`, its state `slots` and `context`. Runs under
    * `noGrad` inside a `tidy` scope, so intermediates need no cleanup; must use tensor ops only.
+   * Returns true where the update itself found every new value of `param` finite (a backend's fused
+   * pass; see {@link Optimizer.checkedFinite}), false where it found one that is not, nothing where
+   * it did not look.
    */
   protected abstract update(
     param: Tensor,
     grad: Tensor,
     slots: Readonly<Record<string, Tensor>>,
     context: UpdateContext,
-  ): void;
+  ): boolean | void;
 
   /**
    * {@link Optimizer.update}, also writing the values it overwrites into `saved` — `param`'s, then
@@ -229,9 +234,31 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
     slots: Readonly<Record<string, Tensor>>,
     context: UpdateContext,
     saved: readonly Tensor[],
-  ): void {
+  ): boolean | void {
     [param, ...Object.values(slots)].forEach((target, i) => saved[i].assign(target));
-    this.update(param, grad, slots, context);
+    return this.update(param, grad, slots, context);
+  }
+
+  /**
+   * True when every update of parameter `name` in this iteration found its new values finite in its
+   * own pass (SGD on the CPU backend), so a finite check need not scan them again; false otherwise,
+   * including where the update did not look.
+   *
+   * @example
+   * ```ts
+   * import { SGD } from "./sgd.ts";
+   * declare const optimizer: SGD;
+   * optimizer.step("fc");
+   * const scan = optimizer.parameters.filter((p) => !optimizer.checkedFinite(p.name));
+   * ```
+   */
+  checkedFinite(name: string): boolean {
+    return this.#checkedFinite.get(name) === true;
+  }
+
+  /** Records what one update of `name` found (see {@link Optimizer.checkedFinite}). */
+  #noteFinite(name: string, finite: boolean | void): void {
+    this.#checkedFinite.set(name, finite === true && this.#checkedFinite.get(name) !== false);
   }
 
   /** The live hyper-parameters, for subclasses' updates (no copy, unlike {@link Optimizer.hyper}). */
@@ -338,6 +365,7 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
     this.#checkNoParts("finishIteration");
     this.#iteration++;
     this.#groupsDone.clear();
+    this.#checkedFinite.clear();
     this.#dropUndo();
   }
 
@@ -365,6 +393,7 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
     for (const p of this.parameters) if (this.#undoCounts.has(p.name)) this.#groupsDone.delete(p.group);
     this.#partsDone.clear();
     this.#elementsDone.clear();
+    this.#checkedFinite.clear();
     this.#dropUndo();
   }
 
@@ -549,6 +578,7 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
     this.#hyper = this.checkHyper(structuredClone(state.hyper) as H);
     this.#iteration = state.iteration;
     this.#groupsDone.clear();
+    this.#checkedFinite.clear();
   }
 
   /**
@@ -644,16 +674,15 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
           const param = view(p.tensor, from, to), grad = view(p.tensor.grad!, from, to);
           const count = this.#updates.get(p.name)! + 1;
           const context = { rate: rate * p.lrMult, decay: this.#hyper.weightDecay * p.decayMult, count };
+          let finite: boolean | void = undefined;
           if (options.undoable) {
             // The undo keeps views of its own on the same elements: these die with this call.
             const targets = [p.tensor, ...Object.values(slots)].map((t) => viewOf(t, from, to));
-            this.#updateKeeping(
-              p.name,
-              targets,
-              true,
-              (saved) => this.updateSaving(param, grad, partSlots, context, saved),
-            );
-          } else tidy(() => this.update(param, grad, partSlots, context));
+            this.#updateKeeping(p.name, targets, true, (saved) => {
+              finite = this.updateSaving(param, grad, partSlots, context, saved);
+            });
+          } else tidy(() => void (finite = this.update(param, grad, partSlots, context)));
+          this.#noteFinite(p.name, finite);
           // The count moves once the whole parameter has been updated, as one whole update moves it.
           const done = (this.#elementsDone.get(p.name) ?? 0) + to - from;
           this.#elementsDone.set(p.name, done);
@@ -729,19 +758,18 @@ export abstract class Optimizer<H extends HyperBase = HyperBase> {
         const count = this.#updates.get(p.name)! + 1;
         const context = { rate: rate * p.lrMult, decay: this.#hyper.weightDecay * p.decayMult, count };
         const slots = this.#slots.get(p.name)!;
+        let finite: boolean | void = undefined;
         if (options.undoable && !this.#undoCounts.has(p.name)) {
           // Copies on the parameter's own backend (a GPU copy for device-resident replicas) of
           // what the update overwrites, written in its own pass where the backend can.
-          this.#updateKeeping(
-            p.name,
-            [p.tensor, ...Object.values(slots)],
-            false,
-            (saved) => this.updateSaving(p.tensor, p.tensor.grad!, slots, context, saved),
-          );
+          this.#updateKeeping(p.name, [p.tensor, ...Object.values(slots)], false, (saved) => {
+            finite = this.updateSaving(p.tensor, p.tensor.grad!, slots, context, saved);
+          });
         } else {
           // One scope per parameter keeps the peak at one parameter's temporaries.
-          tidy(() => this.update(p.tensor, p.tensor.grad!, slots, context));
+          tidy(() => void (finite = this.update(p.tensor, p.tensor.grad!, slots, context)));
         }
+        this.#noteFinite(p.name, finite);
         this.#updates.set(p.name, count);
       }
     });

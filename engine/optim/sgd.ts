@@ -91,12 +91,11 @@ export class SGD extends Optimizer<SgdHyper> {
     grad: Tensor,
     slots: Readonly<Record<string, Tensor>>,
     c: UpdateContext,
-  ): void {
+  ): boolean | void {
     const fused = param.backend.sgdUpdate;
     if (fused) {
       // Same arithmetic in one pass (the backend rounds exactly like the ops below).
-      fused.call(param.backend, param.storage, grad.storage, slots.history.storage, this.#step(c));
-      return;
+      return fused.call(param.backend, param.storage, grad.storage, slots.history.storage, this.#step(c));
     }
     const diff = c.decay !== 0 ? add(grad, mul(param, c.decay)) : grad;
     const history = add(mul(slots.history, this.settings.momentum), mul(diff, c.rate));
@@ -114,10 +113,10 @@ export class SGD extends Optimizer<SgdHyper> {
     slots: Readonly<Record<string, Tensor>>,
     c: UpdateContext,
     saved: readonly Tensor[],
-  ): void {
+  ): boolean | void {
     const fused = param.backend.sgdUpdate;
     if (!fused) return super.updateSaving(param, grad, slots, c, saved);
-    fused.call(param.backend, param.storage, grad.storage, slots.history.storage, this.#step(c), {
+    return fused.call(param.backend, param.storage, grad.storage, slots.history.storage, this.#step(c), {
       param: saved[0].storage,
       history: saved[1].storage,
     });

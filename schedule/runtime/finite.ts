@@ -1,7 +1,8 @@
 /**
  * Divergence: how a step learns that training has left the finite numbers, and the error that says
  * where. After each update the runtime asks the backend for the first NaN or ±∞ of the group's new
- * parameters (one reduction; a GPU returns 4 bytes), so a run stops at the step that broke the
+ * parameters (one reduction; a GPU returns 4 bytes; none where the CPU's fused update already looked
+ * in its own pass and found them finite), so a run stops at the step that broke the
  * weights — even when the loss was still finite, as with a learning rate that overflows the update —
  * and the step is rolled back like any failed step, leaving the last finite parameters and
  * optimizer state to save.
@@ -61,7 +62,8 @@ export async function checkUpdatedGroup(
 ): Promise<void> {
   for (const optimizer of optimizers) {
     const updated = optimizer.parameters.filter((p) => p.group === group);
-    const bad = await findNonFinite(updated);
+    // What the update found finite in its own pass need not be read again.
+    const bad = await findNonFinite(updated.filter((p) => !optimizer.checkedFinite(p.name)));
     if (!bad) continue;
     const grad = updated.find((p) => p.name === bad.name)?.tensor.grad;
     const badGrad = grad && !grad.isDisposed

@@ -581,3 +581,38 @@ Deno.test("range updates: overlaps, unfinished groups and undo are handled", () 
   optimizer.finishIteration();
   dispose(params, optimizer);
 });
+
+// Mutations seen failing: `#noteFinite` recording true whatever the update returned; the CPU
+// backend's update returning true always; the record surviving `finishIteration`.
+Deno.test("checkedFinite: what SGD's fused update found in its own pass, per parameter and iteration (SGD, not Adam)", () => {
+  const params = makeParams();
+  const sgd = new SGD(params, { lr: 0.1, momentum: 0.9 });
+  setGrads(params, 1);
+  assert.deepEqual(
+    params.map((p) => sgd.checkedFinite(p.name)),
+    params.map(() => false),
+    "before any update",
+  );
+  sgd.step(params[0].group, { undoable: true });
+  for (const p of params) assert.equal(sgd.checkedFinite(p.name), p.group === params[0].group, p.name);
+  sgd.finishIteration();
+  assert.equal(sgd.checkedFinite(params[0].name), false, "a new iteration has checked nothing yet");
+  // An update that overflows: the parameter it broke is not checked finite, the others are.
+  params[0].tensor.assign(
+    tensor(new Float32Array(params[0].tensor.size).fill(3e38), { shape: params[0].tensor.shape }),
+  );
+  params[0].tensor.grad!.assign(
+    tensor(new Float32Array(params[0].tensor.size).fill(-3e38), { shape: params[0].tensor.shape }),
+  );
+  const overflow = new SGD(params, { lr: 1, momentum: 0 });
+  overflow.step("conv"); // a whole step() would end the iteration, and forget
+  assert.equal(overflow.checkedFinite(params[0].name), false, "overflowed");
+  assert.equal(overflow.checkedFinite(params[1].name), true, "finite");
+  sgd.dispose();
+  overflow.dispose();
+  const adam = new Adam(makeParams(), { lr: 0.1 });
+  setGrads(adam.parameters as ParameterEntry[], 1);
+  adam.step("conv");
+  assert.equal(adam.checkedFinite(adam.parameters[0].name), false, "Adam's update does not look");
+  adam.dispose();
+});

@@ -9,7 +9,7 @@
  */
 
 import assert from "node:assert/strict";
-import { CheckpointError, loadCheckpoint, saveCheckpoint, SGD, tensor } from "../../mod.ts";
+import { Adam, CheckpointError, loadCheckpoint, saveCheckpoint, SGD, tensor } from "../../mod.ts";
 import { findNonFinite } from "../../engine/mod.ts";
 import { loadSafetensors, saveSafetensors } from "../../engine/io/mod.ts";
 import type { ParameterEntry } from "../../engine/nn/mod.ts";
@@ -85,6 +85,39 @@ Deno.test("an update that overflows is named with its finite gradient; a NaN gra
     checkUpdatedGroup([optimizer], "fc", 7),
     /holds NaN at element 0 after the update \(its gradient held NaN/,
   );
+});
+
+// The CPU's fused SGD update checks its new parameters in its own pass, so the runtime's check reads
+// nothing again for what it found finite, and scans only where the update did not look (Adam) or
+// found a bad one (to name it). Mutation seen failing: `checkUpdatedGroup` scanning every updated
+// parameter whatever the update found (two scans here where none should run).
+Deno.test("the finite check scans only what the update itself did not find finite", async () => {
+  const w = tensor([1, 2, 3], { requiresGrad: true }), b = tensor([0.5], { requiresGrad: true });
+  const entries: ParameterEntry[] = [
+    { name: "w", tensor: w, group: "fc", lrMult: 1, decayMult: 1 },
+    { name: "b", tensor: b, group: "fc", lrMult: 2, decayMult: 0 },
+  ];
+  const backend = w.backend as { firstNonFinite?: (x: unknown) => number | Promise<number> };
+  const scan = backend.firstNonFinite!.bind(backend);
+  let scans = 0;
+  backend.firstNonFinite = (x) => (scans++, scan(x));
+  try {
+    const sgd = new SGD(entries, { lr: 0.1, momentum: 0.9 });
+    w.grad = tensor([0.1, 0.2, 0.3]);
+    b.grad = tensor([0.4]);
+    sgd.step("fc", { undoable: true });
+    await checkUpdatedGroup([sgd], "fc", 0);
+    assert.equal(scans, 0, "SGD found every new parameter finite in its own pass");
+    sgd.finishIteration();
+    const adam = new Adam(entries, { lr: 0.1 });
+    adam.step("fc");
+    await checkUpdatedGroup([adam], "fc", 1);
+    assert.equal(scans, 2, "Adam's update does not look: both parameters scanned");
+    adam.dispose();
+    sgd.dispose();
+  } finally {
+    delete backend.firstNonFinite; // the prototype's again
+  }
 });
 
 /** The master's parameters and momentum, to compare bit for bit (read back from a GPU too). */

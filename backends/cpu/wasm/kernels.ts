@@ -1036,9 +1036,10 @@ export class WasmKernels {
 
   /**
    * Fused SGD step in place, the TypeScript kernel's bits (`sgdUpdateKernel`), with `saved` the
-   * values of `param` and `history` it overwrites written there in the same pass; false, with
-   * nothing done, unless every array lives in kernel memory with equal lengths (arrays elsewhere,
-   * such as a device's shared buffers, would be copied in and out every step).
+   * values of `param` and `history` it overwrites written there in the same pass. Returns whether
+   * every new parameter is finite (checked in that pass too), or `undefined`, with nothing done,
+   * unless every array lives in kernel memory with equal lengths (arrays elsewhere, such as a
+   * device's shared buffers, would be copied in and out every step).
    */
   sgdUpdate(
     param: Float32Array,
@@ -1046,26 +1047,35 @@ export class WasmKernels {
     history: Float32Array,
     step: SgdStep,
     saved?: { param: Float32Array; history: Float32Array },
-  ): boolean {
+  ): boolean | undefined {
     const at = this.#residentAddresses([
       param,
       grad,
       history,
       ...(saved ? [saved.param, saved.history] : []),
     ]);
-    if (!at) return false;
+    if (!at) return undefined;
     if (param.length === 0) return true;
-    this.#run(TaskKind.sgdUpdate, {
-      length: param.length,
-      param: at[0],
-      grad: at[1],
-      history: at[2],
-      v: 0,
-      savedParam: at[3] ?? 0,
-      savedHistory: at[4] ?? 0,
-      hyper: [step.rate, step.momentum, step.decay].map(floatBits),
-    }, this.#updateThreads(param.length));
-    return true;
+    const threads = this.#updateThreads(param.length);
+    try {
+      // One flag per thread that takes part.
+      const flags = this.#scratch(4 * threads);
+      if (flags === undefined) return undefined;
+      this.#run(TaskKind.sgdUpdate, {
+        length: param.length,
+        param: at[0],
+        grad: at[1],
+        history: at[2],
+        v: 0,
+        savedParam: at[3] ?? 0,
+        savedHistory: at[4] ?? 0,
+        finite: flags,
+        hyper: [step.rate, step.momentum, step.decay].map(floatBits),
+      }, threads);
+      return new Int32Array(this.#memory.buffer, flags, threads).every((flag) => flag === 1);
+    } finally {
+      this.#releaseTemporaries();
+    }
   }
 
   /**
@@ -1091,6 +1101,7 @@ export class WasmKernels {
       v: at[3],
       savedParam: 0,
       savedHistory: 0,
+      finite: 0,
       hyper: [beta1, beta2, 1 - beta1, 1 - beta2, decay, eps, Math.sqrt(correction2), rate / correction1].map(
         floatBits,
       ),

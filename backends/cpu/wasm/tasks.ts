@@ -170,8 +170,9 @@ export interface PoolTask extends PoolWindows {
 /**
  * A fused optimizer update of `length` floats from byte addresses `param`, `grad`, `history` (SGD's
  * momentum, or Adam's first moment) and `v` (Adam's second moment); for SGD, `savedParam` and
- * `savedHistory` (0: none) take the values it overwrites. The hyper-parameters are float32 bit
- * patterns (see {@link floatBits}), in the order of the kernel's arguments.
+ * `savedHistory` (0: none) take the values it overwrites, and thread t writes to the int32 at
+ * `finite + 4·t` (0: none) whether every new parameter of its share is finite. The hyper-parameters
+ * are float32 bit patterns (see {@link floatBits}), in the order of the kernel's arguments.
  */
 export interface UpdateTask {
   length: number;
@@ -181,6 +182,7 @@ export interface UpdateTask {
   v: number;
   savedParam: number;
   savedHistory: number;
+  finite: number;
   hyper: readonly number[];
 }
 
@@ -312,7 +314,16 @@ const POOL_FIELDS = [
  */
 export const MAX_TASK_ARGS = 48;
 
-const UPDATE_FIELDS = ["length", "param", "grad", "history", "v", "savedParam", "savedHistory"] as const;
+const UPDATE_FIELDS = [
+  "length",
+  "param",
+  "grad",
+  "history",
+  "v",
+  "savedParam",
+  "savedHistory",
+  "finite",
+] as const;
 
 const ELEMENTWISE_FIELDS = ["op", "length", "a", "b", "out", "extra", "extra2"] as const;
 
@@ -443,13 +454,15 @@ function bitsFloat(bits: number): number {
  * every element computed alone, so the split never changes a bit.
  */
 function runUpdate(x: KernelExports, kind: TaskKind, args: Int32Array, t: number, threads: number): void {
-  const [length, param, grad, history, v, savedParam, savedHistory] = args;
+  const [length, param, grad, history, v, savedParam, savedHistory, finite] = args;
   const [e0, e1] = share(length, t, threads, 16);
-  if (e1 <= e0) return;
   const hyper: number[] = [];
   for (let i = UPDATE_FIELDS.length; i < UPDATE_FIELDS.length + (kind === TaskKind.sgdUpdate ? 3 : 8); i++) {
     hyper.push(bitsFloat(args[i]));
   }
+  // Every thread an update takes has a share (`#updateThreads` gives each at least 512 Ki floats).
+  if (e1 <= e0) return;
+  const flag = finite === 0 ? 0 : finite + 4 * t;
   const at = 4 * e0;
   if (kind === TaskKind.sgdUpdate && savedParam !== 0) {
     x.sgd_update_saving(
@@ -460,9 +473,10 @@ function runUpdate(x: KernelExports, kind: TaskKind, args: Int32Array, t: number
       savedHistory + at,
       e1 - e0,
       ...hyper,
+      flag,
     );
   } else if (kind === TaskKind.sgdUpdate) {
-    x.sgd_update(param + at, grad + at, history + at, e1 - e0, ...hyper);
+    x.sgd_update(param + at, grad + at, history + at, e1 - e0, ...hyper, flag);
   } else x.adam_update(param + at, grad + at, history + at, v + at, e1 - e0, ...hyper);
 }
 

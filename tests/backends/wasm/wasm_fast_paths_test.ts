@@ -112,8 +112,10 @@ Deno.test("wasm SGD update: the TypeScript kernel's bits, decay 0, ±0 and non-z
         const { param, grad } = updateOperands(n);
         const history = randomArray(n, 0.01);
         const p = resident(kernels, param), g = resident(kernels, grad), h = resident(kernels, history);
-        sgdUpdateKernel(param, grad, history, step);
-        assert.ok(kernels.sgdUpdate(p, g, h, step), "resident operands take the wasm path");
+        const expected = sgdUpdateKernel(param, grad, history, step);
+        const finite = kernels.sgdUpdate(p, g, h, step);
+        assert.notEqual(finite, undefined, "resident operands take the wasm path");
+        assert.equal(finite, expected, `n=${n}: whether every new parameter is finite`);
         const what = `${name} SGD n=${n} ${JSON.stringify(step)}`;
         assertSameBits(p, param, `${what} param`, true);
         assertSameBits(h, history, `${what} history`, true);
@@ -141,11 +143,10 @@ Deno.test("wasm SGD update that saves what it overwrites: the plain update's bit
       // Stale values where the copies go, as the optimizer's spares from an earlier step hold.
       const sp = resident(kernels, randomArray(n)), sh = resident(kernels, randomArray(n));
       const oracle = { param: randomArray(n), history: randomArray(n) };
-      sgdUpdateKernel(param, grad, history, step, oracle);
-      assert.ok(
-        kernels.sgdUpdate(p, g, h, step, { param: sp, history: sh }),
-        "resident operands take the wasm path",
-      );
+      const expected = sgdUpdateKernel(param, grad, history, step, oracle);
+      const finite = kernels.sgdUpdate(p, g, h, step, { param: sp, history: sh });
+      assert.notEqual(finite, undefined, "resident operands take the wasm path");
+      assert.equal(finite, expected, `n=${n}: whether every new parameter is finite`);
       const what = `${name} saving SGD n=${n}`;
       assertSameBits(p, param, `${what} param`, true);
       assertSameBits(h, history, `${what} history`, true);
@@ -156,6 +157,39 @@ Deno.test("wasm SGD update that saves what it overwrites: the plain update's bit
         assertSameBits(saved, oldHistory, `${what} ${label} saved history`, true);
       }
       free(kernels, p, g, h, sp, sh);
+    }
+  }
+});
+
+// The finite check in the update's own pass (the runtime then skips its scan of the group). Mutations
+// tried, each made this test fail: the flag ORing the old w instead of the new; only thread 0's flag
+// read; the TypeScript kernel testing w before the update.
+Deno.test("wasm SGD update: says whether every new parameter is finite, wherever the bad one lies, on 1 and 2 threads", () => {
+  const step: SgdStep = { rate: 1, momentum: 0, decay: 0 };
+  for (const [name, kernels] of KERNELS) {
+    for (const n of [1, 7, 17, 33, 1001, 1_048_583]) {
+      if (n > 5000 && name !== "2 threads") continue;
+      // Finite everywhere, then one overflow (w − h = 3e38 + 3e38) at the start, the middle (the
+      // second thread's share) and the last element; then a parameter already infinite whose
+      // update leaves it so.
+      const cases: [string, number | undefined, number][] = [
+        ["all finite", undefined, 0],
+        ["overflow first", 0, -3e38],
+        ["overflow middle", Math.floor(n * 0.75), -3e38],
+        ["overflow last", n - 1, -3e38],
+      ];
+      for (const [what, at, grad] of cases) {
+        const param = randomArray(n), g = randomArray(n, 0.1), history = new Float32Array(n);
+        if (at !== undefined) {
+          param[at] = 3e38;
+          g[at] = grad;
+        }
+        const p = resident(kernels, param), gg = resident(kernels, g), h = resident(kernels, history);
+        const expected = sgdUpdateKernel(param, g, history, step);
+        assert.equal(expected, at === undefined, `${what}: the TypeScript kernel`);
+        assert.equal(kernels.sgdUpdate(p, gg, h, step), expected, `${name} n=${n} ${what}`);
+        free(kernels, p, gg, h);
+      }
     }
   }
 });
@@ -201,8 +235,8 @@ Deno.test("wasm updates: arrays outside kernel memory, or of unequal lengths, ar
   const step = { rate: 0.1, momentum: 0.9, decay: 0 };
   const inside = resident(relaxed, randomArray(8)), outside = new Float32Array(new SharedArrayBuffer(32));
   const before = inside.slice();
-  assert.equal(relaxed.sgdUpdate(inside, outside, inside, step), false);
-  assert.equal(relaxed.sgdUpdate(inside, resident(relaxed, randomArray(9)), inside, step), false);
+  assert.equal(relaxed.sgdUpdate(inside, outside, inside, step), undefined);
+  assert.equal(relaxed.sgdUpdate(inside, resident(relaxed, randomArray(9)), inside, step), undefined);
   assertSameBits(inside, before, "refused update left param alone");
 });
 

@@ -69,7 +69,7 @@ export const ELEMENTWISE_EXPORTS = {
 } as const;
 
 /** The float32 exponent field: all ones exactly for NaN and ±∞. */
-const EXPONENT = 0x7f800000;
+export const EXPONENT = 0x7f800000;
 
 /** Vectors per trip of {@link writeLanes}' main loop. */
 const UNROLL = 4;

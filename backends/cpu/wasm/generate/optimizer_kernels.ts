@@ -15,6 +15,7 @@
  */
 
 import { type FunctionWriter, type ModuleBuilder, ValType } from "./encoder.ts";
+import { EXPONENT } from "./elementwise_kernels.ts";
 
 const { i32, f32, v128 } = ValType;
 
@@ -29,15 +30,17 @@ const { i32, f32, v128 } = ValType;
  */
 export const OPTIMIZER_EXPORTS = {
   /**
-   * `(param, grad, history, n, rate, momentum, decay)`, the last three float32: Caffe SGD over
-   * n floats in place, `diff = g + w·decay` (just g when decay is 0), `h = h·momentum +
-   * diff·rate`, `w = w − h`.
+   * `(param, grad, history, n, rate, momentum, decay, finite)`, rate to decay float32: Caffe SGD
+   * over n floats in place, `diff = g + w·decay` (just g when decay is 0), `h = h·momentum +
+   * diff·rate`, `w = w − h`; then, where `finite` is not 0, the int32 there is 1 when every new w
+   * is finite and 0 when one is NaN or ±∞ (the runtime's finite check, in the same pass).
    */
   sgdUpdate: "sgd_update",
   /**
-   * `(param, grad, history, savedParam, savedHistory, n, rate, momentum, decay)`: `sgd_update`,
-   * also storing each w and h it reads at `savedParam` and `savedHistory` (the copies that undo
-   * the update), in the same pass: 7 streams over memory where copying first, then updating, takes 9.
+   * `(param, grad, history, savedParam, savedHistory, n, rate, momentum, decay, finite)`:
+   * `sgd_update`, also storing each w and h it reads at `savedParam` and `savedHistory` (the copies
+   * that undo the update), in the same pass: 7 streams over memory where copying first, then
+   * updating, takes 9.
    */
   sgdUpdateSaving: "sgd_update_saving",
   /**
@@ -131,9 +134,13 @@ function byDecay(f: FunctionWriter, decay: number, loop: (withDecay: boolean) =>
 function writeSgd(f: FunctionWriter, saving: boolean): void {
   const [param, grad, history] = [0, 1, 2];
   const saved = saving ? [3, 4] : [];
-  const [n, rate, momentum, decay] = [3, 4, 5, 6].map((i) => i + saved.length);
+  const [n, rate, momentum, decay, finite] = [3, 4, 5, 6, 7].map((i) => i + saved.length);
   const r = splat(f, rate), m = splat(f, momentum), d = splat(f, decay);
   const w = f.local(v128), diff = f.local(v128), h = f.local(v128);
+  // Lanes whose new w had an all-ones exponent (NaN, ±∞), ORed over the pass.
+  const exponent = f.local(v128), bad = f.local(v128);
+  f.v128ConstI32([EXPONENT, EXPONENT, EXPONENT, EXPONENT]).localSet(exponent);
+  f.v128ConstI32([0, 0, 0, 0]).localSet(bad);
   const loop = (withDecay: boolean) =>
     forEachLanes(f, n, [param, grad, history, ...saved], (at, single) => {
       // diff = g + fround(w·d): the order of the TypeScript kernel.
@@ -150,8 +157,13 @@ function writeSgd(f: FunctionWriter, saving: boolean): void {
       store(f, history, at, single, h);
       f.localGet(w).localGet(h).f32x4Sub().localSet(w);
       store(f, param, at, single, w);
+      f.localGet(bad).localGet(w).localGet(exponent).v128And().localGet(exponent).i32x4Eq().v128Or()
+        .localSet(bad);
     });
   byDecay(f, decay, loop);
+  f.localGet(finite).if();
+  f.localGet(finite).i32Const(1).localGet(bad).v128AnyTrue().i32Sub().i32Store();
+  f.end();
 }
 
 function writeAdam(f: FunctionWriter): void {
@@ -200,13 +212,13 @@ function writeAdam(f: FunctionWriter): void {
 export function emitOptimizerKernels(builder: ModuleBuilder): void {
   builder.addFunction(
     OPTIMIZER_EXPORTS.sgdUpdate,
-    [i32, i32, i32, i32, f32, f32, f32],
+    [i32, i32, i32, i32, f32, f32, f32, i32],
     [],
     (f) => writeSgd(f, false),
   );
   builder.addFunction(
     OPTIMIZER_EXPORTS.sgdUpdateSaving,
-    [i32, i32, i32, i32, i32, i32, f32, f32, f32],
+    [i32, i32, i32, i32, i32, i32, f32, f32, f32, i32],
     [],
     (f) => writeSgd(f, true),
   );
