@@ -96,8 +96,6 @@ const updateOf = (group: string, undoable: boolean) =>
 const plainFc = updateOf("fc", false), undoableFc = updateOf("fc", true);
 const plainConv = updateOf("conv", false), undoableConv = updateOf("conv", true);
 optimizer.dispose();
-freeSharedFloats(parameters);
-freeSharedFloats(gradients);
 
 // (3) whole steps on 2 CPU devices.
 function batch(step: number) {
@@ -131,16 +129,23 @@ async function steps(plan: typeof sequentialPlan, checkFinite: boolean): Promise
 }
 
 // (4) The finite checks (the default): every update undoable, and each updated group's new
-// parameters scanned for NaN and ±∞ (the CPU backend's WebAssembly reduction), against none.
+// parameters checked for NaN and ±∞ — by SGD's update itself on the CPU; the scan that follows an
+// update that does not look (Adam's) timed here on its own (the CPU backend's WebAssembly reduction).
 const cpu = getBackend() as CpuBackend;
 const checkOf = (group: string) => {
   // In kernel memory, where the CPU runtime keeps the master's parameters (allocateShared).
   const values = cpu.allocateShared(groupSize(group));
-  values.set(parameters.subarray(0, values.length));
-  const storage = cpu.wrap(values);
-  return timeCalls(() => cpu.firstNonFinite(storage));
+  try {
+    values.set(parameters.subarray(0, values.length));
+    const storage = cpu.wrap(values);
+    return timeCalls(() => cpu.firstNonFinite(storage));
+  } finally {
+    cpu.freeShared(values);
+  }
 };
 const fcCheck = checkOf("fc"), convCheck = checkOf("conv");
+freeSharedFloats(parameters);
+freeSharedFloats(gradients);
 
 const rows: string[] = [];
 for (const plan of [sequentialPlan, overlapPlan]) {
@@ -193,9 +198,10 @@ CPU backend's kernel memory, where the runtime's master keeps them.
 ## The finite checks
 
 With finite checks (\`checkFinite\`, the default) every update is undoable, so a step whose new parameters
-hold a NaN or ±∞ is rolled back: \`sequential\` then copies both groups too. Each updated group's parameters
-are scanned once (the CPU backend's \`firstNonFinite\`, a threaded WebAssembly SIMD reduction):
-FC group ${ms(fcCheck)}, conv group ${
+hold a NaN or ±∞ is rolled back: \`sequential\` then copies both groups too. SGD's update on the CPU checks
+the new parameters in its own pass, so nothing is read again after it; where an update does not look (Adam's),
+or to name a bad parameter, the group is scanned (the CPU backend's \`firstNonFinite\`, a threaded
+WebAssembly SIMD reduction): FC group ${ms(fcCheck)}, conv group ${
   ms(convCheck)
 } (best / median of ${TIMED} calls, on the master's buffers).
 
