@@ -456,12 +456,13 @@ function bitsFloat(bits: number): number {
 function runUpdate(x: KernelExports, kind: TaskKind, args: Int32Array, t: number, threads: number): void {
   const [length, param, grad, history, v, savedParam, savedHistory, finite] = args;
   const [e0, e1] = share(length, t, threads, 16);
+  // Every thread an update takes has a share (`#updateThreads` gives each at least 512 Ki floats), so
+  // no flag is left unwritten by this return.
+  if (e1 <= e0) return;
   const hyper: number[] = [];
   for (let i = UPDATE_FIELDS.length; i < UPDATE_FIELDS.length + (kind === TaskKind.sgdUpdate ? 3 : 8); i++) {
     hyper.push(bitsFloat(args[i]));
   }
-  // Every thread an update takes has a share (`#updateThreads` gives each at least 512 Ki floats).
-  if (e1 <= e0) return;
   const flag = finite === 0 ? 0 : finite + 4 * t;
   const at = 4 * e0;
   if (kind === TaskKind.sgdUpdate && savedParam !== 0) {
