@@ -182,6 +182,21 @@ export interface MaxPoolBackwardEpilogue {
 }
 
 /**
+ * A range of a backend's kernel memory lent to a backend on another thread (see
+ * {@link Backend.lendMemory}). Structured-cloneable, so it travels to a Worker.
+ */
+export interface MemoryLoan {
+  /** The lender's kernel memory (shared). */
+  readonly memory: WebAssembly.Memory;
+  /** First byte of the range the borrower allocates in. */
+  readonly start: number;
+  /** End of that range (exclusive). */
+  readonly end: number;
+  /** Byte addresses of the lender's arrays named when lending, in that order. */
+  readonly addresses: readonly number[];
+}
+
+/**
  * What a backend implements. All methods but {@link Backend.read} are synchronous from the engine's
  * point of view: a device backend may queue the work and finish it later, as long as the results are
  * observed in submission order.
@@ -234,6 +249,17 @@ export interface Backend {
    * afterwards; an array from elsewhere is left alone.
    */
   freeShared?(array: Float32Array): void;
+  /**
+   * Optional: lends `bytes` of the kernels' memory to a backend on another thread (a device's
+   * Worker, which passes the loan to its backend's constructor), so that `arrays` (from
+   * {@link allocateShared}, such as the device's parameters) are that backend's operands in place:
+   * the device reads them without copying them into memory of its own. `undefined` where the
+   * memory cannot be shared or has no room. Return it with {@link reclaimMemory} once the borrower
+   * has stopped.
+   */
+  lendMemory?(bytes: number, arrays: readonly Float32Array[]): MemoryLoan | undefined;
+  /** Optional: takes back a range from {@link lendMemory}; its borrower must have stopped. */
+  reclaimMemory?(loan: MemoryLoan): void;
   /** Returns the memory; the handle must not be used afterwards. */
   release(storage: Storage): void;
   /**

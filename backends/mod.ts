@@ -28,6 +28,7 @@ export type {
   HostArray,
   MatmulSpec,
   MaxPoolBackwardEpilogue,
+  MemoryLoan,
   ReduceOp,
   RowSpec,
   SgdSaved,

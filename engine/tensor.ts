@@ -311,6 +311,22 @@ export class Tensor {
     this.backend.copyStrided(source.storage, dense, this.storage, dense, [this.size]);
   }
 
+  /**
+   * @internal Puts this tensor over `storage` (same length and dtype) from now on, keeping the
+   * handle: how a device's replica makes its parameters the runtime's shared ones (`cpu_worker.ts`)
+   * while the layers keep the tensors they hold. Only for a tensor no graph or view refers to.
+   */
+  rebind(storage: Storage): void {
+    const shared = this.#liveShared();
+    if (storage.length !== shared.storage.length || storage.dtype !== this.dtype || shared.holders !== 1) {
+      throw new TandemError(
+        `tensor #${this.id} ${formatShape(this.shape)} cannot be rebound to that storage`,
+      );
+    }
+    shared.release();
+    this.#shared = new SharedStorage(this.backend, storage);
+  }
+
   /** @internal A new tensor on this tensor's backend over `storage` (used by autograd). */
   withStorage(storage: Storage, shape: readonly number[]): Tensor {
     return new Tensor(this.backend, storage, shape);

@@ -27,6 +27,7 @@ import type {
   LrnParams,
   MatmulSpec,
   MaxPoolBackwardEpilogue,
+  MemoryLoan,
   Pool2dGeometry,
   ReduceOp,
   RowSpec,
@@ -134,6 +135,13 @@ export interface CpuBackendOptions {
    * im2col's (bit-identical for any thread count either way); false keeps im2col everywhere.
    */
   winograd?: boolean;
+  /**
+   * Kernel memory lent by a backend on another thread ({@link CpuBackend.lendMemory}): this
+   * backend's arrays are allocated in its range, and the lender's arrays it names are operands in
+   * place ({@link CpuBackend.viewLent}). How a device's Worker reads the runtime's parameters
+   * without copying them.
+   */
+  memory?: MemoryLoan;
 }
 
 /**
@@ -183,6 +191,7 @@ export class CpuBackend implements Backend {
         fma: options.relaxedSimd ?? true,
         blocks: options.gemmBlocks,
         winograd: options.winograd,
+        memory: options.memory,
       });
       if (!this.wasm && kernels === "wasm") {
         throw new Error("CpuBackend: WebAssembly SIMD128 kernels are not supported by this runtime");
@@ -269,6 +278,25 @@ export class CpuBackend implements Backend {
    */
   allocateShared(length: number): Float32Array {
     return this.wasm?.allocateArray(length, "float32") ?? new Float32Array(new SharedArrayBuffer(4 * length));
+  }
+
+  /** {@link Backend.lendMemory}: a range of the kernel memory, where it has room. */
+  lendMemory(bytes: number, arrays: readonly Float32Array[]): MemoryLoan | undefined {
+    return this.wasm?.lend(bytes, arrays);
+  }
+
+  /** {@link Backend.reclaimMemory}. */
+  reclaimMemory(loan: MemoryLoan): void {
+    this.wasm?.reclaim(loan);
+  }
+
+  /**
+   * The lender's array at `loan.addresses[index]`, `length` floats, in place: `undefined` unless
+   * this backend runs in the loan ({@link CpuBackendOptions.memory}).
+   */
+  viewLent(loan: MemoryLoan, index: number, length: number): Float32Array | undefined {
+    if (!this.wasm?.runsIn(loan.memory)) return undefined;
+    return this.wasm.viewAt(loan.addresses[index], length);
   }
 
   /** Frees an array from {@link CpuBackend.allocateShared} now; see {@link Backend.freeShared}. */

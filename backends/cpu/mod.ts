@@ -19,6 +19,7 @@
 
 export { CpuBackend, type CpuBackendOptions, CpuStorage } from "./backend.ts";
 export type { GemmBlocks } from "./wasm/gemm.ts";
+export type { MemoryLoan } from "../backend.ts";
 export {
   type BlocksSource,
   type CacheSizes,

@@ -18,7 +18,13 @@ import {
   DeviceError,
   type ShardedReplica,
 } from "./device.ts";
-import { freeSharedFloats, type ParameterLayout, sharedFloats } from "./parameter_layout.ts";
+import {
+  freeSharedFloats,
+  lendBeside,
+  type ParameterLayout,
+  reclaimLoan,
+  sharedFloats,
+} from "./parameter_layout.ts";
 import type { ModelSpec } from "./model_spec.ts";
 import { COMPUTE_NICE } from "./thread_priority.ts";
 import type {
@@ -36,6 +42,7 @@ import type {
 import { packViews, unpackViews } from "./protocol.ts";
 import { watchGroups } from "./group_signals.ts";
 import type { HeadPhase, HeadPhaseResult, HeadSetup } from "./sharded_head.ts";
+import type { MemoryLoan } from "../../backends/backend.ts";
 
 interface Pending {
   iteration: number;
@@ -46,6 +53,20 @@ interface Pending {
   reject: (error: Error) => void;
   timer: ReturnType<typeof setTimeout>;
 }
+
+/**
+ * Kernel memory lent to each device's replica (see `Backend.lendMemory`) for what it allocates
+ * itself (gradients, activations): an AlexNet-like replica peaks at 16 MB with 32 images and 54 MB
+ * with 256. With it the replica computes on the runtime's copy of its parameters, copying nothing
+ * before a step.
+ */
+const LOAN_BYTES = 256 * 2 ** 20;
+/**
+ * Parameters (bytes) up to which a device borrows: every device's parameters and gradients, the
+ * master's average and optimizer state already share the runtime's memory (2 GiB for all), so a
+ * larger model's replica keeps a memory of its own and copies its parameters in before each step.
+ */
+const LOAN_MAX_PARAMETER_BYTES = 16 * 2 ** 20;
 
 /** A start waiting for the worker's `ready`. */
 interface Starting {
@@ -97,6 +118,9 @@ export class CpuDevice implements Device {
    */
   computeNice: number | undefined;
 
+  /** Kernel memory lent to the replica's backend, where the runtime lent some (see `LOAN_BYTES`). */
+  #loan: MemoryLoan | undefined;
+  #copiedBytes = 0;
   /** Where this device's shard of the images travels to the worker (see `#share`). */
   #input: Float32Array = new Float32Array(new SharedArrayBuffer(0));
 
@@ -114,7 +138,10 @@ export class CpuDevice implements Device {
     this.#groups = layout.groups.map((g) => g.name);
     this.#signals = new Int32Array(new SharedArrayBuffer(4 * this.#groups.length));
     this.#timeoutMs = timeoutSeconds * 1000;
-    const workerData: CpuWorkerData = { nice };
+    if (4 * layout.total <= LOAN_MAX_PARAMETER_BYTES) {
+      this.#loan = lendBeside([this.parameters, this.gradients], LOAN_BYTES);
+    }
+    const workerData: CpuWorkerData = { nice, memory: this.#loan };
     this.#worker = new WorkerClass(new URL("./cpu_worker.ts", import.meta.url), { workerData });
     this.#worker.unref();
     this.#worker.on("message", (reply: unknown) => this.#receive(unpackViews<WorkerReply>(reply)));
@@ -169,6 +196,7 @@ export class CpuDevice implements Device {
     } catch (error) {
       device.#starting = undefined;
       await device.close();
+      device.free();
       throw error;
     }
     device.#starting = undefined;
@@ -321,6 +349,7 @@ export class CpuDevice implements Device {
     clearTimeout(pending.timer);
     this.#pending = undefined;
     if (pending.iteration >= 0) this.#lastIteration = pending.iteration;
+    this.#copiedBytes += reply.copiedBytes;
     pending.resolve({
       loss: reply.loss,
       correct: reply.correct,
@@ -381,9 +410,23 @@ export class CpuDevice implements Device {
     await this.#worker.terminate();
   }
 
-  /** See {@link Device.free}: hands `parameters` and `gradients` back to the kernel memory. */
+  /**
+   * See {@link Device.free}: hands `parameters`, `gradients` and the replica's loan back to the
+   * kernel memory (after {@link CpuDevice.close}: the worker no longer runs).
+   */
   free(): void {
+    if (this.#loan) reclaimLoan(this.#loan);
+    this.#loan = undefined;
     freeSharedFloats(this.parameters);
     freeSharedFloats(this.gradients);
+  }
+
+  /**
+   * Bytes of parameters the replica has copied from {@link CpuDevice.parameters} into memory of its
+   * own, in all, as its worker counted them: none where it computes on them in place (a model of at
+   * most `LOAN_MAX_PARAMETER_BYTES` on the CPU backend), all of them before every step elsewhere.
+   */
+  get parameterBytesCopied(): number {
+    return this.#copiedBytes;
   }
 }

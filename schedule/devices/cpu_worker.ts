@@ -42,9 +42,10 @@ import { hostSlices, type SliceStore } from "./head_slices.ts";
 import { lowerThreadPriority, threadNice } from "./thread_priority.ts";
 
 // First, so the kernel threads the backend starts later inherit it.
-const { nice } = workerData as CpuWorkerData;
+const { nice, memory } = workerData as CpuWorkerData;
 if (nice > 0) lowerThreadPriority(nice);
-registerBackend(new CpuBackend());
+const cpu = new CpuBackend({ memory });
+registerBackend(cpu);
 
 if (!parentPort) throw new Error("cpu_worker.ts runs as a node:worker_threads Worker of a CpuDevice");
 const port = parentPort;
@@ -68,6 +69,10 @@ let groupSlots: Map<string, number>;
 let entries: ParameterEntry[] = [];
 let slots = new Map<ParameterEntry, SharedSlot>();
 let sharedParameters: Float32Array;
+/** Whether the replica's parameter tensors lie over the shared parameters (see `init`). */
+let rebound = false;
+/** Bytes `loadParameters` copied in the current iteration (reported with it). */
+let copiedBytes = 0;
 /** The model-parallel head shard of a hybrid schedule, once set up. */
 let head: HeadShard | undefined;
 /** The head slice's home: the shared flat buffers the runtime's slice optimizer updates. */
@@ -86,12 +91,16 @@ function reply(message: WorkerReply): void {
 
 async function init(message: InitMessage): Promise<void> {
   device = message.device;
-  // Its parameters are read from the shared buffer before every step (`loadParameters`), which
-  // the runtime fills with device 0's: drawing the replica's own would only be thrown away.
+  // Its parameters are the shared buffer's, which the runtime fills with device 0's (or are copied
+  // from it before every step): drawing the replica's own would only be thrown away.
   model = await buildModel(message.model, { fillParameters: false });
-  const parameters = message.parameters;
+  // In the runtime's kernel memory where it lent us some: the same arrays, as operands here.
+  const lentParameters = memory && cpu.viewLent(memory, 0, message.parameters.length);
+  const lentGradients = memory && cpu.viewLent(memory, 1, message.gradients.length);
+  const lent = lentParameters !== undefined && lentGradients !== undefined;
+  const parameters = lent ? lentParameters : message.parameters;
   sharedParameters = parameters;
-  gradients = message.gradients;
+  gradients = lent ? lentGradients : message.gradients;
   signals = new Int32Array(message.signals);
   groupSlots = new Map(message.groups.map((g, i) => [g, i]));
   const byName = new Map(model.namedParameters().map((p) => [p.name, p]));
@@ -120,6 +129,11 @@ async function init(message: InitMessage): Promise<void> {
       gradient: view(gradients),
     });
   }
+  // The replica's parameters become the shared ones: nothing to copy before each step.
+  rebound = lent;
+  if (rebound) {
+    for (const [entry, slot] of slots) entry.tensor.rebind(slot.shared.storage);
+  }
   bufferLayout = bufferLayoutOf(model.namedBuffers());
   if (bufferLayout.total > 0) {
     sharedBuffers = new Float32Array(new SharedArrayBuffer(4 * bufferLayout.total));
@@ -130,10 +144,15 @@ async function init(message: InitMessage): Promise<void> {
 
 /**
  * Loads the shared parameters (device 0's, after broadcast) into the replica's tensors: all of them,
- * or those of `only` (a hybrid body; the head reads its slices itself).
+ * or those of `only` (a hybrid body; the head reads its slices itself). Nothing where the tensors
+ * lie over the shared parameters already (`rebound`).
  */
 function loadParameters(only: readonly ParameterEntry[] = entries): void {
-  for (const entry of only) entry.tensor.assign(slots.get(entry)!.shared);
+  if (rebound) return;
+  for (const entry of only) {
+    entry.tensor.assign(slots.get(entry)!.shared);
+    copiedBytes += 4 * entry.tensor.size;
+  }
 }
 
 /** Copies `members`' gradients into the shared buffer and frees them (zeros where none arrived). */
@@ -161,7 +180,7 @@ function setupHead(message: HeadSetupMessage): void {
   slices = hostSlices(sharedParameters, gradients);
   const sharded = new Set(message.setup.head.sharded);
   head = new HeadShard(model, message.layout, message.setup, entries.filter((e) => !sharded.has(e.group)));
-  reply({ type: "done", device, iteration: -1, loss: 0, correct: 0, count: 0, spans: [] });
+  reply({ type: "done", device, iteration: -1, loss: 0, correct: 0, count: 0, spans: [], copiedBytes: 0 });
 }
 
 async function runHead(message: HeadPhaseMessage): Promise<void> {
@@ -170,6 +189,7 @@ async function runHead(message: HeadPhaseMessage): Promise<void> {
     ? { ...message.phase, images: input.subarray(0, message.imageCount) }
     : message.phase;
   // Later micro-batches of a step run on the same parameters (and must keep the gradients).
+  copiedBytes = 0;
   if (phase.kind === "forward-body" && !phase.microBatch) loadParameters(head.bodyEntries);
   // Spans travel on the shared clock (timeOrigin + now), as `step`'s do.
   const result = await head.run(phase, slices, (group, members) => {
@@ -188,6 +208,7 @@ async function runHead(message: HeadPhaseMessage): Promise<void> {
     correct: result.correct ?? 0,
     count: 0,
     spans: result.spans.map((s) => ({ ...s, start: s.start + shift, end: s.end + shift })),
+    copiedBytes,
   });
 }
 
@@ -196,6 +217,7 @@ async function step(message: StepMessage): Promise<void> {
   // Each span runs from the end of the previous one: the forward from the start of the step, a
   // group's backward from the end of the forward or of the group before.
   let start = now();
+  copiedBytes = 0;
   loadParameters();
   // The statistics as the runtime left them (its own after the last step, or restored, or loaded).
   if (sharedBuffers) copyBuffers(bufferLayout, model.namedBuffers(), sharedBuffers, "tensors");
@@ -220,7 +242,7 @@ async function step(message: StepMessage): Promise<void> {
       },
     });
     if (sharedBuffers) copyBuffers(bufferLayout, model.namedBuffers(), sharedBuffers, "flat");
-    reply({ type: "done", device, iteration: message.iteration, ...metrics, spans });
+    reply({ type: "done", device, iteration: message.iteration, ...metrics, spans, copiedBytes });
   } finally {
     images.dispose();
     labels.dispose();

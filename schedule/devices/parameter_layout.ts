@@ -6,11 +6,13 @@
  * @module
  */
 
-import type { Backend } from "../../backends/backend.ts";
+import type { Backend, MemoryLoan } from "../../backends/backend.ts";
 import { getBackend, type ParameterEntry } from "../../engine/mod.ts";
 
 /** The backend whose memory each {@link sharedFloats} array is, to free it there. */
 const allocatedBy = new WeakMap<Float32Array, Backend>();
+/** The backend that lent each {@link lendBeside} loan. */
+const lentBy = new WeakMap<MemoryLoan, Backend>();
 
 /**
  * A zero-filled flat float32 buffer on a `SharedArrayBuffer`, for parameters, gradients and their
@@ -43,6 +45,26 @@ export function freeSharedFloats(array: Float32Array): void {
   const backend = allocatedBy.get(array);
   allocatedBy.delete(array);
   backend?.freeShared?.(array);
+}
+
+/**
+ * A loan of `bytes` of the kernel memory that `arrays` (from {@link sharedFloats}, one backend's)
+ * lie in, for a device thread's backend to compute on them in place (see `Backend.lendMemory`);
+ * `undefined` where their backend lends none. Taken back with {@link reclaimLoan}.
+ */
+export function lendBeside(arrays: readonly Float32Array[], bytes: number): MemoryLoan | undefined {
+  const backend = allocatedBy.get(arrays[0]);
+  if (!backend || arrays.some((a) => allocatedBy.get(a) !== backend)) return undefined;
+  const loan = backend.lendMemory?.(bytes, arrays);
+  if (loan) lentBy.set(loan, backend);
+  return loan;
+}
+
+/** Takes back a loan from {@link lendBeside} once its borrower has stopped; once per loan. */
+export function reclaimLoan(loan: MemoryLoan): void {
+  const backend = lentBy.get(loan);
+  lentBy.delete(loan);
+  backend?.reclaimMemory?.(loan);
 }
 
 /** One parameter's place in the flat buffers. */

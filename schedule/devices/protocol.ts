@@ -14,11 +14,19 @@ import type { ComputeCommand } from "./device.ts";
 import type { ParameterLayout } from "./parameter_layout.ts";
 import type { HeadPhase, HeadSetup } from "./sharded_head.ts";
 import type { ModelSpec } from "./model_spec.ts";
+import type { MemoryLoan } from "../../backends/backend.ts";
 
 /** What the worker is started with (`workerData`), before any message. */
 export interface CpuWorkerData {
   /** Nice value its compute thread takes first thing (see `thread_priority.ts`). */
   nice: number;
+  /**
+   * Kernel memory the runtime lent the replica's backend, holding the device's parameters and
+   * gradients (`addresses` 0 and 1): the replica computes on its parameters in place, copying
+   * nothing before a step. Absent where the runtime lent none (see `CpuDevice`); the worker then
+   * copies them in.
+   */
+  memory?: MemoryLoan;
 }
 
 /** Main → worker: build the replica over shared parameter and gradient buffers. */
@@ -175,6 +183,8 @@ export type WorkerReply =
     correct: number;
     count: number;
     spans: ComputeSpan[];
+    /** Bytes of parameters the replica copied from the shared buffer in this phase (see `memory`). */
+    copiedBytes: number;
   }
   | { type: "error"; device: number; iteration?: number; message: string; stack?: string };
 

@@ -22,6 +22,7 @@ import type {
   Conv2dGeometry,
   DropoutMaskSpec,
   MatmulSpec,
+  MemoryLoan,
   Pool2dGeometry,
   SgdStep,
 } from "../../backend.ts";
@@ -117,6 +118,12 @@ export interface WasmKernelOptions {
    * true; see `winograd/phases.ts`); false keeps every convolution on im2col.
    */
   winograd?: boolean;
+  /**
+   * Run in part of another thread's kernel memory (see {@link WasmKernels.lend}) instead of a
+   * memory of its own: arrays the lender allocated are then operands here without a copy. Ignored
+   * where memory cannot be shared.
+   */
+  memory?: MemoryLoan;
 }
 
 /** The Winograd pass of a convolution task. */
@@ -158,6 +165,8 @@ export class WasmKernels {
   readonly #module: WebAssembly.Module;
   readonly #kernels: KernelExports;
   readonly #heap: KernelHeap;
+  /** Where the heap starts: 0, or a borrowed range's start (see {@link MemoryLoan}). */
+  readonly #base: number;
   readonly #args = new Int32Array(MAX_TASK_ARGS);
   /**
    * Arrays in kernel memory, by the array object, with their block: allocated here (freed by
@@ -187,11 +196,17 @@ export class WasmKernels {
     module: WebAssembly.Module,
     memory: WebAssembly.Memory,
     threads: number,
+    range?: { start: number; end: number },
   ) {
     this.#module = module;
     this.#memory = memory;
     this.#kernels = instantiateKernels(module, memory);
-    this.#heap = new KernelHeap(memory, MAX_MEMORY_PAGES * PAGE - OVERREAD);
+    // A borrowed range was allocated whole from the lender's heap, so its memory already exists:
+    // this heap never grows the memory under the lender (a block's overread may pass its end).
+    this.#heap = range
+      ? new KernelHeap(memory, range.end - OVERREAD, range.start)
+      : new KernelHeap(memory, MAX_MEMORY_PAGES * PAGE - OVERREAD);
+    this.#base = range?.start ?? 0;
     this.#threads = threads;
   }
 
@@ -210,7 +225,9 @@ export class WasmKernels {
     const shared = features.sharedMemory;
     try {
       const module = compiledKernels(fma, shared);
-      const memory = new WebAssembly.Memory({ initial: 16, maximum: MAX_MEMORY_PAGES, shared });
+      const loan = shared ? options.memory : undefined;
+      const memory = loan?.memory ??
+        new WebAssembly.Memory({ initial: 16, maximum: MAX_MEMORY_PAGES, shared });
       const threads = shared ? Math.max(1, options.threads) : 1;
       const winograd = options.winograd ?? true;
       return new WasmKernels(
@@ -221,6 +238,7 @@ export class WasmKernels {
         module,
         memory,
         threads,
+        loan,
       );
     } catch {
       return undefined;
@@ -261,12 +279,12 @@ export class WasmKernels {
 
   /** Bytes of kernel memory in use (resident arrays, free blocks between them). */
   get memoryBytes(): number {
-    return this.#heap.usedBytes;
+    return this.#heap.usedBytes - this.#base;
   }
 
   /** Bytes of kernel memory that arrays hold now (without the free blocks between them). */
   get residentBytes(): number {
-    return this.#heap.usedBytes - this.#heap.freeBytes;
+    return this.#heap.usedBytes - this.#base - this.#heap.freeBytes;
   }
 
   /**
@@ -316,10 +334,14 @@ export class WasmKernels {
     if (this.#saidFull) return;
     this.#saidFull = true;
     const mb = (n: number) => (n / 2 ** 20).toFixed(0);
+    const size = mb(this.#heap.limitBytes + OVERREAD - this.#base);
+    const memory = this.#base > 0
+      ? "the kernel memory lent to this device's replica"
+      : "the CPU backend's kernel memory";
     console.warn(
-      `tandem: the CPU backend's kernel memory has no room for ${mb(bytes)} MB (${mb(this.residentBytes)} ` +
-        `of ${mb(MAX_MEMORY_PAGES * PAGE)} MB held): arrays go to ordinary memory, where kernels copy them ` +
-        `or run in TypeScript, slower; dispose tensors and close trainers no longer used`,
+      `tandem: ${memory} has no room for ${mb(bytes)} MB (${mb(this.residentBytes)} of ${size} MB held): ` +
+        `arrays go to ordinary memory, where kernels copy them or run in TypeScript, slower; dispose ` +
+        `tensors and close trainers no longer used`,
     );
   }
 
@@ -333,6 +355,48 @@ export class WasmKernels {
     if (!this.#buffers.has(array.buffer)) return false;
     this.#resident.set(array, { address: array.byteOffset, bytes: array.byteLength, view: true });
     return true;
+  }
+
+  /**
+   * Lends `bytes` of this kernel memory to another thread's kernels ({@link WasmKernelOptions.memory}),
+   * with the addresses of `arrays` (from {@link WasmKernels.allocateArray}) there; `undefined` where
+   * the memory is not shared, an array is not resident, or the loan would take more than half of
+   * the room above the heap (the lender keeps at least as much as it lends). Return the range with
+   * {@link WasmKernels.reclaim} once the borrower has stopped.
+   */
+  lend(bytes: number, arrays: readonly Float32Array[]): MemoryLoan | undefined {
+    if (!this.features.sharedMemory || !arrays.every((a) => this.#resident.has(a))) return undefined;
+    if (this.#heap.limitBytes - this.#heap.usedBytes < 2 * bytes) return undefined;
+    const start = this.#heap.allocate(bytes);
+    if (start === undefined) return undefined;
+    return {
+      memory: this.#memory,
+      start,
+      end: start + bytes,
+      addresses: arrays.map((a) => this.#resident.get(a)!.address),
+    };
+  }
+
+  /** Returns a range from {@link WasmKernels.lend}; its borrower must have stopped. */
+  reclaim(loan: MemoryLoan): void {
+    this.#heap.free(loan.start, loan.end - loan.start);
+  }
+
+  /** Whether these kernels run in `memory` (a loan's, see {@link WasmKernelOptions.memory}). */
+  runsIn(memory: WebAssembly.Memory): boolean {
+    return memory === this.#memory;
+  }
+
+  /**
+   * A view of `length` floats at byte `address` of the kernel memory (a lender's array, see
+   * {@link MemoryLoan}), resident: kernels use it in place.
+   */
+  viewAt(address: number, length: number): Float32Array {
+    const buffer = this.#memory.buffer;
+    this.#buffers.add(buffer);
+    const array = new Float32Array(buffer, address, length);
+    this.#resident.set(array, { address, bytes: 4 * length, view: true });
+    return array;
   }
 
   /** Frees an array from {@link WasmKernels.allocateArray}; false (and nothing done) for any other. */
