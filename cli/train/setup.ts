@@ -34,6 +34,7 @@ import { fitToModel, type LoadedImages, loadImages, type RunData } from "../data
 import { CliError, EXIT_FAILURE } from "../errors.ts";
 import { buildLocal, type ModelChoice } from "../model.ts";
 import { choosePlan } from "../plan.ts";
+import { shareMasterParameters } from "./evaluation.ts";
 
 /** What the command line asks for, read and checked before any work (see `runTrain`). */
 export interface RunRequest {
@@ -265,6 +266,7 @@ export async function startRun(request: RunRequest): Promise<TrainingRun> {
       ? link.label
       : "shared memory";
     const trainer = await createTrainer(request, spec, plan, trace, optimizerFor, linkBytesPerSecond);
+    shareMasterParameters(local, trainer);
     return {
       ...asked,
       data,
